@@ -1,0 +1,79 @@
+"""Oracle output files: one HDF5 file per evaluated split in a run directory.
+
+Rows are aligned by global index with the classifier cache of the same split; the file's
+attributes carry that cache's identity (fingerprint, model, weights hash) so a report can refuse
+outputs that belong to another cache.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from cache.schema import (KIND_ORACLE, ORACLE_COLUMNS, SCHEMA_VERSION, CacheError, CacheMismatch,
+                          check_identity)
+from cache.shards import read_attrs, read_columns, write_shard
+
+
+def classifier_ref(cache_path: Path, identity: Mapping[str, Any]) -> dict:
+    """The part of a classifier cache's identity an oracle output file records and is checked on."""
+    keys = ("model", "weights_sha256", "dataset_fingerprint", "split", "corruption", "num_rows",
+            "num_classes", "preprocess")
+    return {"path": str(Path(cache_path).resolve()), **{k: identity[k] for k in keys}}
+
+
+def write_outputs(path: Path, columns: Mapping[str, np.ndarray], classifier: Mapping[str, Any],
+                  run: Mapping[str, Any]) -> None:
+    """Write one split's oracle outputs.  ``classifier`` = classifier_ref(...); ``run`` = the
+    run's labels/config (oracle, classifier, loss, seed, ...), stored for self-contained reports."""
+    missing = [c for c in ORACLE_COLUMNS if c not in columns]
+    if missing:
+        raise ValueError(f"oracle outputs for {path} lack column(s) {missing}")
+    n = len(columns["index"])
+    if n != classifier["num_rows"] or not np.array_equal(columns["index"], np.arange(n)):
+        raise CacheError(f"{path}: oracle rows must be the classifier cache's indices "
+                         f"0..{classifier['num_rows'] - 1}, in order")
+    attrs = {"schema_version": SCHEMA_VERSION, "kind": KIND_ORACLE, "split": classifier["split"],
+             "corruption": classifier["corruption"],
+             "dataset_fingerprint": classifier["dataset_fingerprint"], "num_rows": n,
+             "classifier_cache": dict(classifier), "run": dict(run)}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_shard(path, {c: np.asarray(columns[c], ORACLE_COLUMNS[c]) for c in ORACLE_COLUMNS}, attrs)
+
+
+@dataclass(frozen=True)
+class OracleOutputs:
+    path: Path
+    attrs: dict
+    columns: dict[str, np.ndarray]
+
+    @property
+    def run(self) -> dict:
+        return self.attrs["run"]
+
+    @property
+    def classifier(self) -> dict:
+        return self.attrs["classifier_cache"]
+
+
+def read_outputs(path: Path, expect_classifier: Mapping[str, Any] | None = None) -> OracleOutputs:
+    """Read a whole output file into RAM; with ``expect_classifier`` (a classifier_ref of the
+    cache it should belong to), refuse outputs computed against another cache."""
+    path = Path(path)
+    if not path.exists():
+        raise CacheError(f"oracle outputs not found: {path}")
+    attrs = read_attrs(path)
+    if attrs.get("kind") != KIND_ORACLE:
+        raise CacheError(f"{path} is not an oracle output file (kind={attrs.get('kind')!r})")
+    check_identity(attrs, {"schema_version": SCHEMA_VERSION}, f"oracle outputs {path}", keys=())
+    if expect_classifier is not None:
+        keys = tuple(k for k in expect_classifier if k != "path")
+        try:
+            check_identity(attrs["classifier_cache"], expect_classifier, f"oracle outputs {path}",
+                           keys=keys, check_version=False)
+        except CacheMismatch as err:
+            raise CacheMismatch(f"{err}\n(the outputs were computed against the classifier cache "
+                                f"{attrs['classifier_cache'].get('path')})") from None
+    return OracleOutputs(path, attrs, read_columns(path, list(ORACLE_COLUMNS)))

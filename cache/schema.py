@@ -1,0 +1,120 @@
+"""The one versioned schema of every HDF5 file this project writes.
+
+Two kinds of cache share it:
+
+* ``classifier`` caches (stage 1, ``cli.py extract``): one directory per (classifier, dataset split),
+  holding ``identity.json`` (written first), ``shard-NNNNN.h5`` files (rows ``[start, stop)`` of the
+  split, in global-index order) and ``manifest.json`` (written last: its presence means complete).
+* ``oracle`` outputs (stage 2, ``cli.py train-oracle`` / ``predict``): one HDF5 file per evaluated
+  split in a run directory, aligned by global index with the classifier cache of that split.
+
+Bump ``SCHEMA_VERSION`` whenever a column, dtype or identity attribute changes meaning; readers
+refuse files of another version instead of guessing.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+SCHEMA_VERSION = 1
+
+KIND_CLASSIFIER = "classifier"
+KIND_ORACLE = "oracle"
+
+# Per-row columns of a classifier cache shard.  ``index`` is the global sample index (position of
+# the sample in the split's sorted sample list); every stage joins on it.
+# Logits are stored as float16 (2 bytes x K per row: 2.56 GB for ImageNet train); softmax-derived
+# columns are computed in float32 from the un-rounded logits before storage.
+CLASSIFIER_COLUMNS: dict[str, str] = {
+    "index": "int64",
+    "label": "int64",
+    "valid": "uint8",       # 0 = image could not be decoded (--skip-bad); other columns are 0 there
+    "logits": "float16",    # (N, K)
+    "pred": "int64",        # argmax of the logits
+    "correct": "uint8",     # the trust label o = [pred == label]
+    "p_true": "float32",    # softmax probability of the TRUE class: the TCP target
+    "p_max": "float32",     # max softmax probability (MCP)
+}
+# Columns of the horizontally flipped view (--flip-view): same meaning, suffix "_flip".
+FLIP_COLUMNS = ("logits", "pred", "correct", "p_true", "p_max")
+FEATURE_COLUMN = "features"  # (N, D) float16 pooled pre-logit features (--features)
+
+# Per-row columns of an oracle output file.
+ORACLE_COLUMNS: dict[str, str] = {
+    "index": "int64",
+    "valid": "uint8",
+    "z": "float32",           # the oracle head's scalar output
+    "confidence": "float32",  # sigmoid(z), for every loss (as the authors' code does)
+    "correct": "uint8",       # copied from the classifier cache, for self-contained reports
+    "label": "int64",
+    "pred": "int64",
+}
+
+# Attributes that define what a classifier cache IS.  Resuming, reusing or consuming a cache
+# requires all of them to match; anything else (versions, timings, host) is informational.
+CLASSIFIER_IDENTITY = (
+    "schema_version", "kind", "model", "model_kwargs", "weights_sha256", "preprocess",
+    "data_config", "dataset", "dataset_fingerprint", "split", "corruption", "num_rows",
+    "num_classes", "precision", "flip_view", "features", "shard_size",
+)
+
+ORACLE_IDENTITY = (
+    "schema_version", "kind", "split", "corruption", "dataset_fingerprint", "num_rows",
+    "classifier_cache",
+)
+
+
+class CacheError(RuntimeError):
+    """A cache file or directory is missing, incomplete, foreign or corrupt."""
+
+
+class CacheMismatch(CacheError):
+    """A cache exists but describes something else than what was asked for."""
+
+
+def canonical(value: Any) -> Any:
+    """JSON round-trip so tuples/lists and int/float spellings compare equal."""
+    return json.loads(json.dumps(value, sort_keys=True))
+
+
+def identity_diff(found: Mapping[str, Any], expected: Mapping[str, Any],
+                  keys: tuple[str, ...] | None = None) -> list[str]:
+    """Names of the attributes whose values differ, with both values, for an error message."""
+    keys = keys if keys is not None else tuple(expected)
+    out = []
+    for key in keys:
+        a, b = canonical(found.get(key)), canonical(expected.get(key))
+        if a != b:
+            out.append(f"{key}: cache has {_short(a)!s}, expected {_short(b)!s}")
+    return out
+
+
+def check_identity(found: Mapping[str, Any], expected: Mapping[str, Any], where: str,
+                   keys: tuple[str, ...] | None = None, hint: str = "",
+                   check_version: bool = True) -> None:
+    """Raise CacheMismatch naming every differing attribute (schema version first)."""
+    if check_version and canonical(found.get("schema_version")) != canonical(expected.get("schema_version",
+                                                                         SCHEMA_VERSION)):
+        raise CacheMismatch(
+            f"{where} was written with cache schema version {found.get('schema_version')!r}; this "
+            f"code reads version {SCHEMA_VERSION}. Re-create it (delete the directory and re-run).")
+    diffs = identity_diff(found, expected, keys)
+    if diffs:
+        raise CacheMismatch(f"{where} holds a different cache:\n  " + "\n  ".join(diffs)
+                            + (f"\n{hint}" if hint else ""))
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def to_attr(value: Any) -> str:
+    """HDF5 attributes hold JSON strings so nested configs survive exactly."""
+    return json.dumps(canonical(value), sort_keys=True)
+
+
+def from_attr(value: Any) -> Any:
+    if isinstance(value, bytes):
+        value = value.decode()
+    return json.loads(value)

@@ -1,0 +1,154 @@
+"""Pixels: decode -> (optional corruption) -> resize/crop, all uint8 in the loader workers;
+float conversion and normalisation happen on the accelerator (``GpuNormalize``).
+
+Keeping images uint8 until the device quarters host->device traffic and the workers' memory
+bandwidth; the same code serves extraction, oracle training and prediction.
+"""
+from __future__ import annotations
+
+import math
+import random
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torchvision.io import ImageReadMode, decode_image, read_file
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms.v2 import functional as TF
+
+from pipeline.sources import SampleList
+
+_INTERP = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
+           "nearest": InterpolationMode.NEAREST}
+
+
+class BadImageError(RuntimeError):
+    """An image file could not be decoded; the message names the file and its row index."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Resolved preprocessing, stored beside every cache and run (timm's data-config keys)."""
+    input_size: tuple[int, int, int]      # (C, H, W)
+    interpolation: str                    # bilinear | bicubic | nearest
+    crop_pct: float                       # resize shorter side to floor(H / crop_pct), then crop
+    crop_mode: str                        # "center" (timm eval) | "squash" (paper: resize to HxW)
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DataConfig":
+        return cls(tuple(d["input_size"]), d["interpolation"], float(d["crop_pct"]),
+                   d["crop_mode"], tuple(d["mean"]), tuple(d["std"]))
+
+
+class ResizeCrop:
+    """uint8 CHW -> uint8 (C_model, H, W), following timm's eval transform or the paper's squash."""
+
+    def __init__(self, cfg: DataConfig):
+        self.cfg = cfg
+        self.interp = _INTERP[cfg.interpolation]
+
+    def __call__(self, img: torch.Tensor) -> torch.Tensor:
+        c, h, w = self.cfg.input_size
+        if img.shape[0] != c:  # grey <-> RGB, so one dataset serves 1- and 3-channel models
+            img = img.expand(3, -1, -1) if c == 3 else TF.rgb_to_grayscale(img, 1)
+        if self.cfg.crop_mode == "squash":
+            return TF.resize(img, [h, w], self.interp, antialias=True).contiguous()
+        scale = math.floor(min(h, w) / self.cfg.crop_pct)
+        if min(img.shape[-2:]) != scale:
+            img = TF.resize(img, scale, self.interp, antialias=True)
+        return TF.center_crop(img, [h, w]).contiguous()
+
+
+def decode_file(path: str) -> torch.Tensor:
+    """Decode to uint8 RGB CHW with libjpeg/libpng; fall back to PIL for other formats."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # libjpeg "corrupt data" warnings become errors
+            return decode_image(read_file(path), mode=ImageReadMode.RGB)
+    except Exception:  # noqa: BLE001 - retry with PIL, which reads BMP/TIFF and reports truncation
+        from PIL import Image
+
+        with Image.open(path) as im:
+            arr = np.asarray(im.convert("RGB"))
+        return torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous()
+
+
+class ImageRows(Dataset):
+    """Row ``i`` of a split -> (uint8 image, i, valid).  Labels stay in the main process."""
+
+    def __init__(self, samples: SampleList, transform: Callable[[torch.Tensor], torch.Tensor],
+                 corrupt: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
+                 skip_bad: bool = False):
+        self.samples, self.transform, self.corrupt, self.skip_bad = samples, transform, corrupt, skip_bad
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def _load(self, i: int) -> torch.Tensor:
+        if self.samples.idx_images is not None:
+            return torch.from_numpy(np.array(self.samples.idx_images[i])).unsqueeze(0)
+        return decode_file(str(self.samples.path(i)))
+
+    def __getitem__(self, i: int):
+        try:
+            img = self._load(i)
+        except Exception as err:  # noqa: BLE001 - any decoder failure is a bad row
+            if not self.skip_bad:
+                raise BadImageError(f"cannot decode {self.samples.path(i)} (row {i}): {err}. "
+                                    "Replace the file, or re-run with --skip-bad to record it "
+                                    "as invalid") from None
+            return torch.zeros(self.transform.cfg.input_size, dtype=torch.uint8), i, 0
+        if self.corrupt is not None:
+            img = self.corrupt(img, i)
+        return self.transform(img), i, 1
+
+
+def bad_row_error(samples: SampleList, i: int) -> str:
+    return f"{samples.path(i)}: undecodable image (recorded with --skip-bad)"
+
+
+def chunk_batches(ranges: Sequence[tuple[int, int]], batch_size: int,
+                  shuffle_seed: int | None = None) -> list[list[int]]:
+    """Batches that never cross a range boundary, so each shard's batches are the same whatever
+    the number of processes.  ``shuffle_seed`` permutes rows inside each range (tests use it to
+    prove rows are placed by index, not by arrival order)."""
+    out = []
+    for start, stop in ranges:
+        rows = list(range(start, stop))
+        if shuffle_seed is not None:
+            random.Random(shuffle_seed + start).shuffle(rows)
+        out.extend(rows[i:i + batch_size] for i in range(0, len(rows), batch_size))
+    return out
+
+
+def make_loader(dataset: Dataset, batches: list[list[int]], workers: int,
+                pin_memory: bool) -> DataLoader:
+    return DataLoader(dataset, batch_sampler=batches, num_workers=workers, pin_memory=pin_memory,
+                      prefetch_factor=4 if workers > 0 else None,
+                      persistent_workers=False, multiprocessing_context="fork" if workers else None)
+
+
+class GpuNormalize:
+    """uint8 NCHW on the host -> normalised float on ``device`` (channels_last when asked)."""
+
+    def __init__(self, cfg: DataConfig, device: torch.device, channels_last: bool = True):
+        c = cfg.input_size[0]
+        mean = torch.tensor(cfg.mean[:c], dtype=torch.float32) * 255.0
+        std = torch.tensor(cfg.std[:c], dtype=torch.float32) * 255.0
+        self.mean = mean.view(1, c, 1, 1).to(device)
+        self.inv_std = (1.0 / std).view(1, c, 1, 1).to(device)
+        self.device = device
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+
+    def __call__(self, batch: torch.Tensor) -> torch.Tensor:
+        x = batch.to(self.device, non_blocking=True).float()
+        x = (x - self.mean) * self.inv_std
+        return x.contiguous(memory_format=self.memory_format)

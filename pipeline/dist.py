@@ -1,0 +1,79 @@
+"""torchrun / DDP plumbing: one process per device, initialised from torchrun's environment."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as tdist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+
+def info() -> DistInfo:
+    """This process's place under torchrun (or the single-process default), without initialising."""
+    return DistInfo(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
+                    int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def init(device_arg: str | None) -> tuple[DistInfo, torch.device]:
+    """Read torchrun's RANK/WORLD_SIZE/LOCAL_RANK (absent = single process) and pick the device:
+    ``cuda:LOCAL_RANK`` under torchrun on GPUs, else ``--device`` or the best available."""
+    me = info()
+    world = me.world
+    if device_arg:
+        device = torch.device(device_arg)
+    else:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        index = me.local_rank if world > 1 else (device.index or 0)
+        device = torch.device("cuda", index)
+        torch.cuda.set_device(device)
+    if world > 1 and not tdist.is_initialized():
+        tdist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return me, device
+
+
+def barrier(info: DistInfo) -> None:
+    if info.enabled:
+        tdist.barrier()
+
+
+def all_ok(info: DistInfo, ok: bool) -> bool:
+    """True when every rank reports ok (so one rank's failure stops all of them cleanly)."""
+    if not info.enabled:
+        return ok
+    flag = torch.tensor([0 if ok else 1], dtype=torch.int64)
+    if tdist.get_backend() == "nccl":
+        flag = flag.cuda()
+    tdist.all_reduce(flag)
+    return int(flag.item()) == 0
+
+
+def sum_int(info: DistInfo, value: int) -> int:
+    """Sum of ``value`` over ranks (also a barrier: every rank must have finished its part)."""
+    if not info.enabled:
+        return value
+    t = torch.tensor([value], dtype=torch.int64)
+    if tdist.get_backend() == "nccl":
+        t = t.cuda()
+    tdist.all_reduce(t)
+    return int(t.item())
+
+
+def shutdown(info: DistInfo) -> None:
+    if info.enabled and tdist.is_initialized():
+        tdist.destroy_process_group()
