@@ -1,0 +1,1 @@
+"""The three stages and what they share: data, models, precision, metrics."""
