@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from pipeline.precision import PRECISIONS
+from pipeline.corruptions import CORRUPTIONS
 
 # Errors a user can fix: printed as one clear message, exit code 1 (no traceback).
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -95,8 +96,8 @@ def cli():
               "instead of stopping.")
 @click.option("--shard-size", default=10_000, show_default=True, help="Rows per HDF5 shard.")
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the classifier.")
-@click.option("--corruption", default=None, help="ImageNet-C-style corruption applied to every "
-              "image (e.g. gaussian_noise, defocus_blur, contrast).")
+@click.option("--corruption", default=None, type=click.Choice(CORRUPTIONS), help="ImageNet-C-"
+              "style corruption applied to every image before resizing (pipeline/corruptions.py).")
 @click.option("--severity", default=3, show_default=True, type=click.IntRange(1, 5))
 @click.option("--seed", default=0, show_default=True, help="Seed for random init and corruptions.")
 @click.option("--no-progress", is_flag=True)
