@@ -1,0 +1,303 @@
+"""Trustworthiness metrics: pure numpy functions of ``(confidence, correct)`` arrays.
+
+    from pipeline.metrics import evaluate
+    evaluate(confidence, correct, definition="paper", tnr_threshold=1 / 1000)["values"]
+
+Two definitions exist (docs/METRICS.md has them side by side):
+
+* ``paper``: what the authors' code computes (luoyan407/predict_trustworthiness, taken from
+  ConfidNet): FPR-95%-TPR on a grid of 10,000 thresholds with the TPR window [0.9495, 0.9505],
+  AUPR-Error = AP of the errors scored by the confidence itself (NOT negated, so lower is better),
+  TCP's TNR threshold 1/K (chosen by the caller through ``tnr_threshold``).
+* ``standard``: FPR at the first ROC point with TPR >= 0.9495 (exact, fd-shifts), AUPR-Error scored
+  by the negated confidence (higher is better), plus AURC, E-AURC and AUGRC with ties grouped.
+
+Every metric sorts the rows once (``rank``) and is then O(number of distinct confidences): no
+Python loop over thresholds, no O(n^2).  A metric that does not exist for the input (one class
+only) raises ``UndefinedMetric`` with the reason; ``evaluate`` records the reason instead of a
+value, so a report never shows a silent NaN.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFINITIONS = ("paper", "standard")
+PAPER_METRICS = ("fpr95", "aupr_err", "aupr_succ", "auc", "tpr", "tnr")
+STANDARD_METRICS = PAPER_METRICS + ("aurc", "eaurc", "augrc")
+GRID_SIZE = 10_000                         # thresholds of the paper's FPR-95%-TPR grid
+TPR_WINDOW = (0.95 - 0.0005, 0.95 + 0.0005)  # exactly the authors' expression (0.9495, 0.95049..)
+STANDARD_TPR_LEVEL = 0.9495               # fd-shifts: first ROC point with TPR >= 0.9495
+
+
+class UndefinedMetric(ValueError):
+    """The metric does not exist for this input; ``str(err)`` says why."""
+
+
+def check_inputs(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
+    """Validate and convert: ``confidence`` (n,) finite floats, ``correct`` (n,) of {0, 1}/bool.
+
+    Returns ``(confidence, correct)`` as (n,) floating and (n,) bool arrays.  Raises ValueError
+    naming the first offending row.
+    """
+    conf = np.asarray(confidence)
+    corr = np.asarray(correct)
+    if conf.ndim != 1 or corr.ndim != 1 or conf.shape != corr.shape:
+        raise ValueError(f"expected confidence and correct of the same shape (n,), got "
+                         f"{conf.shape} and {corr.shape}")
+    if conf.shape[0] == 0:
+        raise ValueError("expected at least one row, got empty arrays")
+    if not np.issubdtype(conf.dtype, np.floating):
+        conf = conf.astype(np.float64)
+    bad = ~np.isfinite(conf)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"confidence must be finite: {int(bad.sum())} non-finite value(s), first "
+                         f"at row {first} ({conf[first]!r})")
+    if corr.dtype != np.bool_:
+        off = (corr != 0) & (corr != 1)
+        if off.any():
+            first = int(np.flatnonzero(off)[0])
+            raise ValueError(f"correct must hold 0/1 values, row {first} holds {corr[first]!r}")
+        corr = corr.astype(bool)
+    return conf, corr
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """Rows sorted once by confidence and grouped by distinct value (ties form one threshold).
+
+    ``thresholds`` (T,) distinct confidences, DESCENDING; ``tp`` / ``fp`` (T,) number of correct /
+    incorrect rows with confidence >= threshold; ``pos`` / ``neg`` ascending confidences of the
+    correct / incorrect rows.
+    """
+    thresholds: np.ndarray
+    tp: np.ndarray
+    fp: np.ndarray
+    pos: np.ndarray
+    neg: np.ndarray
+
+    @property
+    def n_pos(self) -> int:
+        return len(self.pos)
+
+    @property
+    def n_neg(self) -> int:
+        return len(self.neg)
+
+    @property
+    def n(self) -> int:
+        return len(self.pos) + len(self.neg)
+
+
+def rank(confidence, correct) -> Ranked:
+    """Sort ``confidence`` (n,) once and accumulate the counts every metric needs."""
+    conf, corr = check_inputs(confidence, correct)
+    order = np.argsort(conf)
+    s, c = conf[order], corr[order]
+    n, n_pos = len(s), int(c.sum())
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])       # ascending tie groups
+    pos_below = np.r_[0, np.cumsum(c, dtype=np.int64)][starts]  # correct rows below each group
+    tp = (n_pos - pos_below)[::-1]
+    fp = (n - starts)[::-1] - tp
+    return Ranked(s[starts][::-1], tp, fp, s[c], s[~c])
+
+
+def _ranked(confidence, correct) -> Ranked:
+    return confidence if isinstance(confidence, Ranked) else rank(confidence, correct)
+
+
+def _require(r: Ranked, metric: str, pos: bool = True, neg: bool = True) -> None:
+    if pos and r.n_pos == 0:
+        raise UndefinedMetric(f"{metric} is undefined: no correct predictions in the split")
+    if neg and r.n_neg == 0:
+        raise UndefinedMetric(f"{metric} is undefined: no incorrect predictions in the split")
+
+
+def _trapezoid(y: np.ndarray, x: np.ndarray) -> float:
+    return float(np.sum(np.diff(x) * (y[1:] + y[:-1]) * 0.5))
+
+
+def _average_precision(hits: np.ndarray, misses: np.ndarray, n_hits: int) -> float:
+    """scikit-learn's AP: sum over thresholds of (R_k - R_{k-1}) * P_k, cumulative counts in
+    the order the thresholds are visited."""
+    precision = hits / (hits + misses)
+    recall = hits / n_hits
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def auc(confidence, correct=None) -> float:
+    """Area under the ROC curve of correct (positive) vs incorrect, scored by confidence.
+
+    ``confidence`` (n,) floats or a ``Ranked``; ``correct`` (n,) bool.  Equals
+    ``sklearn.metrics.roc_auc_score(correct, confidence)``; ties count one half.
+    """
+    r = _ranked(confidence, correct)
+    _require(r, "AUC")
+    return _trapezoid(np.r_[0.0, r.tp / r.n_pos], np.r_[0.0, r.fp / r.n_neg])
+
+
+def aupr_success(confidence, correct=None) -> float:
+    """AP with the correct predictions as positives: ``average_precision_score(correct, p)``.
+
+    Undefined with one class only (with no errors it would be 1 whatever the confidences)."""
+    r = _ranked(confidence, correct)
+    _require(r, "AUPR-Success")
+    return _average_precision(r.tp.astype(np.float64), r.fp, r.n_pos)
+
+
+def aupr_error(confidence, correct=None, definition: str = "paper") -> float:
+    """AP with the incorrect predictions as positives.
+
+    ``paper``: scored by the confidence itself, ``average_precision_score(1 - correct, p)`` as
+    the authors' code does: LOWER is better.  ``standard``: scored by ``-p`` (ConfidNet,
+    fd-shifts): higher is better.  Both are computed from the one sort.
+    """
+    _check_definition(definition)
+    r = _ranked(confidence, correct)
+    _require(r, "AUPR-Error")
+    if definition == "paper":
+        return _average_precision(r.fp.astype(np.float64), r.tp, r.n_neg)
+    # Scored by -p: thresholds visited by ascending p; rows with p <= t_k are those not strictly
+    # above t_k, i.e. all minus the counts at the next higher distinct threshold.
+    err_le = (r.n_neg - np.r_[0, r.fp[:-1]])[::-1].astype(np.float64)
+    cor_le = (r.n_pos - np.r_[0, r.tp[:-1]])[::-1]
+    return _average_precision(err_le, cor_le, r.n_neg)
+
+
+def fpr_at_95tpr(confidence, correct=None, definition: str = "paper",
+                 return_details: bool = False):
+    """False positive rate (incorrect rows accepted) where the TPR (correct rows accepted) is 95%.
+
+    ``paper``: the authors' grid ``np.arange(min p, max p, (max p - min p) / 10000)``; the first
+    threshold d (ascending) whose TPR = mean(p[correct] >= d) lies in [0.9495, 0.9505] gives
+    FPR = mean(p[~correct] >= d).  Where no grid threshold falls in the window the authors' code
+    crashes; we take the grid threshold whose TPR is NEAREST to 0.95 (the first on ties) and flag
+    it (``details["fallback"] = True``).  A constant confidence gives the one-point grid [min p].
+    ``standard``: min FPR over the exact ROC points with TPR >= 0.9495 (fd-shifts).
+
+    Returns the FPR, or ``(fpr, details)`` with the threshold and the TPR actually reached.
+    """
+    _check_definition(definition)
+    r = _ranked(confidence, correct)
+    _require(r, "FPR-95%-TPR")
+    if definition == "standard":
+        tpr = r.tp / r.n_pos
+        k = int(np.argmax(tpr >= STANDARD_TPR_LEVEL))  # tpr rises along descending thresholds
+        details = {"threshold": float(r.thresholds[k]), "tpr": float(tpr[k]), "fallback": False}
+        value = float(r.fp[k] / r.n_neg)
+    else:
+        value, details = _fpr_grid(r)
+    return (value, details) if return_details else value
+
+
+def _fpr_grid(r: Ranked) -> tuple[float, dict]:
+    lo, hi = r.thresholds[-1], r.thresholds[0]  # numpy scalars of the input dtype, as in PT
+    grid = (np.arange(lo, hi, (hi - lo) / GRID_SIZE, dtype=np.float64) if hi > lo
+            else np.array([lo], dtype=np.float64))
+    tpr = (r.n_pos - np.searchsorted(r.pos, grid, side="left")) / r.n_pos
+    inside = np.flatnonzero((tpr >= TPR_WINDOW[0]) & (tpr <= TPR_WINDOW[1]))
+    fallback = len(inside) == 0
+    k = int(np.argmin(np.abs(tpr - 0.95))) if fallback else int(inside[0])
+    fpr = (r.n_neg - np.searchsorted(r.neg, grid[k], side="left")) / r.n_neg
+    return float(fpr), {"threshold": float(grid[k]), "tpr": float(tpr[k]), "fallback": fallback}
+
+
+def tpr(confidence, correct=None, threshold: float = 0.5) -> float:
+    """Share of correct rows with confidence > ``threshold`` (strict, as the authors' code)."""
+    r = _ranked(confidence, correct)
+    _require(r, "TPR", neg=False)
+    t = np.asarray(threshold, dtype=r.pos.dtype)  # compared in the confidence's own precision
+    return float((r.n_pos - np.searchsorted(r.pos, t, side="right")) / r.n_pos)
+
+
+def tnr(confidence, correct=None, threshold: float = 0.5) -> float:
+    """Share of incorrect rows with confidence < ``threshold`` (strict).  The paper uses 1/K for
+    TCP (its confidence regresses the true-class probability), 0.5 for every other loss."""
+    r = _ranked(confidence, correct)
+    _require(r, "TNR", pos=False)
+    t = np.asarray(threshold, dtype=r.neg.dtype)
+    return float(np.searchsorted(r.neg, t, side="left") / r.n_neg)
+
+
+def risk_coverage_curve(confidence, correct=None, generalized: bool = False
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Risk-coverage points, ascending coverage, ties grouped (one point per distinct confidence).
+
+    Keeping the rows with confidence >= t: coverage = kept / n; selective risk = errors among kept
+    / kept; generalized risk = errors among kept / n.  The curve starts at coverage 0 with the
+    risk of the most confident group (selective) or 0 (generalized), as in fd-shifts.
+    Returns ``(coverage, risk)``, each (T + 1,).
+    """
+    r = _ranked(confidence, correct)
+    kept = (r.tp + r.fp).astype(np.float64)
+    risk = r.fp / (np.full_like(kept, r.n) if generalized else kept)
+    return np.r_[0.0, kept / r.n], np.r_[0.0 if generalized else risk[0], risk]
+
+
+def aurc(confidence, correct=None) -> float:
+    """Area under the selective risk-coverage curve (trapezoids, ties grouped; lower is better).
+    Returned in [0, 1]; fd-shifts displays it x1000."""
+    return _trapezoid(*risk_coverage_curve(confidence, correct)[::-1])
+
+
+def augrc(confidence, correct=None) -> float:
+    """Area under the generalized risk-coverage curve (Traub et al. 2024), in [0, 1]."""
+    return _trapezoid(*risk_coverage_curve(confidence, correct, generalized=True)[::-1])
+
+
+def optimal_aurc(error_rate: float) -> float:
+    """AURC of a perfect ranking with this error rate: err + (1 - err) ln(1 - err) (limit 1)."""
+    err = float(error_rate)
+    return 1.0 if err >= 1.0 else err + (1.0 - err) * np.log1p(-err)
+
+
+def eaurc(confidence, correct=None) -> float:
+    """Excess AURC = AURC - optimal_aurc(error rate).  Slightly negative values are possible:
+    the closed-form optimum is the continuous limit (fd-shifts uses the same)."""
+    r = _ranked(confidence, correct)
+    return float(aurc(r) - optimal_aurc(r.n_neg / r.n))
+
+
+def _check_definition(definition: str) -> None:
+    if definition not in DEFINITIONS:
+        raise ValueError(f"definition must be one of {DEFINITIONS}, got {definition!r}")
+
+
+def evaluate(confidence, correct=None, definition: str = "paper", tnr_threshold: float = 0.5,
+             tpr_threshold: float = 0.5) -> dict:
+    """Every metric of ``definition`` for one split, as fractions in [0, 1].
+
+    Returns ``{"values": {name: float | None}, "undefined": {name: reason}, "notes": {name:
+    text}}`` with names ``PAPER_METRICS`` or ``STANDARD_METRICS``; a metric is None exactly when
+    it is undefined, and the reason says why.  ``confidence`` may be a ``Ranked`` to share the sort.
+    """
+    _check_definition(definition)
+    r = _ranked(confidence, correct)
+    funcs = {
+        "fpr95": lambda: fpr_at_95tpr(r, definition=definition, return_details=True),
+        "aupr_err": lambda: aupr_error(r, definition=definition),
+        "aupr_succ": lambda: aupr_success(r),
+        "auc": lambda: auc(r),
+        "tpr": lambda: tpr(r, threshold=tpr_threshold),
+        "tnr": lambda: tnr(r, threshold=tnr_threshold),
+        "aurc": lambda: aurc(r), "eaurc": lambda: eaurc(r), "augrc": lambda: augrc(r),
+    }
+    names = PAPER_METRICS if definition == "paper" else STANDARD_METRICS
+    out: dict = {"values": {}, "undefined": {}, "notes": {}}
+    for name in names:
+        try:
+            value = funcs[name]()
+        except UndefinedMetric as err:
+            out["values"][name] = None
+            out["undefined"][name] = str(err)
+            continue
+        if name == "fpr95":
+            value, details = value
+            if details["fallback"]:
+                out["notes"][name] = (
+                    f"no grid threshold reaches a TPR in [0.9495, 0.9505]; the nearest "
+                    f"(threshold {details['threshold']:.6g}, TPR {details['tpr']:.4f}) was used")
+        out["values"][name] = value
+    return out
