@@ -7,6 +7,7 @@ bandwidth; the same code serves extraction, oracle training and prediction.
 from __future__ import annotations
 
 import math
+import os
 import random
 import warnings
 from dataclasses import asdict, dataclass
@@ -49,29 +50,65 @@ class DataConfig:
 
 
 class ResizeCrop:
-    """uint8 CHW -> uint8 (C_model, H, W), following timm's eval transform or the paper's squash."""
+    """uint8 (..., C, H, W) -> uint8 (..., C_model, H, W) following timm's eval transform
+    (``transforms_imagenet_eval``: center / squash / border crop modes) or the paper's squash.
+
+    Works on one image or a batch of same-sized images, on the CPU or the accelerator.
+    """
 
     def __init__(self, cfg: DataConfig):
+        if cfg.crop_mode not in ("center", "squash", "border"):
+            raise ValueError(f"crop_mode {cfg.crop_mode!r}: expected center, squash or border")
         self.cfg = cfg
         self.interp = _INTERP[cfg.interpolation]
 
-    def __call__(self, img: torch.Tensor) -> torch.Tensor:
-        c, h, w = self.cfg.input_size
-        if img.shape[0] != c:  # grey <-> RGB, so one dataset serves 1- and 3-channel models
-            img = img.expand(3, -1, -1) if c == 3 else TF.rgb_to_grayscale(img, 1)
+    def resize_size(self, h: int, w: int) -> tuple[int, int]:
+        """Size before the centre crop, for an input of ``h`` x ``w`` (timm's rules)."""
+        _, th, tw = self.cfg.input_size
+        sh, sw = math.floor(th / self.cfg.crop_pct), math.floor(tw / self.cfg.crop_pct)
         if self.cfg.crop_mode == "squash":
-            return TF.resize(img, [h, w], self.interp, antialias=True).contiguous()
-        scale = math.floor(min(h, w) / self.cfg.crop_pct)
-        if min(img.shape[-2:]) != scale:
-            img = TF.resize(img, scale, self.interp, antialias=True)
-        return TF.center_crop(img, [h, w]).contiguous()
+            return sh, sw
+        if self.cfg.crop_mode == "center" and sh == sw:  # torchvision Resize(int): shorter side
+            short, long = (h, w) if h <= w else (w, h)
+            new_long = int(sh * long / short)
+            return (sh, new_long) if h <= w else (new_long, sh)
+        rh, rw = h / sh, w / sw  # timm ResizeKeepRatio: shorter (center) or longer (border) edge
+        ratio = max(rh, rw) if self.cfg.crop_mode == "border" else min(rh, rw)
+        return round(h / ratio), round(w / ratio)
+
+    def __call__(self, img: torch.Tensor) -> torch.Tensor:
+        c, th, tw = self.cfg.input_size
+        if img.shape[-3] != c:  # grey <-> RGB, so one dataset serves 1- and 3-channel models
+            img = img.expand(*img.shape[:-3], 3, *img.shape[-2:]) if c == 3 else \
+                TF.rgb_to_grayscale(img, 1)
+        size = self.resize_size(*img.shape[-2:])
+        if tuple(img.shape[-2:]) != size:
+            img = TF.resize(img, list(size), self.interp, antialias=True)
+        if self.cfg.crop_mode == "border" and (size[0] < th or size[1] < tw):
+            img = _pad_to(img, th, tw, [round(255 * m) for m in self.cfg.mean[:c]])
+        return TF.center_crop(img, [th, tw]).contiguous()
+
+
+def _pad_to(img: torch.Tensor, th: int, tw: int, fill: list[int]) -> torch.Tensor:
+    """Centre-pad to at least th x tw with the per-channel ``fill`` (timm CenterCropOrPad)."""
+    h, w = img.shape[-2:]
+    ph, pw = max(th - h, 0), max(tw - w, 0)
+    out = torch.empty((*img.shape[:-2], h + ph, w + pw), dtype=img.dtype, device=img.device)
+    out[...] = torch.tensor(fill, dtype=img.dtype, device=img.device).view(-1, 1, 1)
+    out[..., ph // 2: ph // 2 + h, pw // 2: pw // 2 + w] = img
+    return out
 
 
 def decode_file(path: str) -> torch.Tensor:
-    """Decode to uint8 RGB CHW with libjpeg/libpng; fall back to PIL for other formats."""
+    """Decode to uint8 RGB CHW with libjpeg/libpng; fall back to PIL for other formats.
+
+    A truncated or corrupt file raises (torchvision, then PIL both refuse it).  libjpeg's
+    recoverable warnings (e.g. "extraneous bytes before marker", seen in ImageNet train) are not
+    errors: PIL and timm's loader decode those files too.
+    """
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # libjpeg "corrupt data" warnings become errors
+        with warnings.catch_warnings():  # torchvision >= 0.29 deprecates its decoders (still fine)
+            warnings.simplefilter("ignore", DeprecationWarning)
             return decode_image(read_file(path), mode=ImageReadMode.RGB)
     except Exception:  # noqa: BLE001 - retry with PIL, which reads BMP/TIFF and reports truncation
         from PIL import Image
@@ -129,10 +166,22 @@ def chunk_batches(ranges: Sequence[tuple[int, int]], batch_size: int,
     return out
 
 
+def default_workers(local_world: int = 1) -> int:
+    """Loader workers per process: the cores this process may use, shared between the local
+    ranks, leaving one core for the main process (which feeds the accelerator)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        cores = os.cpu_count() or 1
+    return max(1, min(32, cores // max(local_world, 1) - 1))
+
+
 def make_loader(dataset: Dataset, batches: list[list[int]], workers: int,
-                pin_memory: bool) -> DataLoader:
+                pin_memory: bool, collate_fn: Callable | None = None) -> DataLoader:
+    # prefetch 2 batches per worker: 16 workers x 2 x 256 x 384^2 x 3 B = 3.6 GB of shared
+    # memory at ViT@384 already; more only costs memory.
     return DataLoader(dataset, batch_sampler=batches, num_workers=workers, pin_memory=pin_memory,
-                      prefetch_factor=4 if workers > 0 else None,
+                      collate_fn=collate_fn, prefetch_factor=2 if workers > 0 else None,
                       persistent_workers=False, multiprocessing_context="fork" if workers else None)
 
 
@@ -149,6 +198,7 @@ class GpuNormalize:
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
 
     def __call__(self, batch: torch.Tensor) -> torch.Tensor:
+        """``batch``: uint8 (N, C, H, W) on the host (ideally pinned) or already on ``device``."""
         x = batch.to(self.device, non_blocking=True).float()
         x = (x - self.mean) * self.inv_std
         return x.contiguous(memory_format=self.memory_format)
