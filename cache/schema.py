@@ -55,7 +55,7 @@ ORACLE_COLUMNS: dict[str, str] = {
 CLASSIFIER_IDENTITY = (
     "schema_version", "kind", "model", "model_kwargs", "weights_sha256", "preprocess",
     "data_config", "dataset", "dataset_fingerprint", "split", "corruption", "num_rows",
-    "num_classes", "precision", "flip_view", "features", "shard_size",
+    "num_classes", "precision", "flip_view", "features", "shard_size", "decode",
 )
 
 ORACLE_IDENTITY = (

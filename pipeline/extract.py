@@ -2,13 +2,18 @@
 
 resolve config -> claim the cache directory -> loader over this rank's missing shards -> loop
 under ``torch.inference_mode()`` -> one HDF5 shard per fixed row range -> manifest (rank 0, last).
+
+Shard boundaries and the batches inside a shard depend only on the split, ``--shard-size`` and
+``--batch-size``: the cache is the same whatever the number of processes, and an interrupted run
+resumes by computing only the shards that are missing.
 """
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +25,8 @@ from cache import manifest as mf
 from cache.schema import FEATURE_COLUMN, FLIP_COLUMNS, KIND_CLASSIFIER, SCHEMA_VERSION, CacheError
 from cache.shards import read_attrs, read_columns, shard_is_complete, shard_path, shard_ranges, write_shard
 from pipeline import dist
-from pipeline.data import GpuNormalize, ImageRows, ResizeCrop, chunk_batches, make_loader
+from pipeline.data import GpuNormalize, ResizeCrop, chunk_batches, default_workers, make_loader
+from pipeline.decode import DeviceDecoder, collate_raw, make_dataset
 from pipeline.models import build_model, resolve_data_config, resolve_spec, weights_sha256
 from pipeline.precision import autocast
 from pipeline.sources import SampleList, is_embedded, list_split
@@ -34,7 +40,7 @@ class ExtractConfig:
     split: str = "val"
     labels_file: str | None = None
     batch_size: int = 256
-    workers: int = 8
+    workers: int | None = None        # None: default_workers() (cores per local rank - 1)
     precision: str = "bf16"
     device: str | None = None
     weights: str | None = None
@@ -46,6 +52,7 @@ class ExtractConfig:
     skip_bad: bool = False
     shard_size: int = 10_000
     compile: bool = False
+    decode: str = "cpu"               # cpu | gpu | mixed (pipeline.decode)
     corruption: str | None = None
     severity: int = 0
     seed: int = 0
@@ -77,17 +84,25 @@ def build_identity(cfg: ExtractConfig, samples: SampleList, spec, model, data_cf
                 dataset_fingerprint=samples.fingerprint, split=samples.split,
                 corruption=corruption_tag(cfg), num_rows=len(samples), num_classes=num_classes,
                 precision=cfg.precision, flip_view=cfg.flip_view, features=cfg.features,
-                shard_size=cfg.shard_size)
+                shard_size=cfg.shard_size, decode=cfg.decode)
 
 
-def classify(model, x: torch.Tensor, labels: torch.Tensor, features: bool) -> dict[str, torch.Tensor]:
-    """Per-row outputs of one view; softmax columns from float32 logits before fp16 storage."""
-    feats = None
-    if features:
+def forward_fn(model, features: bool, compile_: bool):
+    """x -> (logits, pooled pre-logit features or None); compiled as one graph with --compile."""
+    def logits_only(x):
+        return model(x), None
+
+    def with_features(x):
         feats = model.forward_head(model.forward_features(x), pre_logits=True)
-        logits = model.get_classifier()(feats)
-    else:
-        logits = model(x)
+        return model.get_classifier()(feats), feats
+
+    fn = with_features if features else logits_only
+    return torch.compile(fn) if compile_ else fn
+
+
+def classify(fn, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-row outputs of one view; softmax columns from float32 logits before fp16 storage."""
+    logits, feats = fn(x)
     logits = logits.float()
     probs = logits.softmax(dim=-1)
     pred = logits.argmax(dim=-1)
@@ -110,11 +125,11 @@ class ShardBuffer:
     def put(self, rows: np.ndarray, valid: np.ndarray, outputs: dict[str, torch.Tensor]) -> None:
         pos = rows - self.start
         for name, tensor in outputs.items():
-            value = tensor.cpu().numpy()
+            value = tensor.numpy()
             if name not in self.columns:
                 self.columns[name] = np.zeros((self.stop - self.start, *value.shape[1:]), value.dtype)
-            value[valid == 0] = 0  # undecodable rows carry no model output
             self.columns[name][pos] = value
+            self.columns[name][pos[valid == 0]] = 0  # undecodable rows carry no model output
         self.columns["valid"][pos] = valid
         self.filled += len(rows)
 
@@ -123,25 +138,68 @@ class ShardBuffer:
         return self.filled == self.stop - self.start
 
 
+class ShardSink:
+    """Collects batches into shard buffers and writes each shard as soon as it is full.
+
+    Device->host copies are asynchronous: a batch's outputs are consumed one step later, so the
+    accelerator already runs the next batch while the host files this one.
+    """
+
+    def __init__(self, out: Path, identity: dict, ranges: list, samples: SampleList):
+        self.out, self.identity, self.ranges, self.samples = Path(out), identity, ranges, samples
+        self.shard_size, self.buffers, self.pending = identity["shard_size"], {}, None
+
+    def push(self, rows: torch.Tensor, valid: torch.Tensor, outputs: dict) -> None:
+        staged = {k: v.to("cpu", non_blocking=True) for k, v in outputs.items()}
+        event = None
+        if next(iter(outputs.values())).device.type == "cuda":
+            event = torch.cuda.Event()
+            event.record()
+        self.flush()
+        self.pending = (rows.numpy(), valid.numpy(), staged, event)
+
+    def flush(self) -> None:
+        if self.pending is None:
+            return
+        rows, valid, staged, event = self.pending
+        self.pending = None
+        if event is not None:
+            event.synchronize()
+        s = int(rows[0]) // self.shard_size
+        buf = self.buffers.get(s) or ShardBuffer(*self.ranges[s], self.samples)
+        self.buffers[s] = buf
+        buf.put(rows, valid, staged)
+        if buf.full:
+            attrs = {**self.identity, "start": buf.start, "stop": buf.stop,
+                     "bad_rows": buf.columns["index"][buf.columns["valid"] == 0].tolist()}
+            write_shard(shard_path(self.out, s), buf.columns, attrs)
+            del self.buffers[s]
+
+
 def extract(cfg: ExtractConfig) -> dict:
     """Run stage 1 for one split; returns the summary dict (also stored in the manifest)."""
     info, device = dist.init(cfg.device)
+    if cfg.workers is None:
+        cfg = replace(cfg, workers=default_workers(int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
     samples = list_split(cfg.data, cfg.split, cfg.labels_file)
     spec = resolve_spec(cfg.classifier, is_embedded(cfg.data) or samples.dataset == "fashion-mnist",
                         cfg.weights, cfg.random_init, cfg.model_kwargs)
     model = build_model(spec, seed=cfg.seed)
     data_cfg = resolve_data_config(model, spec, cfg.preprocess)
+    dataset = make_dataset(samples, ResizeCrop(data_cfg), cfg.decode, make_corruption(cfg),
+                           cfg.skip_bad)
     identity = build_identity(cfg, samples, spec, model, data_cfg)
     complete = _claim(cfg.out, identity, info)
     ranges = shard_ranges(len(samples), cfg.shard_size)
     if not complete:
         todo = [s for s in range(info.rank, len(ranges), info.world)
                 if not shard_is_complete(shard_path(cfg.out, s), identity, *ranges[s])]
-        elapsed, n_done = _run_shards(cfg, samples, model, data_cfg, identity, ranges, todo,
-                                      info, device)
-        n_done = dist.sum_int(info, n_done)
+        start = time.perf_counter()
+        timing = _run_shards(cfg, dataset, model, data_cfg, identity, ranges, todo, info, device)
+        n_done = dist.sum_int(info, timing["rows"])  # also waits until every rank is done
+        timing.update(rows=n_done, elapsed=time.perf_counter() - start)
         if info.is_main:
-            _write_manifest(cfg, samples, identity, ranges, elapsed, n_done, info)
+            _write_manifest(cfg, samples, identity, ranges, timing, info)
         dist.barrier(info)
     summary = mf.load_manifest(cfg.out)["summary"]
     return {**summary, "out": str(cfg.out), "already_complete": complete}
@@ -162,47 +220,63 @@ def _claim(out: Path, identity: dict, info: dist.DistInfo) -> bool:
     return complete
 
 
-def _run_shards(cfg, samples, model, data_cfg, identity, ranges, todo, info, device):
+def _run_shards(cfg, dataset, model, data_cfg, identity, ranges, todo, info, device) -> dict:
+    """Compute this rank's missing shards; returns rows computed and timings."""
     for s in todo:  # stale temporaries of an interrupted run of this rank's shards
         for tmp in Path(cfg.out).glob(f".{shard_path(cfg.out, s).name}.tmp-*"):
             tmp.unlink(missing_ok=True)
     my_ranges = [ranges[s] for s in todo]
-    dataset = ImageRows(samples, ResizeCrop(data_cfg), make_corruption(cfg), cfg.skip_bad)
+    on_device = cfg.decode != "cpu"
     loader = make_loader(dataset, chunk_batches(my_ranges, cfg.batch_size, cfg.shuffle_seed),
-                         cfg.workers, pin_memory=device.type == "cuda")
+                         cfg.workers, pin_memory=device.type == "cuda",
+                         collate_fn=collate_raw if on_device else None)
+    to_images = DeviceDecoder(dataset.samples, dataset.transform, device, cfg.skip_bad) \
+        if on_device else (lambda batch: batch)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed input size: let cuDNN pick its kernels
     model = model.to(device).to(memory_format=torch.channels_last)
-    run_model = torch.compile(model) if cfg.compile else model
+    fn = forward_fn(model, cfg.features, cfg.compile)
     normalize = GpuNormalize(data_cfg, device)
-    labels_all = torch.from_numpy(samples.labels)
+    labels_all = torch.from_numpy(dataset.samples.labels)
+    sink = ShardSink(cfg.out, identity, ranges, dataset.samples)
     total = sum(b - a for a, b in my_ranges)
     bar = tqdm(total=total, unit="img", disable=not (cfg.progress and info.is_main),
-               desc=f"extract {samples.split}", dynamic_ncols=True)
-    buffers = {s: None for s in todo}
-    start = time.perf_counter()
+               desc=f"extract {dataset.samples.split}", dynamic_ncols=True)
+    first, t_first = 0, None
     with torch.inference_mode():
-        for images, rows, valid in loader:
-            rows_np, valid_np = rows.numpy(), valid.numpy()
-            s = int(rows_np[0]) // cfg.shard_size
-            buf = buffers[s] = buffers[s] or ShardBuffer(*ranges[s], samples)
+        for batch in loader:
+            images, rows, valid = to_images(batch)
+            if t_first is None and first:  # the second batch: start-up (workers, compile) is over
+                t_first = time.perf_counter()
             x = normalize(images)
             labels = labels_all[rows].to(device, non_blocking=True)
             with autocast(cfg.precision, device):
-                outputs = classify(run_model, x, labels, cfg.features)
+                outputs = classify(fn, x, labels)
                 if cfg.flip_view:
-                    flipped = classify(run_model, x.flip(-1), labels, False)
+                    flipped = classify(fn, x.flip(-1), labels)
+                    flipped.pop(FEATURE_COLUMN, None)
                     outputs.update({f"{k}_flip": v for k, v in flipped.items()})
-            buf.put(rows_np, valid_np, outputs)
-            bar.update(len(rows_np))
-            if buf.full:
-                attrs = {**identity, "start": buf.start, "stop": buf.stop,
-                         "bad_rows": buf.columns["index"][buf.columns["valid"] == 0].tolist()}
-                write_shard(shard_path(cfg.out, s), buf.columns, attrs)
-                buffers[s] = None
+            sink.push(rows, valid, outputs)
+            first = first or len(rows)
+            bar.update(len(rows))
+        sink.flush()
     bar.close()
-    return time.perf_counter() - start, total
+    steady = time.perf_counter() - t_first if t_first else None
+    return {"rows": total, "steady_rows": total - first, "steady_s": steady}
 
 
-def _write_manifest(cfg, samples, identity, ranges, elapsed, n_done, info) -> None:
+def _summary(samples, shard_stats: tuple, timing: dict) -> dict:
+    valid, correct, bad = shard_stats
+    steady = timing.get("steady_s")
+    return {"rows": len(samples), "valid_rows": valid, "bad_rows": len(bad),
+            "accuracy": correct / valid if valid else float("nan"),
+            "elapsed_s": round(timing["elapsed"], 3), "computed_rows": timing["rows"],
+            "img_per_s": round(timing["rows"] / timing["elapsed"], 1) if timing["elapsed"] else None,
+            # throughput after the first batch (excludes worker start-up and compilation)
+            "steady_img_per_s": round(timing["steady_rows"] / steady, 1) if steady else None}
+
+
+def _write_manifest(cfg, samples, identity, ranges, timing, info) -> None:
     shards, bad, correct, valid = [], [], 0, 0
     for s, (a, b) in enumerate(ranges):
         path = shard_path(cfg.out, s)
@@ -216,12 +290,9 @@ def _write_manifest(cfg, samples, identity, ranges, elapsed, n_done, info) -> No
     columns = ["index", "label", "valid", "logits", "pred", "correct", "p_true", "p_max"]
     columns += [f"{c}_flip" for c in FLIP_COLUMNS] if cfg.flip_view else []
     columns += [FEATURE_COLUMN] if cfg.features else []
-    summary = {"rows": len(samples), "valid_rows": valid, "bad_rows": len(bad),
-               "accuracy": correct / valid if valid else float("nan"),
-               "elapsed_s": round(elapsed, 3), "computed_rows": n_done,
-               "img_per_s": round(n_done / elapsed, 1) if elapsed > 0 else None}
     mf.write_json_atomic(Path(cfg.out) / mf.MANIFEST_FILE, {
-        "identity": identity, "columns": columns, "shards": shards, "summary": summary,
+        "identity": identity, "columns": columns, "shards": shards,
+        "summary": _summary(samples, (valid, correct, bad), timing),
         "classes": list(samples.classes), "root": samples.root,
         "bad_rows": [{"index": i, "path": str(samples.path(i))} for i in bad],
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
