@@ -5,6 +5,7 @@ identity) or refuses it naming the differing attribute.  The manifest's presence
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -17,15 +18,54 @@ MANIFEST_FILE = "manifest.json"
 
 
 def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
-    """Write to a temporary name, fsync, then rename: readers never see half a file."""
+    """Write to a temporary name, fsync, then rename: readers never see half a file.  On any
+    failure (disk full, interrupt) the temporary file is removed and nothing else changes."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        json.dump(canonical(payload), fh, indent=2, sort_keys=True)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(canonical(payload), fh, indent=2, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            raise CacheError(f"disk full while writing {path}: free space, then re-run the same "
+                             "command; completed shards are kept") from err
+        raise
+
+
+def check_cache_root(root: Path) -> None:
+    """``--out`` names a cache ROOT holding ``<classifier>/<split tag>/`` cache directories.
+
+    A non-empty folder with anything else in it is refused, so a mistyped ``--out`` never
+    scatters caches into an unrelated directory.
+    """
+    root = Path(root)
+    if not root.exists():
+        return
+    if not root.is_dir():
+        raise CacheError(f"--out {root} is a file; pass a directory (the cache root)")
+    if (root / IDENTITY_FILE).exists():
+        raise CacheError(f"--out {root} is itself a cache directory; --out takes the cache root, "
+                         f"under which caches live as <classifier>/<split>/ (here: "
+                         f"--out {root.parent.parent})")
+    foreign = []
+    for entry in _visible(root):
+        leaves = _visible(entry) if entry.is_dir() else [entry]
+        for leaf in leaves:
+            if not leaf.is_dir() or (_visible(leaf) and not (leaf / IDENTITY_FILE).exists()):
+                foreign.append(str(leaf.relative_to(root)))
+    if foreign:
+        raise CacheError(f"--out {root} is not empty and is not a cache root: {foreign[:3]} "
+                         f"{'are' if len(foreign) > 1 else 'is'} not <classifier>/<split>/ cache "
+                         "directories; choose an empty or new directory")
+
+
+def _visible(path: Path) -> list[Path]:
+    return sorted(p for p in path.iterdir() if not p.name.startswith("."))
 
 
 def read_json(path: Path, what: str) -> dict:
@@ -52,8 +92,8 @@ def claim_directory(cache_dir: Path, identity: Mapping[str, Any]) -> bool:
                        hint="Use another --out directory, or delete this one to rebuild it.")
         return (cache_dir / MANIFEST_FILE).exists()
     if cache_dir.exists() and any(p for p in cache_dir.iterdir() if not p.name.startswith(".")):
-        raise CacheError(f"--out {cache_dir} is not empty and is not a cache directory (no "
-                         f"{IDENTITY_FILE}); choose an empty or new directory")
+        raise CacheError(f"cache directory {cache_dir} is not empty and holds no cache (no "
+                         f"{IDENTITY_FILE}); choose another --out or empty it")
     cache_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(id_path, identity)
     return False

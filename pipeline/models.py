@@ -101,12 +101,20 @@ def state_dict_from_file(path: str) -> dict[str, torch.Tensor]:
 
 
 def load_weights(model: nn.Module, path: str) -> None:
+    """Load a state dict strictly, except BatchNorm's ``num_batches_tracked`` counters (unused in
+    eval mode and absent from many exported files); every mismatch is a ModelError."""
     state = state_dict_from_file(path)
-    result = model.load_state_dict(state, strict=False)
-    if result.missing_keys or result.unexpected_keys:
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # shape mismatches
+        lines = [l.strip() for l in str(err).splitlines() if "size mismatch" in l]
+        raise ModelError(f"--weights {path} does not fit {type(model).__name__}: "
+                         f"{'; '.join(lines[:3]) or err}") from None
+    missing = [k for k in result.missing_keys if not k.endswith("num_batches_tracked")]
+    if missing or result.unexpected_keys:
         raise ModelError(
             f"--weights {path} does not fit {type(model).__name__}: "
-            f"{len(result.missing_keys)} missing key(s) {result.missing_keys[:4]}, "
+            f"{len(missing)} missing key(s) {missing[:4]}, "
             f"{len(result.unexpected_keys)} unexpected {result.unexpected_keys[:4]}. Save the "
             "weights under timm's key names (model.state_dict() of the timm model).")
 
@@ -120,11 +128,14 @@ def build_model(spec: ModelSpec, seed: int = 0, num_classes: int | None = None) 
     torch.manual_seed(seed)  # random init must be reproducible (tests, benchmarks)
     try:
         model = timm.create_model(spec.name, pretrained=pretrained, **kwargs)
-    except (OSError, RuntimeError, ValueError) as err:
+    except Exception as err:  # noqa: BLE001 - hub/network errors come in many classes
         if pretrained:
-            raise ModelError(f"could not fetch pretrained weights for {spec.name} ({err}); on an "
-                             "offline machine pass --weights FILE") from None
-        raise
+            raise ModelError(f"could not fetch pretrained weights for {spec.name} from the model "
+                             f"hub ({type(err).__name__}: {err}). Offline, download them elsewhere "
+                             "and pass --weights FILE (a timm state dict), or use --random-init "
+                             "for a test run.") from None
+        raise ModelError(f"timm.create_model({spec.name!r}, **{kwargs}) failed: "
+                         f"{type(err).__name__}: {err} (check --model-kwargs)") from None
     if spec.weights is not None:
         load_weights(model, spec.weights)
     return model.eval()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,16 +136,25 @@ def _subdirs(path: Path) -> list[str]:
     return sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def _images_in(path: Path) -> list[Path]:
-    return sorted(p for p in path.iterdir()
-                  if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
+def _images_in(path: Path) -> list[str]:
+    """Sorted image file names; scandir's d_type avoids one stat per file (1.28M in train/)."""
+    with os.scandir(path) as entries:
+        return sorted(e.name for e in entries if not e.name.startswith(".")
+                      and os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS and e.is_file())
 
 
-def folder_classes(root: Path, split_dirs: list[str]) -> tuple[tuple[str, ...], str]:
+def folder_classes(root: Path, split_dirs: list[str],
+                   where: Path | None = None) -> tuple[tuple[str, ...], str]:
     """Class list and dataset name: ImageNet's synsets when every folder is a known wnid."""
     synsets = labelfiles.imagenet_synsets()
-    if split_dirs and all(d in synsets for d in split_dirs):
+    known = [d for d in split_dirs if d in synsets]
+    if split_dirs and len(known) == len(split_dirs):
         return tuple(synsets), "imagenet"
+    if len(known) * 2 >= len(split_dirs):  # an ImageNet tree with stray folders
+        unknown = [d for d in split_dirs if d not in synsets]
+        raise DataError(f"{where or root}: class folder(s) {unknown[:5]} are not ImageNet "
+                        f"synsets (wnids like {synsets[0]}) while {len(known)} others are; remove "
+                        "or rename them")
     classes_file = root / "classes.txt"
     if classes_file.exists():
         return tuple(l.strip() for l in classes_file.read_text().splitlines() if l.strip()), root.name
@@ -159,27 +169,38 @@ def image_folder(root: Path, split: str, labels_file: str | None) -> SampleList:
                         f"{_subdirs(root)[:20]}")
     dirs = _subdirs(split_dir)
     if dirs:
-        classes, name = folder_classes(root, dirs)
-        lookup = {c: i for i, c in enumerate(classes)}
-        unknown = [d for d in dirs if d not in lookup]
-        if unknown:
-            raise DataError(f"{split_dir}: class folder(s) {unknown[:5]} are not among the "
-                            f"{len(classes)} known classes (from {'ImageNet synsets' if name == 'imagenet' else 'train/ or classes.txt'}); "
-                            "rename them or list all classes in ROOT/classes.txt")
-        names, labels = [], []
-        for d in dirs:
-            for p in _images_in(split_dir / d):
-                names.append(f"{d}/{p.name}")
-                labels.append(lookup[d])
+        names, labels, classes, name = _class_folders(root, split_dir, dirs)
     else:
-        files = _images_in(split_dir)
+        names = _images_in(split_dir)
+        if not names:
+            raise DataError(f"split {split_dir} is empty: no class folders and no images with "
+                            f"extensions {IMAGE_EXTENSIONS}")
         mapping, classes, name = labelfiles.flat_labels(root, split, labels_file)
-        names = [p.name for p in files]
         missing = [n for n in names if n not in mapping]
         if missing:
             raise DataError(f"labels file does not match the images in {split_dir}: "
-                            f"{len(missing)} image(s) have no label, e.g. {missing[:3]}")
+                            f"{len(missing)} of {len(names)} image(s) have no label, e.g. "
+                            f"{missing[:3]}; pass the labels file of this split with --labels")
         labels = [mapping[n] for n in names]
     if not names:
-        raise DataError(f"split {split_dir} is empty: no images with extensions {IMAGE_EXTENSIONS}")
+        raise DataError(f"split {split_dir} is empty: its class folders hold no images with "
+                        f"extensions {IMAGE_EXTENSIONS}")
     return SampleList(name, str(root), split, tuple(names), np.asarray(labels, np.int64), classes)
+
+
+def _class_folders(root: Path, split_dir: Path, dirs: list[str]):
+    classes, name = folder_classes(root, dirs, split_dir)
+    lookup = {c: i for i, c in enumerate(classes)}
+    unknown = [d for d in dirs if d not in lookup]
+    if unknown:
+        where = "train/" if (root / "train").is_dir() and not (root / "classes.txt").exists() \
+            else "classes.txt" if (root / "classes.txt").exists() else "the split's folders"
+        raise DataError(f"{split_dir}: class folder(s) {unknown[:5]} are not among the "
+                        f"{len(classes)} classes of {where}; rename them, or list every class "
+                        f"(one per line, in label order) in {root / 'classes.txt'}")
+    names, labels = [], []
+    for d in dirs:
+        files = _images_in(split_dir / d)
+        names += [f"{d}/{f}" for f in files]
+        labels += [lookup[d]] * len(files)
+    return names, labels, classes, name
