@@ -13,6 +13,7 @@ import os
 import platform
 import socket
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -176,6 +177,16 @@ class ShardSink:
             del self.buffers[s]
 
 
+@contextmanager
+def _flushing(sink: ShardSink):
+    """File the last computed batch even when the loop stops early (bad file, interrupt), so a
+    shard it completes is kept for the resume."""
+    try:
+        yield
+    finally:
+        sink.flush()
+
+
 def extract(cfg: ExtractConfig) -> dict:
     """Run stage 1 for one split; returns the summary dict (also stored in the manifest)."""
     info, device = dist.init(cfg.device)
@@ -243,7 +254,7 @@ def _run_shards(cfg, dataset, model, data_cfg, identity, ranges, todo, info, dev
     bar = tqdm(total=total, unit="img", disable=not (cfg.progress and info.is_main),
                desc=f"extract {dataset.samples.split}", dynamic_ncols=True)
     first, t_first = 0, None
-    with torch.inference_mode():
+    with torch.inference_mode(), _flushing(sink):
         for batch in loader:
             images, rows, valid = to_images(batch)
             if t_first is None and first:  # the second batch: start-up (workers, compile) is over
@@ -259,7 +270,6 @@ def _run_shards(cfg, dataset, model, data_cfg, identity, ranges, todo, info, dev
             sink.push(rows, valid, outputs)
             first = first or len(rows)
             bar.update(len(rows))
-        sink.flush()
     bar.close()
     steady = time.perf_counter() - t_first if t_first else None
     return {"rows": total, "steady_rows": total - first, "steady_s": steady}

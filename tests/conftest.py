@@ -56,3 +56,28 @@ def fmnist_dir() -> Path:
     if not FMNIST_DIR.exists():
         pytest.skip("dataset-fashion-mnist is not installed (apt-get install dataset-fashion-mnist)")
     return FMNIST_DIR
+
+
+# ------------------------------------------------------------------ stage 1 (extract) helpers --
+@pytest.fixture
+def tiny_extract(tmp_path):
+    """Factory: ExtractConfig for a tiny random-init timm model on CPU, fp32, several workers."""
+    from pipeline.extract import ExtractConfig
+
+    def make(data, out=None, split="val", model=TINY_VIT, **overrides):
+        kw = dict(classifier=model[0], model_kwargs=dict(model[1]), out=out or tmp_path / "cache",
+                  data=str(data), split=split, random_init=True, device="cpu", precision="fp32",
+                  workers=2, batch_size=4, shard_size=6, progress=False)
+        kw.update(overrides)
+        return ExtractConfig(**kw)
+    return make
+
+
+def real_photo(name: str) -> np.ndarray:
+    """A real photo: skimage.data's (chelsea, coffee, astronaut, rocket) or sklearn's (china,
+    flower) as uint8 HxWx3."""
+    if name in ("china", "flower"):
+        from sklearn.datasets import load_sample_image
+        return load_sample_image(f"{name}.jpg")
+    import skimage.data
+    return getattr(skimage.data, name)()
