@@ -365,6 +365,7 @@ def report(paths, runs_root, metrics, formats, out, caches, splits, jobs, no_fig
     for path in s["files"]:
         click.echo(f"  wrote {path}")
 
+
 def main() -> None:
     cli(prog_name="cli.py")
 

@@ -19,11 +19,14 @@ import numpy as np
 from pipeline.metrics import UndefinedMetric, check_inputs
 
 SEPARABILITY_METRICS = ("kl", "bhattacharyya")
+NAMES = {"kl": "KL", "bhattacharyya": "Bhattacharyya distance"}
 
 
 def gaussian_fit(values: np.ndarray, what: str = "values") -> tuple[float, float]:
     """Mean and unbiased standard deviation of ``values`` (m,); needs m >= 2 and a spread."""
     values = np.asarray(values, dtype=np.float64)
+    if len(values) == 0:
+        raise UndefinedMetric(f"no {what} in the split to fit a Gaussian to")
     if len(values) < 2:
         raise UndefinedMetric(f"a Gaussian fit of the {what} needs at least 2 rows, the split has "
                               f"{len(values)}")
@@ -68,7 +71,7 @@ def separability(confidence, correct, definition: str = "paper") -> dict:
     except UndefinedMetric as err:
         for name in SEPARABILITY_METRICS:
             out["values"][name] = None
-            out["undefined"][name] = f"{name} is undefined: {err}"
+            out["undefined"][name] = f"{NAMES[name]} is undefined: {err}"
         return out
     out["fits"] = {"correct": {"mean": mu1, "std": s1}, "incorrect": {"mean": mu2, "std": s2}}
     out["values"]["kl"] = averaged_kl(mu1, s1, mu2, s2, definition)

@@ -71,7 +71,7 @@ def test_separability_uses_unbiased_std_and_both_groups():
 
 @pytest.mark.parametrize("conf,correct,reason", [
     (np.array([0.9, 0.8, 0.7, 0.2]), np.array([1, 1, 1, 0]), "at least 2 rows"),
-    (np.array([0.9, 0.8, 0.7, 0.2]), np.array([1, 1, 1, 1]), "at least 2 rows, the split has 0"),
+    (np.array([0.9, 0.8, 0.7, 0.2]), np.array([1, 1, 1, 1]), "no incorrect predictions in the split"),
     (np.array([0.9, 0.9, 0.9, 0.2, 0.1]), np.array([1, 1, 1, 0, 0]), "zero variance"),
 ])
 def test_degenerate_groups_are_undefined_with_reason(conf, correct, reason):

@@ -1,0 +1,134 @@
+"""Synthetic classifier caches and run directories that follow docs/DATA_CONTRACT.md exactly.
+
+Used by tests/test_report.py and bench/bench_report.py.  Caches are written with the project's own
+writers (cache.shards.write_shard, cache.manifest.write_json_atomic) and outputs with
+cache.outputs.write_outputs, so a report over them exercises the real reading and checking code.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from cache import manifest as mf
+from cache.outputs import classifier_ref, write_outputs
+from cache.reader import ClassifierCache
+from cache.schema import KIND_CLASSIFIER, SCHEMA_VERSION
+from cache.shards import shard_path, shard_ranges, write_shard
+
+LOSS_LABELS = {"ce": "CE", "focal": "Focal", "tcp": "TCP", "ss": "SS"}
+
+
+def _logits(rng, labels: np.ndarray, correct: np.ndarray, k: int) -> np.ndarray:
+    """Random logits whose argmax is the label exactly where ``correct``."""
+    n = len(labels)
+    logits = rng.normal(size=(n, k)).astype(np.float32)
+    rows = np.arange(n)
+    top = logits.max(axis=1)
+    logits[rows[correct], labels[correct]] = top[correct] + rng.exponential(2.0, correct.sum()) + 0.1
+    wrong = ~correct
+    other = (labels[wrong] + rng.integers(1, k, wrong.sum())) % k
+    logits[rows[wrong], other] = top[wrong] + rng.exponential(1.0, wrong.sum()) + 0.1
+    return logits.astype(np.float16)
+
+
+def _columns(logits16: np.ndarray, labels: np.ndarray, bad: np.ndarray) -> dict:
+    logits = logits16.astype(np.float32)
+    probs = np.exp(logits - logits.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    pred = logits.argmax(1)
+    cols = {"index": np.arange(len(labels), dtype=np.int64), "label": labels.astype(np.int64),
+            "valid": np.ones(len(labels), np.uint8), "logits": logits16,
+            "pred": pred.astype(np.int64), "correct": (pred == labels).astype(np.uint8),
+            "p_true": probs[np.arange(len(labels)), labels].astype(np.float32),
+            "p_max": probs.max(1).astype(np.float32)}
+    for name in ("valid", "logits", "pred", "correct", "p_true", "p_max"):
+        cols[name][bad] = 0  # undecodable rows carry no model output (contract)
+    return cols
+
+
+def write_cache(cache_dir: Path, *, n: int, k: int = 10, accuracy: float = 0.8, seed: int = 0,
+                model: str = "synthetic", dataset: str = "synthetic", split: str = "test",
+                corruption: str = "none", bad_rows: tuple[int, ...] = (),
+                shard_size: int | None = None) -> Path:
+    """A complete classifier cache of ``n`` rows and ``k`` classes at about ``accuracy``."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, k, n)
+    bad = np.zeros(n, bool)
+    bad[list(bad_rows)] = True
+    cols = _columns(_logits(rng, labels, rng.random(n) < accuracy, k), labels, bad)
+    shard_size = shard_size or n
+    identity = dict(
+        schema_version=SCHEMA_VERSION, kind=KIND_CLASSIFIER, model=model, model_kwargs={},
+        weights_sha256=hashlib.sha256(f"{model}-{seed}".encode()).hexdigest(), preprocess="model",
+        data_config={"input_size": [3, 28, 28]}, dataset=dataset,
+        dataset_fingerprint=hashlib.sha256(f"{dataset}-{split}-{n}".encode()).hexdigest(),
+        split=split, corruption=corruption, num_rows=n, num_classes=k, precision="fp32",
+        flip_view=False, features=False, shard_size=shard_size)
+    cache_dir = Path(cache_dir)
+    mf.claim_directory(cache_dir, identity)
+    shards = []
+    for s, (a, b) in enumerate(shard_ranges(n, shard_size)):
+        part = {c: v[a:b] for c, v in cols.items()}
+        bad_here = [int(i) for i in np.flatnonzero(bad[a:b]) + a]
+        write_shard(shard_path(cache_dir, s), part, {**identity, "start": a, "stop": b,
+                                                     "bad_rows": bad_here})
+        shards.append({"file": shard_path(cache_dir, s).name, "start": a, "stop": b})
+    valid = ~bad
+    mf.write_json_atomic(cache_dir / mf.MANIFEST_FILE, {
+        "identity": identity, "columns": list(cols), "shards": shards,
+        "summary": {"rows": n, "valid_rows": int(valid.sum()), "bad_rows": int(bad.sum()),
+                    "accuracy": float(cols["correct"][valid].mean())},
+        "classes": [str(c) for c in range(k)], "root": "synthetic",
+        "bad_rows": [{"index": int(i), "path": f"synthetic/{i}.png"} for i in np.flatnonzero(bad)],
+        "config": {}, "info": {}})
+    return cache_dir
+
+
+def write_run(run_dir: Path, cache_dir: Path, *, oracle: str, classifier: str, loss: str,
+              seed: int, group: str, separation: float = 1.5, variant: str = "",
+              loss_label: str | None = None, tag: str | None = None, dataset: str = "synthetic",
+              nan_rows: tuple[int, ...] = (), status: str = "complete") -> Path:
+    """A run directory (run.json + outputs/<tag>.h5) whose confidences separate correct from
+    incorrect rows by ``separation`` (in logit units); TCP confidences are squashed toward 0."""
+    cache = ClassifierCache.open(Path(cache_dir))
+    cols = cache.load(["label", "valid", "pred", "correct"])
+    n = cache.num_rows
+    rng = np.random.default_rng([seed, *f"{oracle}/{classifier}/{loss}/{variant}".encode()])
+    z = separation * (2.0 * cols["correct"] - 1.0) + rng.normal(size=n)
+    z = (z - 3.0) if loss == "tcp" else z
+    z[cols["valid"] == 0] = 0.0
+    conf = (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
+    conf[list(nan_rows)] = np.nan
+    record = {"oracle": oracle, "oracle_model": f"{oracle}-model", "classifier": classifier,
+              "loss": loss, "variant": variant, "seed": seed, "group": group, "dataset": dataset,
+              "loss_label": loss_label or LOSS_LABELS[loss],
+              "num_classes": cache.identity["num_classes"], "config": {"loss": loss, "seed": seed}}
+    tag = tag or Path(cache_dir).name
+    write_outputs(Path(run_dir) / "outputs" / f"{tag}.h5",
+                  {"index": np.arange(n, dtype=np.int64), "valid": cols["valid"], "z": z,
+                   "confidence": conf, "correct": cols["correct"], "label": cols["label"],
+                   "pred": cols["pred"]},
+                  classifier_ref(cache.path, cache.identity), record)
+    mf.write_json_atomic(Path(run_dir) / "run.json", {"run": record, "status": status})
+    return Path(run_dir)
+
+
+def write_study(root: Path, *, n: int, k: int = 10, pairs=(("vit", "vit"),),
+                losses=("ce", "focal", "tcp", "ss"), seeds=(0, 1, 2), tag: str = "test",
+                bad_rows: tuple[int, ...] = ()) -> tuple[Path, Path]:
+    """artifacts-like tree: <root>/cache/<classifier>/<tag>, <root>/runs/<run name>."""
+    separation = {"ce": 0.8, "focal": 0.7, "tcp": 1.2, "ss": 1.8}
+    caches = {}
+    for i, clf in enumerate(sorted({c for _, c in pairs})):
+        caches[clf] = write_cache(root / "cache" / clf / tag, n=n, k=k, seed=i, model=clf,
+                                  split=tag, accuracy=0.84 - 0.15 * i, bad_rows=bad_rows)
+    for oracle, clf in pairs:
+        for loss in losses:
+            for seed in seeds:
+                group = hashlib.sha256(f"{oracle}{clf}{loss}".encode()).hexdigest()[:12]
+                write_run(root / "runs" / f"{oracle}-{clf}_{loss}_seed{seed}_{group}", caches[clf],
+                          oracle=oracle, classifier=clf, loss=loss, seed=seed, group=group,
+                          separation=separation.get(loss, 1.0), tag=tag)
+    return root / "runs", root / "cache"

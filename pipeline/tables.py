@@ -1,0 +1,173 @@
+"""Report tables: one table model (paper Table 1 / Table A4 layouts), four writers (md, csv, tex,
+json).  Every table carries the sentence that says which metric definitions it uses."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+# (metric, header, unit); "%" = x100 like the paper, "e3" = x1000 (fd-shifts' AURC scale).
+COLUMNS = {
+    "paper": [("acc", "Acc ↑", "%"), ("fpr95", "FPR-95%-TPR ↓", "%"),
+              ("aupr_err", "AUPR-Error ↓ (p)", "%"), ("aupr_succ", "AUPR-Success ↑", "%"),
+              ("auc", "AUC ↑", "%"), ("tpr", "TPR", "%"), ("tnr", "TNR ↑", "%")],
+    "standard": [("acc", "Acc ↑", "%"), ("fpr95", "FPR-95%-TPR ↓", "%"),
+                 ("aupr_err", "AUPR-Error ↑ (−p)", "%"), ("aupr_succ", "AUPR-Success ↑", "%"),
+                 ("auc", "AUC ↑", "%"), ("tpr", "TPR", "%"), ("tnr", "TNR ↑", "%"),
+                 ("aurc", "AURC ↓ ×10³", "e3"), ("eaurc", "E-AURC ↓ ×10³", "e3"),
+                 ("augrc", "AUGRC ↓ ×10³", "e3")],
+}
+SEPARABILITY = {"paper": ("kl", "KL̄ (paper formula) ↑"), "standard": ("kl", "KL̄ (correct) ↑")}
+UNITS = {"%": (100.0, 2), "e3": (1000.0, 2), "": (1.0, 4)}
+DEFINITION_TEXT = {
+    "paper": "Paper definitions (the authors' code): FPR-95%-TPR at the first of 10,000 grid "
+             "thresholds whose TPR lies in [0.9495, 0.9505] († = no grid threshold in the window, "
+             "the nearest TPR was used); AUPR-Error = AP of the errors scored by p itself, NOT "
+             "negated, so LOWER is better; TPR = P(p > 0.5 | correct); TNR = P(p < t | incorrect) "
+             "with t = 0.5, t = 1/K for TCP.",
+    "standard": "Standard definitions (ConfidNet / fd-shifts): FPR-95%-TPR = lowest FPR over the "
+                "exact ROC points with TPR ≥ 0.9495; AUPR-Error = AP of the errors scored by −p "
+                "(higher is better); TNR threshold 0.5 for every loss; AURC, E-AURC, AUGRC ×10³ "
+                "(risk-coverage curves, ties grouped).",
+    "separability": "Gaussian fits (unbiased std) to the confidences of correct vs incorrect "
+                    "predictions; KL̄ = KL averaged over both directions — the paper formula "
+                    "(authors' code, factor 2 missing: identical Gaussians give 0.5) and/or the "
+                    "correct one; d_B = Bhattacharyya distance.",
+}
+LATEX_HEAD = {"⟨O,C⟩": r"\textlangle O, C\textrangle", "↑": r"$\uparrow$", "↓": r"$\downarrow$",
+              "×10³": r"$\times 10^3$", "−p": "$-p$", "KL̄": r"$\bar{d}_{KL}$", "d_B": "$d_B$",
+              "≥": r"$\geq$", "⟨": r"\textlangle ", "⟩": r"\textrangle"}
+
+
+def build_tables(split: dict, choice: str) -> list[dict]:
+    """The tables of one split: Table 1 per chosen definition, then the separability table."""
+    defs = ["paper", "standard"] if choice == "both" else [choice]
+    tables = []
+    for d in defs:
+        cols = [(d, m, head, unit) for m, head, unit in COLUMNS[d]]
+        tables.append(_table(split, d, f"Trust metrics — {d} definitions (paper Table 1 layout)",
+                             DEFINITION_TEXT[d], cols))
+    sep = [(d, *SEPARABILITY[d], "") for d in defs] + [(defs[0], "bhattacharyya", "d_B ↑", "")]
+    tables.append(_table(split, "separability", "Separability (paper Table A4)",
+                         DEFINITION_TEXT["separability"], sep))
+    return tables
+
+
+def _table(split: dict, tid: str, title: str, text: str, columns: list) -> dict:
+    rows = [{"oc": r["oc"], "loss": r["display_loss"], "kind": r["kind"], "n": r["n"],
+             "keys": {k: r[k] for k in ("oracle", "classifier", "loss", "variant", "loss_label",
+                                        "group")},
+             "cells": [r["agg"][d][m] for d, m, _, _ in columns]} for r in split["rows"]]
+    return {"id": tid, "split": split["split"], "title": title, "definition": text,
+            "columns": columns, "rows": rows}
+
+
+def cell_text(cell: dict, unit: str, pm: str = " ± ", metric: str = "") -> str:
+    """mean ± std in display units; accuracy without ± when every seed has the same (the paper's
+    layout: one classifier, one accuracy)."""
+    if cell["mean"] is None:
+        return "n/a"
+    scale, digits = UNITS[unit]
+    text = f"{cell['mean'] * scale:.{digits}f}"
+    if cell.get("std") is not None and not (metric == "acc" and cell["std"] == 0):
+        text += f"{pm}{cell['std'] * scale:.{digits}f}"
+    return text
+
+
+def _marks(cell: dict, footnotes: list[str]) -> str:
+    marks = ""
+    for text in ([cell["undefined"]] if cell["mean"] is None else []) + list(cell.get("notes", [])):
+        if text not in footnotes:
+            footnotes.append(text)
+        marks += f"[{footnotes.index(text) + 1}]"
+    return marks
+
+
+def markdown_table(table: dict) -> str:
+    heads = ["⟨O,C⟩", "Loss"] + [c[2] for c in table["columns"]] + ["n"]
+    lines = [f"### {table['title']}", "", table["definition"], "",
+             "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    footnotes: list[str] = []
+    previous = None
+    for row in table["rows"]:
+        cells = [cell_text(c, col[3], metric=col[1]) + _marks(c, footnotes)
+                 for c, col in zip(row["cells"], table["columns"])]
+        oc = row["oc"] if row["oc"] != previous else ""
+        previous = row["oc"]
+        lines.append("| " + " | ".join([oc, row["loss"], *cells, str(row["n"])]) + " |")
+    lines += [""] + [f"[{i + 1}] {text}  " for i, text in enumerate(footnotes)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def csv_text(tables: list[dict]) -> str:
+    """Tidy CSV: one line per (split, table, row, metric), values in the table's display units."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["split", "table", "definition", "kind", "oracle", "classifier", "loss",
+                     "variant", "loss_label", "group", "n_runs", "metric", "unit", "mean", "std",
+                     "undefined_reason", "notes"])
+    for t in tables:
+        for row in t["rows"]:
+            for cell, (d, metric, _, unit) in zip(row["cells"], t["columns"]):
+                scale = UNITS[unit][0]
+                mean = "" if cell["mean"] is None else repr(cell["mean"] * scale)
+                std = "" if cell.get("std") is None else repr(cell["std"] * scale)
+                k = row["keys"]
+                writer.writerow([t["split"], t["id"], d, row["kind"], k["oracle"], k["classifier"],
+                                 k["loss"], k["variant"], k["loss_label"], k["group"], row["n"],
+                                 metric, {"%": "percent", "e3": "x1e3", "": "nats"}[unit],
+                                 mean, std, cell.get("undefined") or "",
+                                 " | ".join(cell.get("notes", []))])
+    return buf.getvalue()
+
+
+def _tex(text: str) -> str:
+    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"),
+                 ("#", r"\#"), ("$", r"\$")):
+        text = text.replace(a, b)
+    for a, b in LATEX_HEAD.items():
+        text = text.replace(a, b)
+    return text
+
+
+def latex_table(table: dict) -> str:
+    """booktabs rows like the paper: multirow ⟨O,C⟩ blocks, mean$\\pm$std, n/a and $^\\dagger$."""
+    ncol = len(table["columns"]) + 2
+    heads = [r"\textbf{" + _tex(h) + "}" for h in ["⟨O,C⟩", "Loss"] + [c[2] for c in table["columns"]]]
+    lines = [f"% split {table['split']}: {table['title']}. {table['definition']}",
+             r"\begin{table}[!t]", r"\centering",
+             r"\caption{" + _tex(f"{table['title']} — split {table['split']}. "
+                                 f"{table['definition']}") + "}",
+             r"\begin{tabular}{ll" + "c" * (ncol - 2) + "}", r"\toprule",
+             " & ".join(heads) + r" \\",
+             " ".join(f"\\cmidrule(lr){{{i}-{i}}}" for i in range(1, ncol + 1))]
+    blocks: list[list[dict]] = []
+    for row in table["rows"]:
+        if not blocks or blocks[-1][0]["oc"] != row["oc"]:
+            blocks.append([])
+        blocks[-1].append(row)
+    for b, block in enumerate(blocks):
+        if b:
+            lines.append(r"\midrule")
+        for i, row in enumerate(block):
+            oc = (f"\\multirow{{{len(block)}}}{{*}}{{{_tex(row['oc'])}}}" if i == 0 else "")
+            cells = [_tex_cell(c, col[3], col[1]) for c, col in zip(row["cells"], table["columns"])]
+            lines.append(" & ".join([oc, _tex(row["loss"]), *cells]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    return "\n".join(lines)
+
+
+def _tex_cell(cell: dict, unit: str, metric: str) -> str:
+    text = cell_text(cell, unit, pm=r"$\pm$", metric=metric)
+    return text + (r"$^\dagger$" if cell.get("notes") else "")
+
+
+def latex_document(tables: list[dict]) -> str:
+    head = ("% Generated by `cli.py report`. Needs \\usepackage{booktabs,multirow} "
+            "(and textcomp for \\textlangle).\n")
+    return head + "\n".join(latex_table(t) for t in tables)
+
+
+def json_text(doc: dict) -> str:
+    """Every number, with definitions and sources; NaN can never slip in (allow_nan=False)."""
+    return json.dumps(doc, indent=1, sort_keys=False, allow_nan=False, ensure_ascii=False) + "\n"
