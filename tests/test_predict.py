@@ -1,0 +1,64 @@
+"""``cli.py predict``: a finished run's oracle over a split, and the refusals around it."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cache.outputs import read_outputs
+from oracle_fixtures import extract, run_cli, train_args, write_colour_tree
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    base = tmp_path_factory.mktemp("predict")
+    data = write_colour_tree(base / "colours", {"train": 8, "val": 4})
+    cache = base / "cache"
+    extract(data, cache, flip_view=False)
+    run = base / "run"
+    run_cli(train_args(data, cache, run, "--lr", 0.05, "--val-fraction", 0.25, "--batch-size", 4))
+    return data, cache, run
+
+
+def test_predict_reproduces_the_run_outputs(trained):
+    data, cache, run = trained
+    result = run_cli(["predict", "--run", run, "--split", "val", "--name", "again",
+                      "--workers", 0, "--precision", "fp32", "--no-progress"])
+    assert "again.h5" in result.output
+    first = read_outputs(run / "outputs" / "val.h5")
+    again = read_outputs(run / "outputs" / "again.h5")
+    assert np.array_equal(first.columns["z"], again.columns["z"])
+    assert again.run == json.loads((run / "run.json").read_text())["run"]
+    rerun = run_cli(["predict", "--run", run, "--split", "val", "--name", "again",
+                     "--workers", 0, "--no-progress"])
+    assert "already written" in rerun.output
+
+
+def test_predict_refuses_a_cache_of_another_classifier(trained, tmp_path):
+    data, _, run = trained
+    extract(data, tmp_path / "cache", splits=("val",), seed=3, flip_view=False)
+    result = run_cli(["predict", "--run", run, "--data", data, "--cache", tmp_path / "cache",
+                      "--split", "val", "--name", "x", "--workers", 0, "--no-progress"], expect=1)
+    assert "weights_sha256" in result.output
+    assert not (run / "outputs" / "x.h5").exists()
+
+
+def test_predict_refuses_an_unfinished_run(trained, tmp_path):
+    data, cache, _ = trained
+    out = tmp_path / "half"
+    run_cli(train_args(data, cache, out, "--stop-at-step", 1, "--val-fraction", 0))
+    result = run_cli(["predict", "--run", out, "--split", "val", "--no-progress"], expect=1)
+    assert "not complete" in result.output
+
+
+def test_outputs_of_another_run_are_not_overwritten(trained):
+    data, cache, run = trained
+    other = run.parent / "other"
+    run_cli(train_args(data, cache, other, "--lr", 0.05, "--val-fraction", 0.25, "--seed", 1,
+                      "--batch-size", 4))
+    # copy the first run's output file into the second run under the same name
+    (other / "outputs" / "val.h5").write_bytes((run / "outputs" / "val.h5").read_bytes())
+    result = run_cli(["predict", "--run", other, "--split", "val", "--workers", 0,
+                      "--no-progress"], expect=1)
+    assert "holds other outputs" in result.output and "seed" in result.output
