@@ -28,30 +28,44 @@ PROBABILITY_SCORES = ("mcp", "doctor")
 CHUNK_ROWS = 65_536
 
 
-def _log_softmax(logits: np.ndarray, temperature: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+SOFTMAX_SCORES = ("mcp", "entropy", "doctor")  # need the full softmax; the others a max / lse
+
+
+def scores_chunk(logits: np.ndarray, temperature: float = 1.0,
+                 names: tuple[str, ...] = BASELINES) -> dict[str, np.ndarray]:
+    """Baseline scores ``names`` of one chunk of ``logits`` (m, K) -> {name: (m,) float32}."""
     z = logits.astype(np.float32) / np.float32(temperature)
     m = z.max(axis=1, keepdims=True)
-    lse = m + np.log(np.exp(z - m).sum(axis=1, keepdims=True))
-    return z - lse, lse[:, 0]
+    out = {}
+    if "maxlogit" in names:
+        out["maxlogit"] = logits.max(axis=1).astype(np.float32)
+    if not {"energy", *SOFTMAX_SCORES} & set(names):
+        return out
+    e = np.exp(z - m)
+    total = e.sum(axis=1, keepdims=True)
+    if "energy" in names:
+        out["energy"] = np.float32(temperature) * (m + np.log(total))[:, 0]
+    if {"mcp", "entropy", "doctor"} & set(names):
+        p = e / total
+        if "mcp" in names:
+            out["mcp"] = p.max(axis=1)
+        if "entropy" in names:  # sum p log p with log p = z - m - log(total): no log(0)
+            out["entropy"] = (p * (z - m - np.log(total))).sum(axis=1)
+        if "doctor" in names:
+            out["doctor"] = (p * p).sum(axis=1)
+    return out
 
 
-def scores_chunk(logits: np.ndarray, temperature: float = 1.0) -> dict[str, np.ndarray]:
-    """All baseline scores of one chunk of ``logits`` (m, K) -> {name: (m,) float32}."""
-    logp, lse = _log_softmax(logits, temperature)
-    p = np.exp(logp)
-    return {"mcp": p.max(axis=1), "entropy": (p * logp).sum(axis=1),
-            "maxlogit": logits.max(axis=1).astype(np.float32),
-            "energy": (np.float32(temperature) * lse).astype(np.float32),
-            "doctor": (p * p).sum(axis=1)}
-
-
-def baseline_scores(logits: np.ndarray, temperature: float = 1.0,
-                    chunk_rows: int = CHUNK_ROWS) -> dict[str, np.ndarray]:
-    """Every score in ``BASELINES`` for ``logits`` (N, K) -> {name: (N,) float32}."""
+def baseline_scores(logits: np.ndarray, temperature: float = 1.0, chunk_rows: int = CHUNK_ROWS,
+                    names: tuple[str, ...] = BASELINES) -> dict[str, np.ndarray]:
+    """Scores ``names`` (default all of ``BASELINES``) for ``logits`` (N, K) -> {name: (N,)}."""
     logits = np.asarray(logits)
     if logits.ndim != 2 or logits.shape[1] < 2:
         raise ValueError(f"expected logits of shape (N, K) with K >= 2, got {logits.shape}")
-    out = {name: np.empty(len(logits), np.float32) for name in BASELINES}
+    unknown = sorted(set(names) - set(BASELINES))
+    if unknown:
+        raise ValueError(f"unknown baseline(s) {unknown}; known: {BASELINES}")
+    out = {name: np.empty(len(logits), np.float32) for name in names}
     for start in range(0, len(logits), chunk_rows):
         chunk = logits[start:start + chunk_rows]
         finite = np.isfinite(chunk).all(axis=1)
@@ -59,7 +73,7 @@ def baseline_scores(logits: np.ndarray, temperature: float = 1.0,
             row = start + int(np.flatnonzero(~finite)[0])
             raise ValueError(f"logits hold inf/NaN ({int((~finite).sum())} row(s) in rows "
                              f"{start}..{start + len(chunk) - 1}, first at row {row})")
-        part = scores_chunk(chunk, temperature)
-        for name in BASELINES:
+        part = scores_chunk(chunk, temperature, names)
+        for name in names:
             out[name][start:start + len(chunk)] = part[name]
     return out

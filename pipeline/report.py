@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,7 @@ FILES = {"md": "report.md", "csv": "report.csv", "latex": "report.tex", "json": 
 LOSS_ORDER = {"ce": 0, "focal": 1, "tcp": 2, "ss": 3}
 BASELINE_ORDER = {"mcp": 0, "entropy": 1, "maxlogit": 2, "energy": 3, "doctor": 4}
 DEFAULT_RUNS_ROOT = Path("artifacts") / "fashion-mnist" / "runs"
+BASELINE_TASKS = (("mcp", "entropy", "doctor"), ("maxlogit", "energy"))
 EXCLUSION_NOTE = ("Rows with valid == 0 (images that could not be decoded, recorded by "
                   "`extract --skip-bad`) are excluded from every metric, accuracy included.")
 
@@ -48,25 +49,36 @@ def report(cfg: ReportConfig) -> dict:
     """Run stage 3; returns a summary (paths written, counts)."""
     if cfg.metrics not in METRIC_CHOICES:
         raise ValueError(f"metrics must be one of {METRIC_CHOICES}, got {cfg.metrics!r}")
-    start = time.perf_counter()
+    clock = [time.perf_counter()]
+    timings = {}
+
+    def lap(name: str) -> None:
+        clock.append(time.perf_counter())
+        timings[name] = round(clock[-1] - clock[-2], 3)
+
     src = collect(cfg.paths, cfg.runs_root, cfg.caches, Path(cfg.default_runs_root))
     tasks, cache_tasks = plan(src, cfg.splits)
     # absolute: joblib may reuse worker processes started in another working directory
     out = (Path(cfg.out) if cfg.out else default_out(tasks, cache_tasks)).resolve()
-    figure_paths = _run_figure_paths(tasks, out) if cfg.figures else [None] * len(tasks)
-    calls = [(evaluate_output, (t, f)) for t, f in zip(tasks, figure_paths)]
-    calls += [(evaluate_baselines, (c,)) for c in cache_tasks]
+    calls = [(evaluate_output, (t,)) for t in tasks]
+    # two tasks per cache (softmax-based scores, logit-based scores) keep the workers balanced
+    calls += [(evaluate_baselines, (replace(c, names=names),)) for c in cache_tasks
+              for names in BASELINE_TASKS]
     results = []
+    lap("plan")
     for item in parallel(calls, cfg.jobs):
         results.extend(item if isinstance(item, list) else [item])
+    lap("evaluate")
     splits = aggregate(results)
     figures = draw_figures(splits, out, cfg.jobs) if cfg.figures else {}
+    lap("figures")
     doc = build_doc(cfg, splits, results, src.skipped, figures, out)
     written = write_outputs(doc, splits, out, cfg)
+    lap("write")
     return {"out": str(out), "files": written, "runs": len({t.run_dir for t in tasks}),
             "outputs": len(tasks), "caches": len(cache_tasks), "splits": list(splits),
             "groups": sum(len(s) for s in splits.values()), "skipped": src.skipped,
-            "elapsed_s": round(time.perf_counter() - start, 3)}
+            "elapsed_s": round(clock[-1] - clock[0], 3), "timings": timings}
 
 
 def parallel(calls: list, jobs: int = 0) -> list:
@@ -85,17 +97,6 @@ def default_out(tasks, cache_tasks) -> Path:
     if len(names) != 1:
         raise ReportError(f"the inputs come from several datasets {sorted(names)}: pass --out")
     return Path("artifacts") / slug(names.pop()) / "report"
-
-
-def _run_figure_paths(tasks, out: Path) -> list[str]:
-    paths, seen = [], set()
-    for t in tasks:
-        name = f"{slug(Path(t.run_dir).name)}_{slug(t.tag)}"
-        while name in seen:
-            name += "_"
-        seen.add(name)
-        paths.append(str(out / "figures" / "runs" / f"{name}.png"))
-    return paths
 
 
 # ------------------------------------------------------------------------------ aggregation --
@@ -178,16 +179,22 @@ def draw_figures(splits: dict[str, list[dict]], out: Path, jobs: int = 0) -> dic
     calls, index = [], {}
     for tag, rows in splits.items():
         oracle_rows = [r for r in rows if r["kind"] == "oracle"]
-        entry = index[tag] = {"histograms": None, "risk_coverage": {}}
+        entry = index[tag] = {"histograms": [], "risk_coverage": {}}
         if oracle_rows:
             ocs = list(dict.fromkeys(r["oc"] for r in oracle_rows))
             losses = list(dict.fromkeys(r["display_loss"] for r in
                                         sorted(oracle_rows, key=lambda r: _row_order(r)[3:])))
-            cells = {(r["oc"], r["display_loss"]): r["_members"][0] for r in oracle_rows}
-            path = out / "figures" / f"histograms_{slug(tag)}.png"
-            calls.append((F.draw_histogram_grid, (cells, ocs, losses, str(path),
-                                                  f"Confidence histograms, split {tag} (lowest seed)")))
-            entry["histograms"] = str(path)
+            # grid i holds the i-th run (by seed) of every group: every run appears once, and
+            # the first grid (lowest seeds) is the paper's figure
+            for i in range(max(r["n"] for r in oracle_rows)):
+                cells = {(r["oc"], r["display_loss"]): r["_members"][i] for r in oracle_rows
+                         if r["n"] > i}
+                suffix = "" if i == 0 else f"_run{i + 1}"
+                path = out / "figures" / f"histograms_{slug(tag)}{suffix}.png"
+                which = "lowest seed of each group" if i == 0 else f"run {i + 1} of each group"
+                calls.append((F.draw_histogram_grid, (cells, ocs, losses, str(path),
+                                                      f"Confidence histograms, split {tag} ({which})")))
+                entry["histograms"].append(str(path))
         with_oracle = {r["classifier"] for r in oracle_rows}
         for oc in dict.fromkeys(r["oc"] for r in rows):
             block = [r for r in rows if r["oc"] == oc]
@@ -212,13 +219,11 @@ def build_doc(cfg, splits, results, skipped, figures, out: Path) -> dict:
         return os.path.relpath(p, out) if p else None
     doc_splits = []
     for tag, rows in splits.items():
-        fig = figures.get(tag, {"histograms": None, "risk_coverage": {}})
+        fig = figures.get(tag, {"histograms": [], "risk_coverage": {}})
         doc_splits.append({
             "split": tag, "rows": [{k: v for k, v in r.items() if k != "_members"} for r in rows],
-            "figures": {"histograms": rel(fig["histograms"]),
-                        "risk_coverage": {k: rel(v) for k, v in fig["risk_coverage"].items()},
-                        "runs": [rel(m.get("figure")) for r in rows for m in r["_members"]
-                                 if m.get("figure")]}})
+            "figures": {"histograms": [rel(p) for p in fig["histograms"]],
+                        "risk_coverage": {k: rel(v) for k, v in fig["risk_coverage"].items()}}})
     return {"schema": "trust-oracles-report/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "metrics": cfg.metrics, "definitions": T.DEFINITION_TEXT, "exclusion": EXCLUSION_NOTE,
             "config": asdict(cfg),

@@ -45,6 +45,7 @@ class CacheTask:
     cache: str
     classifier: str
     tags: tuple[str, ...]  # the split tags its baseline rows appear under
+    names: tuple[str, ...] = ()  # baselines to compute (all when empty)
 
 
 @dataclass
@@ -246,7 +247,7 @@ def _check_against_cache(task: OutputTask, cols: dict) -> None:
                                 f"first global index {int(diff[0])}; refused")
 
 
-def evaluate_output(task: OutputTask, figure: str | None = None) -> dict:
+def evaluate_output(task: OutputTask) -> dict:
     """Worker: read one oracle output file, check it, and compute every number of the report."""
     from cache.outputs import read_outputs
     try:
@@ -263,24 +264,21 @@ def evaluate_output(task: OutputTask, figure: str | None = None) -> dict:
                   excluded_rows=int(len(excluded)), excluded_indices=excluded[:20].tolist(),
                   labels={**{key: run.get(key) for key in LABEL_KEYS}, "num_classes": k},
                   status=task.run_json.get("status"))
-    if figure:
-        from pipeline.figures import draw_run_histogram
-        draw_run_histogram(result, figure)
-        result["figure"] = figure
     return result
 
 
 def evaluate_baselines(task: CacheTask) -> list[dict]:
-    """Worker: the post-hoc baseline rows of one classifier cache (logits only)."""
+    """Worker: post-hoc baseline rows (``task.names``, default all) of one classifier cache."""
     from pipeline.baselines import BASELINE_LABELS, BASELINES, PROBABILITY_SCORES, baseline_scores
+    names = task.names or BASELINES
     cache = ClassifierCache.open(Path(task.cache))
     cols = cache.load(["valid", "correct", "logits"])
     try:
-        scores = baseline_scores(cols["logits"])
+        scores = baseline_scores(cols["logits"], names=names)
     except ValueError as err:
         raise ReportError(f"classifier cache {task.cache}: {err}") from None
     results = []
-    for name in BASELINES:
+    for name in names:
         conf, correct, excluded = valid_rows(task.cache, {**cols, name: scores[name]}, name)
         result = score_summary(conf, correct, {"paper": 0.5, "standard": 0.5}, histogram=False,
                                rates=name in PROBABILITY_SCORES)

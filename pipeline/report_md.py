@@ -41,15 +41,17 @@ def _split_section(split: dict, tables: list[dict]) -> list[str]:
     figs = split["figures"]
     if figs["histograms"] or figs["risk_coverage"]:
         lines += ["### Figures", ""]
-    if figs["histograms"]:
-        lines += [f"TP / FN / TN / FP histograms at each loss's thresholds (paper Fig. 3 layout; "
-                  "dashed: 0.5, dotted: TCP's 1/K):", "", f"![histograms {tag}]({figs['histograms']})", ""]
+    hists = figs["histograms"]
+    if hists:
+        lines += ["TP / FN / TN / FP histograms at each loss's thresholds (paper Fig. 3 layout; "
+                  "dashed: 0.5, dotted: TCP's 1/K), lowest seed of each group:", "",
+                  f"![histograms {tag}]({hists[0]})", ""]
     for oc, path in figs["risk_coverage"].items():
-        lines += [f"Risk–coverage, {oc} (AURC in the legend):", "", f"![risk-coverage {oc} {tag}]({path})", ""]
-    if figs["runs"]:
-        lines += ["<details><summary>Per-run histograms</summary>", ""]
-        lines += [f"- [{Path(p).stem}]({p})" for p in figs["runs"]]
-        lines += ["", "</details>", ""]
+        lines += [f"Risk–coverage, {oc}, lowest seed (AURC in the legend; dashed: post-hoc "
+                  "baselines):", "", f"![risk-coverage {oc} {tag}]({path})", ""]
+    if len(hists) > 1:
+        lines += ["The other runs of every group, same layout: "
+                  + ", ".join(f"[{Path(p).stem}]({p})" for p in hists[1:]), ""]
     return lines
 
 

@@ -55,10 +55,14 @@ def test_end_to_end_all_formats_and_figures(study, tmp_path):
     for name in ("report.md", "report.csv", "report.tex", "report.json"):
         assert (out / name).stat().st_size > 0
     figures = out / "figures"
-    assert (figures / "histograms_test.png").exists() and (figures / f"histograms_{SHIFT}.png").exists()
+    # one Fig. 3 grid per seed rank (every run appears once), one RC plot per <O,C> and split
+    hists = sorted(p.name for p in figures.glob("histograms_*.png"))
+    assert hists == [f"histograms_{SHIFT}.png", f"histograms_{SHIFT}_run2.png",
+                     "histograms_test.png", "histograms_test_run2.png"]
     for oracle, clf in PAIRS:
         assert (figures / f"risk_coverage_{oracle}-{clf}_test.png").exists()
-    assert len(list((figures / "runs").glob("*.png"))) == 32
+    assert (figures / f"risk_coverage_vit-vit_{SHIFT}.png").exists()
+    assert len(list(figures.glob("risk_coverage_*.png"))) == 4  # baselines drawn dashed inside
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in figures.rglob("*.png"))
 
     doc = strict_json(out / "report.json")
