@@ -80,7 +80,8 @@ def cli():
               "<out>/<classifier>/<split>[-<corruption>-<severity>].")
 @click.option("--labels", "labels_file", default=None, help="Labels file for a flat val/ folder.")
 @click.option("--batch-size", default=256, show_default=True)
-@click.option("--workers", default=8, show_default=True, help="DataLoader worker processes.")
+@click.option("--workers", default=None, type=click.IntRange(0), help="DataLoader worker "
+              "processes per process. Default: the usable cores / local ranks, minus one.")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True)
 @click.option("--device", default=None, help="cuda, cuda:1, cpu... Default: cuda if available.")
 @click.option("--weights", default=None, help="Local weights file instead of the hub download.")
@@ -96,6 +97,10 @@ def cli():
               "instead of stopping.")
 @click.option("--shard-size", default=10_000, show_default=True, help="Rows per HDF5 shard.")
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the classifier.")
+@click.option("--decode", type=click.Choice(["cpu", "gpu", "mixed"]), default="cpu",
+              show_default=True, help="Where JPEGs are decoded: cpu (loader workers), gpu "
+              "(batched nvJPEG on the device, resize there too) or mixed (even rows on the device, "
+              "odd rows in the workers). Other formats always decode on the CPU.")
 @click.option("--corruption", default=None, type=click.Choice(CORRUPTIONS), help="ImageNet-C-"
               "style corruption applied to every image before resizing (pipeline/corruptions.py).")
 @click.option("--severity", default=3, show_default=True, type=click.IntRange(1, 5))
@@ -103,24 +108,31 @@ def cli():
 @click.option("--no-progress", is_flag=True)
 def extract(classifier, data, splits, out, labels_file, batch_size, workers, precision, device,
             weights, random_init, model_kwargs, preprocess, features, flip_view, skip_bad,
-            shard_size, compile_, corruption, severity, seed, no_progress):
+            shard_size, compile_, decode, corruption, severity, seed, no_progress):
     """Stage 1: run a frozen classifier over dataset split(s) once; cache logits and targets."""
+    from cache.manifest import check_cache_root
     from cache.reader import cache_dir_for, split_tag
     from pipeline import dist
     from pipeline.extract import ExtractConfig, extract as run_extract
-    from pipeline.sources import default_splits
+    from pipeline.sources import check_splits, default_splits
 
+    if weights and random_init:
+        raise click.UsageError("--weights and --random-init exclude each other")
     root = out or default_artifacts(data) / "cache"
+    check_cache_root(root)
     kwargs = _json_option(model_kwargs, "--model-kwargs")
-    for split in splits or default_splits(data):
+    splits = splits or default_splits(data)
+    check_splits(data, splits)
+    for split in splits:
         tag = split_tag(split, corruption, severity)
         cfg = ExtractConfig(
             classifier=classifier, out=cache_dir_for(root, classifier, tag), data=data,
             split=split, labels_file=labels_file, batch_size=batch_size, workers=workers,
             precision=precision, device=device, weights=weights, random_init=random_init,
             model_kwargs=kwargs, preprocess=preprocess, features=features, flip_view=flip_view,
-            skip_bad=skip_bad, shard_size=shard_size, compile=compile_, corruption=corruption,
-            severity=severity if corruption else 0, seed=seed, progress=not no_progress)
+            skip_bad=skip_bad, shard_size=shard_size, compile=compile_, decode=decode,
+            corruption=corruption, severity=severity if corruption else 0, seed=seed,
+            progress=not no_progress)
         summary = run_extract(cfg)
         if dist.info().is_main:
             _print_extract_summary(split, summary)
@@ -367,7 +379,7 @@ def report(paths, runs_root, metrics, formats, out, caches, splits, jobs, no_fig
 
 
 def main() -> None:
-    cli(prog_name="cli.py")
+    cli()  # click names the program after argv[0]: cli.py or trust-oracles
 
 
 if __name__ == "__main__":

@@ -89,6 +89,24 @@ def default_splits(data: str | None) -> tuple[str, ...]:
     return found
 
 
+def check_splits(data: str | None, splits: tuple[str, ...]) -> None:
+    """Cheap up-front check that every requested split exists, so a typo in the last ``--split``
+    fails before hours of work on the first."""
+    if is_embedded(data) or _has_idx_files(Path(data)):
+        bad = [s for s in splits if s not in FMNIST_SPLITS]
+        if bad:
+            raise DataError(f"--split {bad[0]!r}: the embedded dataset has splits "
+                            f"{list(FMNIST_SPLITS)}")
+        return
+    root = Path(data).expanduser()
+    if not root.is_dir():
+        raise DataError(f"--data {root}: directory not found")
+    for split in splits:
+        if not (root / split).is_dir():
+            raise DataError(f"--split {split!r}: {root / split} not found; folders in {root}: "
+                            f"{_subdirs(root)[:20]}")
+
+
 # ---------------------------------------------------------------------------- Fashion-MNIST --
 def _has_idx_files(root: Path) -> bool:
     return any(root.glob("train-images-idx3-ubyte*")) or any(root.glob("t10k-images-idx3-ubyte*"))
