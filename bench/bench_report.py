@@ -148,7 +148,8 @@ def main() -> None:
     n_a, seeds, n_b, k_a = (5_000, (0,), 100_000, 100) if args.small else (50_000, (0, 1), 1_281_167, 1000)
     work = Path(args.dir or tempfile.mkdtemp(prefix="bench_report_"))
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
-          f"python {platform.python_version()}, numpy {np.__version__}; work dir {work}", flush=True)
+          f"python {platform.python_version()}, numpy {np.__version__}; work dir {work}; "
+          f"load average {os.getloadavg()[0]:.2f} (other processes compete for the cores)", flush=True)
     try:
         t = time.perf_counter()
         runs_a, _ = write_study(work / "A", n=n_a, k=k_a, pairs=(("vit", "vit"), ("resnet", "resnet")),
@@ -160,6 +161,7 @@ def main() -> None:
         print(f"generated inputs in {time.perf_counter() - t:.1f} s", flush=True)
         results = [workload("A", work / "A", runs_a, 10.0, 1.0),
                    workload("B", work / "B", work / "B" / "runs", 5.0, 0.1)]
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
         print(json.dumps(results))
     finally:
         if not args.keep and not args.dir:

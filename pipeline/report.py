@@ -26,7 +26,7 @@ FILES = {"md": "report.md", "csv": "report.csv", "latex": "report.tex", "json": 
 LOSS_ORDER = {"ce": 0, "focal": 1, "tcp": 2, "ss": 3}
 BASELINE_ORDER = {"mcp": 0, "entropy": 1, "maxlogit": 2, "energy": 3, "doctor": 4}
 DEFAULT_RUNS_ROOT = Path("artifacts") / "fashion-mnist" / "runs"
-BASELINE_TASKS = (("mcp", "entropy", "doctor"), ("maxlogit", "energy"))
+BASELINE_SPLIT = (("mcp", "entropy", "doctor"), ("maxlogit", "energy"))
 EXCLUSION_NOTE = ("Rows with valid == 0 (images that could not be decoded, recorded by "
                   "`extract --skip-bad`) are excluded from every metric, accuracy included.")
 
@@ -61,9 +61,8 @@ def report(cfg: ReportConfig) -> dict:
     # absolute: joblib may reuse worker processes started in another working directory
     out = (Path(cfg.out) if cfg.out else default_out(tasks, cache_tasks)).resolve()
     calls = [(evaluate_output, (t,)) for t in tasks]
-    # two tasks per cache (softmax-based scores, logit-based scores) keep the workers balanced
     calls += [(evaluate_baselines, (replace(c, names=names),)) for c in cache_tasks
-              for names in BASELINE_TASKS]
+              for names in _baseline_split(c)]
     results = []
     lap("plan")
     for item in parallel(calls, cfg.jobs):
@@ -88,6 +87,14 @@ def parallel(calls: list, jobs: int = 0) -> list:
         return [f(*args) for f, args in calls]
     from joblib import Parallel, delayed
     return Parallel(n_jobs=n, backend="loky")(delayed(f)(*args) for f, args in calls)
+
+
+def _baseline_split(task) -> tuple[tuple[str, ...], ...]:
+    """With few classes the five metric summaries (a sort of N rows each) outweigh the scores
+    (a few passes over N x K logits): split them over two workers, each recomputing the cheap
+    scores.  With many classes one task computes the scores once."""
+    k = int(ClassifierCache.open(Path(task.cache)).identity["num_classes"])
+    return BASELINE_SPLIT if k <= 32 else ((),)
 
 
 def default_out(tasks, cache_tasks) -> Path:
