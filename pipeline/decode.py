@@ -87,8 +87,9 @@ class RawRows(ImageRows):
 
 
 def collate_raw(batch: list) -> tuple:
-    """(raw bytes list, their positions, stacked CPU-decoded images or None, their positions,
-    rows, valid).  Raw bytes stay numpy arrays so the pin-memory thread leaves them alone."""
+    """-> (raw, dec, dec_pos, rows, valid) with raw = (all file bytes concatenated, their end
+    offsets, their batch positions) or None, and dec = the stacked CPU-decoded images or None.
+    Built in the worker, so one shared-memory tensor per field crosses to the main process."""
     raw, raw_pos, dec, dec_pos = [], [], [], []
     for pos, (payload, _, _) in enumerate(batch):
         if isinstance(payload, np.ndarray):
@@ -99,7 +100,12 @@ def collate_raw(batch: list) -> tuple:
             dec_pos.append(pos)
     rows = torch.tensor([b[1] for b in batch], dtype=torch.int64)
     valid = torch.tensor([b[2] for b in batch], dtype=torch.uint8)
-    return raw, raw_pos, torch.stack(dec) if dec else None, dec_pos, rows, valid
+    packed = None
+    if raw:
+        ends = torch.from_numpy(np.cumsum([len(a) for a in raw]))
+        packed = (torch.from_numpy(np.concatenate(raw)), ends, torch.tensor(raw_pos))
+    return packed, torch.stack(dec) if dec else None, torch.tensor(dec_pos, dtype=torch.int64), \
+        rows, valid
 
 
 class DeviceDecoder:
@@ -111,21 +117,23 @@ class DeviceDecoder:
 
     def __call__(self, batch: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """-> (images uint8 (N, C, H, W) on the device, rows, valid) like a ``--decode cpu`` batch."""
-        raw, raw_pos, dec, dec_pos, rows, valid = batch
+        packed, dec, dec_pos, rows, valid = batch
         c, h, w = self.transform.cfg.input_size
         out = torch.zeros((len(rows), c, h, w), dtype=torch.uint8, device=self.device)
         valid = valid.numpy().copy()
         if dec is not None:
-            out[torch.tensor(dec_pos, device=self.device)] = dec.to(self.device, non_blocking=True)
-        if raw:
-            images = self._decode(raw, rows.numpy()[raw_pos])
-            self._resize_into(out, images, raw_pos, valid)
+            out[dec_pos.to(self.device)] = dec.to(self.device, non_blocking=True)
+        if packed is not None:
+            flat, ends, raw_pos = packed
+            starts = [0, *ends[:-1].tolist()]
+            raw = [flat[a:b] for a, b in zip(starts, ends.tolist())]
+            images = self._decode(raw, rows.numpy()[raw_pos.numpy()])
+            self._resize_into(out, images, raw_pos.tolist(), valid)
         return out, rows, torch.from_numpy(valid)
 
-    def _decode(self, raw: list[np.ndarray], rows: np.ndarray) -> list[torch.Tensor | None]:
+    def _decode(self, tensors: list[torch.Tensor], rows: np.ndarray) -> list[torch.Tensor | None]:
         from torchvision.io import ImageReadMode, decode_jpeg
 
-        tensors = [torch.from_numpy(a) for a in raw]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             try:

@@ -104,12 +104,21 @@ def test_cpu_gpu_and_mixed_decoding_agree(tree, tiny_extract, tmp_path):
     img.save(d / "progressive.JPEG", progressive=True, quality=90)
     img.convert("L").save(d / "grey.JPEG")
     img.save(d / "png.png")
-    (d / f"{imagenet_synsets()[1]}_1.JPEG").write_bytes(b"not an image")
+    # row 8: headers and EOI intact (so it goes to the device decoder), Huffman table broken
+    bad = d / f"{imagenet_synsets()[1]}_2.JPEG"
+    data = bytearray(bad.read_bytes())
+    dht = data.find(b"\xff\xc4")
+    data[dht + 5: dht + 20] = b"\xff" * 15
+    bad.write_bytes(bytes(data))
+    with pytest.raises(BadImageError, match=rf"cannot decode {bad} \(row 8\)"):
+        extract(tiny_extract(tree, out=tmp_path / "strict", decode="gpu"))
+    (d / f"{imagenet_synsets()[1]}_3.JPEG").write_bytes(b"not an image")  # row 9: CPU path
     caches = {}
     for mode in ("cpu", "gpu", "mixed"):
         cfg = tiny_extract(tree, out=tmp_path / mode, decode=mode, skip_bad=True, shuffle_seed=1)
         summary = extract(cfg)
-        assert summary["rows"] == 18 and summary["bad_rows"] == 1
+        assert summary["rows"] == 18 and summary["bad_rows"] == 2
+        assert [r["index"] for r in ClassifierCache.open(cfg.out).bad_rows()] == [8, 9]
         caches[mode] = load_all(cfg)
         assert ClassifierCache.open(cfg.out).identity["decode"] == mode
     for mode in ("gpu", "mixed"):  # identical decoders and resize on the CPU: bit-identical
