@@ -353,7 +353,7 @@ def predict(run_dir, data, splits, cache, labels_file, name, batch_size, workers
 @click.option("--format", "formats", multiple=True, type=click.Choice(["md", "csv", "latex", "json"]),
               help="Output format(s) (repeatable). Default: all four.")
 @click.option("--out", default=None, help="Report directory. Default: artifacts/<dataset>/report.")
-@click.option("--cache", "caches", multiple=True, help="Classifier cache directory, or a cache root, "
+@click.option("--cache", "caches", multiple=True, help="Classifier cache directory or cache root "
               "(repeatable): post-hoc baseline rows (MCP, entropy, max logit, energy, DOCTOR) and "
               "where to find caches that moved since the runs were trained.")
 @click.option("--split", "splits", multiple=True, help="Only these split tags (repeatable).")
