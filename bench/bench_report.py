@@ -85,11 +85,16 @@ def load_runs(runs_root: Path) -> list[tuple[np.ndarray, np.ndarray, str]]:
     return out
 
 
-def time_cli(runs_root: Path, out: Path) -> float:
+def time_cli(runs_root: Path, out: Path) -> tuple[float, float]:
+    """Wall time and CPU time (user + sys of the command and its joblib workers)."""
+    import resource
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run([sys.executable, str(ROOT / "cli.py"), "report", "--runs-root", str(runs_root),
                     "--out", str(out)], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def time_in_process(runs_root: Path, out: Path) -> float:
@@ -98,8 +103,8 @@ def time_in_process(runs_root: Path, out: Path) -> float:
     from pipeline.report import ReportConfig, report
     get_reusable_executor().shutdown(wait=True)
     start = time.perf_counter()
-    report(ReportConfig(runs_root=str(runs_root), out=str(out)))
-    return time.perf_counter() - start
+    summary = report(ReportConfig(runs_root=str(runs_root), out=str(out)))
+    return time.perf_counter() - start, summary["timings"]
 
 
 def time_metrics(runs) -> float:
@@ -121,19 +126,22 @@ def time_naive(runs, fraction: float) -> float:
 def workload(name: str, root: Path, runs_root: Path, target: float, naive_fraction: float) -> dict:
     runs = load_runs(runs_root)
     rows = sum(len(r[0]) for r in runs)
-    cli_s = time_cli(runs_root, root / "report-cli")
-    inproc_s = time_in_process(runs_root, root / "report-inproc")
+    cli_s, cli_cpu = time_cli(runs_root, root / "report-cli")
+    inproc_s, phases = time_in_process(runs_root, root / "report-inproc")
     metrics_s = time_metrics(runs)
     naive_s = time_naive(runs, naive_fraction)
     result = {"workload": name, "runs": len(runs), "rows": rows, "cli_s": round(cli_s, 2),
-              "in_process_s": round(inproc_s, 2), "metrics_only_s": round(metrics_s, 2),
+              "cli_cpu_s": round(cli_cpu, 2), "load_average": round(os.getloadavg()[0], 2),
+              "in_process_s": round(inproc_s, 2), "in_process_phases_s": phases,
+              "metrics_only_s": round(metrics_s, 2),
               "naive_metrics_s": round(naive_s, 2),
               "naive_extrapolated_from": naive_fraction if naive_fraction < 1 else None,
               "speedup_metrics": round(naive_s / metrics_s, 1), "target_s": target,
               "meets_target": cli_s < target}
     print(f"{name}: {len(runs)} run(s), {rows:,} rows | cli.py report {cli_s:.2f} s "
-          f"(target < {target:.0f} s: {'PASS' if cli_s < target else 'FAIL'}) | in-process "
-          f"{inproc_s:.2f} s | metrics only {metrics_s:.2f} s | naive "
+          f"(target < {target:.0f} s: {'PASS' if cli_s < target else 'FAIL'}; CPU {cli_cpu:.1f} s) "
+          f"| in-process "
+          f"{inproc_s:.2f} s {phases} | metrics only {metrics_s:.2f} s | naive "
           f"{naive_s:.1f} s{' (extrapolated from %d%%)' % (100 * naive_fraction) if naive_fraction < 1 else ''}"
           f" | metrics speed-up x{naive_s / metrics_s:.0f}", flush=True)
     return result

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.metrics import DEFINITIONS, aurc, evaluate, rank, risk_coverage_curve
-from pipeline.separability import separability
+from pipeline.separability import separability_all
 
 HIST_BINS = 50
 CURVE_POINTS = 400
@@ -21,9 +21,10 @@ def score_summary(conf: np.ndarray, correct: np.ndarray, tnr_thresholds: dict[st
     ``rates=False`` reports TPR/TNR as undefined (scores without a natural threshold)."""
     r = rank(conf, correct)
     metrics, fits = {}, {}
+    separation = separability_all(conf, correct, DEFINITIONS)
     for definition in DEFINITIONS:
         out = evaluate(r, definition=definition, tnr_threshold=tnr_thresholds[definition])
-        sep = separability(conf, correct, definition)
+        sep = separation[definition]
         for key in ("values", "undefined", "notes"):
             out[key].update(sep[key])
         if not rates:

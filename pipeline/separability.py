@@ -63,17 +63,20 @@ def separability(confidence, correct, definition: str = "paper") -> dict:
     ``{"values": {"kl", "bhattacharyya"}, "undefined": {...}, "notes": {}, "fits": {...}}`` where
     both values are None (with the reason) if either group cannot be fitted.
     """
+    return separability_all(confidence, correct, (definition,))[definition]
+
+
+def separability_all(confidence, correct, definitions=("paper", "standard")) -> dict[str, dict]:
+    """``separability`` for several definitions from one pair of Gaussian fits."""
     conf, corr = check_inputs(confidence, correct)
-    out: dict = {"values": {}, "undefined": {}, "notes": {}, "fits": {}}
     try:
         mu1, s1 = gaussian_fit(conf[corr], "correct predictions")
         mu2, s2 = gaussian_fit(conf[~corr], "incorrect predictions")
     except UndefinedMetric as err:
-        for name in SEPARABILITY_METRICS:
-            out["values"][name] = None
-            out["undefined"][name] = f"{NAMES[name]} is undefined: {err}"
-        return out
-    out["fits"] = {"correct": {"mean": mu1, "std": s1}, "incorrect": {"mean": mu2, "std": s2}}
-    out["values"]["kl"] = averaged_kl(mu1, s1, mu2, s2, definition)
-    out["values"]["bhattacharyya"] = bhattacharyya(mu1, s1, mu2, s2)
-    return out
+        return {d: {"values": dict.fromkeys(SEPARABILITY_METRICS), "notes": {}, "fits": {},
+                    "undefined": {n: f"{NAMES[n]} is undefined: {err}" for n in SEPARABILITY_METRICS}}
+                for d in definitions}
+    fits = {"correct": {"mean": mu1, "std": s1}, "incorrect": {"mean": mu2, "std": s2}}
+    b = bhattacharyya(mu1, s1, mu2, s2)
+    return {d: {"values": {"kl": averaged_kl(mu1, s1, mu2, s2, d), "bhattacharyya": b},
+                "undefined": {}, "notes": {}, "fits": fits} for d in definitions}
