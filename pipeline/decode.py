@@ -116,20 +116,30 @@ class DeviceDecoder:
         self.samples, self.transform, self.device, self.skip_bad = samples, transform, device, skip_bad
 
     def __call__(self, batch: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """-> (images uint8 (N, C, H, W) on the device, rows, valid) like a ``--decode cpu`` batch."""
+        """-> (images uint8 (N, C, H, W) on the device, rows, valid) like a ``--decode cpu`` batch.
+
+        No host<->device synchronisation: images are placed by stacking per-position views (an
+        index tensor built on the host would need a blocking copy and stall the pipeline)."""
         packed, dec, dec_pos, rows, valid = batch
-        c, h, w = self.transform.cfg.input_size
-        out = torch.zeros((len(rows), c, h, w), dtype=torch.uint8, device=self.device)
+        pieces: list[torch.Tensor | None] = [None] * len(rows)
         valid = valid.numpy().copy()
         if dec is not None:
-            out[dec_pos.to(self.device)] = dec.to(self.device, non_blocking=True)
+            for pos, img in zip(dec_pos.tolist(), dec.to(self.device, non_blocking=True)):
+                pieces[pos] = img
         if packed is not None:
             flat, ends, raw_pos = packed
             starts = [0, *ends[:-1].tolist()]
             raw = [flat[a:b] for a, b in zip(starts, ends.tolist())]
             images = self._decode(raw, rows.numpy()[raw_pos.numpy()])
-            self._resize_into(out, images, raw_pos.tolist(), valid)
-        return out, rows, torch.from_numpy(valid)
+            self._resize_into(pieces, images, raw_pos.tolist())
+        blank = None
+        for pos, piece in enumerate(pieces):
+            if piece is None:  # undecodable (--skip-bad): zeros, as ImageRows gives
+                valid[pos] = 0
+                blank = blank if blank is not None else torch.zeros(
+                    self.transform.cfg.input_size, dtype=torch.uint8, device=self.device)
+                pieces[pos] = blank
+        return torch.stack(pieces), rows, torch.from_numpy(valid)
 
     def _decode(self, tensors: list[torch.Tensor], rows: np.ndarray) -> list[torch.Tensor | None]:
         from torchvision.io import ImageReadMode, decode_jpeg
@@ -157,17 +167,15 @@ class DeviceDecoder:
                                     "as invalid") from None
             return None
 
-    def _resize_into(self, out: torch.Tensor, images: list, positions: list[int],
-                     valid: np.ndarray) -> None:
+    def _resize_into(self, pieces: list, images: list, positions: list[int]) -> None:
         groups: dict[tuple, list[int]] = defaultdict(list)
         for k, img in enumerate(images):
-            if img is None:
-                valid[positions[k]] = 0
-            else:
+            if img is not None:
                 groups[tuple(img.shape)].append(k)
         for ks in groups.values():  # one resize call per distinct input size
-            batch = torch.stack([images[k] for k in ks])
-            out[torch.tensor([positions[k] for k in ks], device=self.device)] = self.transform(batch)
+            resized = self.transform(torch.stack([images[k] for k in ks]))
+            for k, img in zip(ks, resized):
+                pieces[positions[k]] = img
 
 
 def make_dataset(samples: SampleList, transform: ResizeCrop, mode: str, corrupt: Callable | None,
