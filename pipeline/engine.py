@@ -13,7 +13,6 @@ from typing import Iterator
 
 import numpy as np
 import torch
-from sklearn.metrics import average_precision_score, roc_auc_score
 from torch import nn
 
 from pipeline import dist
@@ -119,18 +118,22 @@ def first_non_finite(losses: np.ndarray) -> int | None:
 
 
 def val_metrics(z: np.ndarray, correct: np.ndarray, loss: float, tnr_logit: float) -> dict:
-    """Held-out validation: AUPR-Error in the standard definition (errors are the positive
-    class, scored by -z; z ranks exactly like the confidence without sigmoid saturation ties),
-    AUC and AUPR-Success.  Undefined (one class only) -> NaN."""
+    """Held-out validation (pipeline.metrics): AUPR-Error in the standard definition (errors
+    are the positives, ranked by -score), AUPR-Success, AUC, TPR/TNR.  Scored on z, which ranks
+    exactly like sigmoid(z) without float32 saturation ties.  Undefined (one class) -> NaN."""
+    from pipeline import metrics as M
+
+    def safe(fn, *args, **kw):
+        try:
+            return float(fn(*args, **kw))
+        except M.UndefinedMetric:
+            return math.nan
+
     o = correct.astype(bool)
-    out = {"rows": int(len(o)), "accuracy": float(o.mean()), "loss": loss}
-    both = 0 < o.sum() < len(o)
-    out["aupr_error"] = float(average_precision_score(~o, -z)) if both else math.nan
-    out["aupr_success"] = float(average_precision_score(o, z)) if both else math.nan
-    out["auc"] = float(roc_auc_score(o, z)) if both else math.nan
-    out["tpr"] = float((z[o] > 0).mean()) if o.any() else math.nan
-    out["tnr"] = float((z[~o] < tnr_logit).mean()) if (~o).any() else math.nan
-    return out
+    return {"rows": int(len(o)), "accuracy": float(o.mean()), "loss": loss,
+            "aupr_error": safe(M.aupr_error, z, o, definition="standard"),
+            "aupr_success": safe(M.aupr_success, z, o), "auc": safe(M.auc, z, o),
+            "tpr": safe(M.tpr, z, o, threshold=0.0), "tnr": safe(M.tnr, z, o, threshold=tnr_logit)}
 
 
 def training_state(objs: TrainObjects, step: int, extra: dict) -> dict:

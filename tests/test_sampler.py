@@ -64,3 +64,18 @@ def test_targets_follow_the_view_shown():
     o, pt = table.lookup(np.array([0, 1, 2, 0]), np.array([True, True, False, False]))
     assert o.tolist() == [0, 0, 1, 1]
     assert torch.allclose(pt, torch.tensor([.3, .2, .8, .9]))
+
+
+def test_validation_score_is_the_standard_aupr_error():
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    from pipeline.engine import val_metrics
+
+    rng = np.random.default_rng(0)
+    o = rng.random(500) < 0.8
+    z = rng.normal(size=500) + 1.5 * o
+    m = val_metrics(z.astype(np.float32), o.astype(np.float32), 0.1, 0.0)
+    assert m["aupr_error"] == pytest.approx(average_precision_score(~o, -z.astype(np.float32)))
+    assert m["auc"] == pytest.approx(roc_auc_score(o, z.astype(np.float32)))
+    assert m["tpr"] == pytest.approx((z[o] > 0).mean()) and m["tnr"] == pytest.approx((z[~o] < 0).mean())
+    assert np.isnan(val_metrics(z, np.ones(500), 0.1, 0.0)["aupr_error"])   # no errors: undefined
