@@ -94,8 +94,12 @@ def claim_directory(cache_dir: Path, identity: Mapping[str, Any]) -> bool:
     if cache_dir.exists() and any(p for p in cache_dir.iterdir() if not p.name.startswith(".")):
         raise CacheError(f"cache directory {cache_dir} is not empty and holds no cache (no "
                          f"{IDENTITY_FILE}); choose another --out or empty it")
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(id_path, identity)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(id_path, identity)
+    except (PermissionError, FileExistsError, NotADirectoryError) as err:
+        raise CacheError(f"cannot create the cache directory {cache_dir} ({err}); choose "
+                         "another --out") from None
     return False
 
 

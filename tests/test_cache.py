@@ -114,6 +114,8 @@ def test_claim_directory(tmp_path):
     with pytest.raises(CacheError, match="is not empty and holds no cache"):
         mf.claim_directory(other, IDENT)
     assert (other / "todo.txt").read_text() == "mine"
+    with pytest.raises(CacheError, match="cannot create the cache directory .*todo.txt/vit"):
+        mf.claim_directory(other / "todo.txt" / "vit", IDENT)  # a file in the way
 
 
 def test_cache_root_check(tmp_path):
