@@ -26,6 +26,17 @@ EMBEDDED_ARCH = {
                                          embed_dim=64, depth=4, num_heads=2, mlp_ratio=2.0)),
     "resnet": ("resnet10t", dict(in_chans=1, num_classes=10)),
 }
+# How ``cli.py fit-classifier`` trains (AdamW, linear warm-up then cosine decay, random crop from
+# a zero-padded image + horizontal flip; a seeded ``val_fraction`` of the split is held out and
+# scored).  DEFAULT_FIT serves any dataset/timm name; EMBEDDED_FIT overrides it for the embedded
+# presets.  precision None = bf16 on CUDA, fp32 on CPU (faster there for these small models).
+DEFAULT_FIT = dict(epochs=10, batch_size=128, lr=1e-3, weight_decay=0.05, warmup_epochs=1.0,
+                   pad=4, flip=True, label_smoothing=0.0, val_fraction=0.1, workers=None,
+                   precision=None)
+EMBEDDED_FIT = {
+    "vit": dict(epochs=6, batch_size=128, lr=2e-3, warmup_epochs=0.5, pad=2, workers=0),
+    "resnet": dict(epochs=4, batch_size=128, lr=2e-3, warmup_epochs=0.5, pad=2, workers=0),
+}
 # Fashion-MNIST pixel statistics (training file), used as the "model" preprocessing.
 EMBEDDED_DATA_CONFIG = dict(input_size=(1, 28, 28), interpolation="bilinear", crop_pct=1.0,
                             crop_mode="center", mean=(0.2860,), std=(0.3530,))
