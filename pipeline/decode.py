@@ -148,7 +148,7 @@ class DeviceDecoder:
             warnings.simplefilter("ignore", DeprecationWarning)
             try:
                 return list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=self.device))
-            except RuntimeError:  # one bad file fails the whole batch: find it
+            except Exception:  # noqa: BLE001 - one bad file fails the whole batch: find it
                 return [self._decode_one(t, int(r)) for t, r in zip(tensors, rows)]
 
     def _decode_one(self, data: torch.Tensor, row: int) -> torch.Tensor | None:
@@ -156,7 +156,7 @@ class DeviceDecoder:
 
         try:
             return decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device)
-        except RuntimeError:
+        except Exception:  # noqa: BLE001 - retried on the CPU below
             pass
         try:  # same fallback and message as the CPU path
             return decode_file(str(self.samples.path(row))).to(self.device)

@@ -166,6 +166,10 @@ def resolve_data_config(model: nn.Module, spec: ModelSpec, preprocess: str) -> D
         base = DataConfig((in_chans, *size[1:]), cfg["interpolation"], float(cfg["crop_pct"]),
                           "squash" if cfg.get("crop_mode") == "squash" else "center",
                           tuple(cfg["mean"]), tuple(cfg["std"]))
+    if base.interpolation not in ("bilinear", "bicubic", "nearest"):
+        raise ModelError(f"{spec.name}'s data config asks for {base.interpolation!r} "
+                         "interpolation; supported: bilinear, bicubic, nearest (or use "
+                         "--preprocess paper)")
     if preprocess == "paper":
         c = base.input_size[0]
         return DataConfig(base.input_size, "bilinear", 1.0, "squash", (0.5,) * c, (0.5,) * c)
