@@ -127,7 +127,8 @@ class LoopSettings:
 
 def fit(prep, objs: TrainObjects, data_cfg: DataConfig, state: LoopState,
         s: LoopSettings) -> str:
-    """Train from ``state.step`` to the end (or a stop request).  Returns 'trained' or 'stopped'."""
+    """Train from ``state.step`` to the end, to --stop-at-step ('stopped') or to a SIGINT/SIGTERM
+    ('interrupted'); a checkpoint is written in the last two cases.  Returns the outcome."""
     info, schedule = objs.info, prep.schedule
     total = schedule.total_steps
     slices = micro_slices(schedule.batch_size, info.world, info.rank, prep.config["accum_steps"])
@@ -158,13 +159,13 @@ def fit(prep, objs: TrainObjects, data_cfg: DataConfig, state: LoopState,
             window, counts = [], torch.zeros(4, device=objs.device)
             if val_now:
                 validate(prep, objs, data_cfg, state, log, s)
-            stopping = step == s.stop_at_step or not dist.all_ok(info, not stop.requested)
-            if ckpt_now or stopping:
+            signalled = not dist.all_ok(info, not stop.requested)
+            if ckpt_now or signalled:
                 save_training_state(s.run_dir / CHECKPOINTS / LAST, objs, step, state.extra(prep))
                 state.last_ckpt_step = step
-            if stopping and step < total:
+            if (signalled or step == s.stop_at_step) and step < total:
                 bar.close()
-                return "stopped"
+                return "interrupted" if signalled else "stopped"
     bar.close()
     return "trained"
 

@@ -119,6 +119,20 @@ def load_trained_oracle(run_dir: Path, run: dict) -> tuple[Oracle, DataConfig, d
     return model, DataConfig.from_dict(info["data_config"]), ckpt
 
 
+def default_output_name(data: str | None, record: dict, tag: str) -> str:
+    """The split tag for the run's own data root; ``<root folder>_<tag>`` for another root
+    (e.g. ``defocus_blur_5`` for ImageNet-C's ``defocus_blur/5``), so outputs never collide."""
+    from pipeline.sources import is_embedded
+
+    trained_on = record["config"]["data"]
+    if is_embedded(data) and is_embedded(trained_on):
+        return tag
+    if not is_embedded(data) and not is_embedded(trained_on) and \
+            Path(data).resolve() == Path(trained_on).resolve():
+        return tag
+    return f"{'fashion-mnist' if is_embedded(data) else Path(data).resolve().name}_{tag}"
+
+
 @dataclass(frozen=True)
 class PredictConfig:
     run: Path
@@ -152,8 +166,7 @@ def predict(cfg: PredictConfig) -> list[dict]:
     for tag in cfg.splits:
         split = open_split(cfg.data, cfg.cache, record["classifier"], tag, cfg.labels_file,
                            same_classifier_as=run["classifier_identity"])
-        same = split.samples.dataset == record["dataset"]
-        path = output_path(cfg.run, cfg.name or (tag if same else f"{split.samples.dataset}_{tag}"))
+        path = output_path(cfg.run, cfg.name or default_output_name(cfg.data, record, tag))
         if outputs_done(path, classifier_ref(split.cache.path, split.cache.identity), record):
             results.append({"split": tag, "path": str(path), "already_complete": True})
             continue

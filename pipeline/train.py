@@ -237,11 +237,11 @@ def train(cfg: TrainConfig) -> dict:
                            **extras)
         raise
     best = {"step": state.best_step, "val_aupr_error": state.best_score}
-    if outcome == "stopped":
+    if outcome in ("stopped", "interrupted"):
         if info.is_main:
-            write_run_file(prep.run_dir, prep.record, "stopped", step=state.step, best=best,
+            write_run_file(prep.run_dir, prep.record, outcome, step=state.step, best=best,
                            **extras)
-        return {"run_dir": str(prep.run_dir), "status": "stopped", "step": state.step,
+        return {"run_dir": str(prep.run_dir), "status": outcome, "step": state.step,
                 "total_steps": sched["total_steps"], "resumed_at": resumed_at}
     if state.best_step is None:   # no held-out rows (or no defined score): the final model
         fit.save_best(prep.run_dir, objs, prep, state.step, None, "final")

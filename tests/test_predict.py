@@ -62,3 +62,15 @@ def test_outputs_of_another_run_are_not_overwritten(trained):
     result = run_cli(["predict", "--run", other, "--split", "val", "--workers", 0,
                       "--no-progress"], expect=1)
     assert "holds other outputs" in result.output and "seed" in result.output
+
+
+def test_predict_on_another_data_root_gets_its_own_file(trained, tmp_path):
+    import shutil
+
+    data, cache, run = trained
+    elsewhere = shutil.copytree(data, tmp_path / "shifted")     # same listing, another root
+    result = run_cli(["predict", "--run", run, "--data", elsewhere, "--cache", cache,
+                      "--split", "val", "--workers", 0, "--precision", "fp32", "--no-progress"])
+    assert "shifted_val.h5" in result.output
+    assert np.array_equal(read_outputs(run / "outputs" / "shifted_val.h5").columns["z"],
+                          read_outputs(run / "outputs" / "val.h5").columns["z"])
