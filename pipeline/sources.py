@@ -143,7 +143,10 @@ def fashion_mnist(root: Path, split: str) -> SampleList:
     labels = _read_idx(root / f"{stem}-labels-idx1-ubyte").astype(np.int64)
     if len(images) != len(labels):
         raise DataError(f"{root}: {stem} has {len(images)} images but {len(labels)} labels")
-    stop = len(images) if stop is None else stop
+    stop = len(images) if stop is None else min(stop, len(images))  # shorter files: subsets
+    if start >= stop:
+        raise DataError(f"--split {split!r}: {root} has {len(images)} {stem} rows, but this split "
+                        f"starts at row {start}")
     names = tuple(f"{stem}-images-idx3-ubyte[{r}]" for r in range(start, stop))
     return SampleList(FMNIST_NAME, str(root), split, names, labels[start:stop].copy(),
                       FMNIST_CLASSES, idx_images=images[start:stop])
