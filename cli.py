@@ -81,7 +81,8 @@ def cli():
 @click.option("--labels", "labels_file", default=None, help="Labels file for a flat val/ folder.")
 @click.option("--batch-size", default=256, show_default=True)
 @click.option("--workers", default=None, type=click.IntRange(0), help="DataLoader worker "
-              "processes per process. Default: the usable cores / local ranks, minus one.")
+              "processes per process. Default: the usable cores / local ranks, minus one (0 for "
+              "the in-memory Fashion-MNIST without --corruption).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True)
 @click.option("--device", default=None, help="cuda, cuda:1, cpu... Default: cuda if available.")
 @click.option("--weights", default=None, help="Local weights file instead of the hub download.")

@@ -196,9 +196,10 @@ def _closing(sink: ShardSink, batches):
 def extract(cfg: ExtractConfig) -> dict:
     """Run stage 1 for one split; returns the summary dict (also stored in the manifest)."""
     info, device = dist.init(cfg.device)
-    if cfg.workers is None:
-        cfg = replace(cfg, workers=default_workers(int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
     samples = list_split(cfg.data, cfg.split, cfg.labels_file)
+    if cfg.workers is None:  # in-memory idx images: worker IPC would cost more than the work
+        cfg = replace(cfg, workers=0 if samples.idx_images is not None and not cfg.corruption
+                      else default_workers(int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
     spec = resolve_spec(cfg.classifier, is_embedded(cfg.data) or samples.dataset == "fashion-mnist",
                         cfg.weights, cfg.random_init, cfg.model_kwargs)
     model = build_model(spec, seed=cfg.seed)
