@@ -86,7 +86,7 @@ def draw_rc_curves(curves: list[dict], path: str, title: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6.5, loc="upper left", frameon=False)
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.92)  # no tight_layout pass
     _save(fig, path)
 
 
