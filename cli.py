@@ -96,7 +96,9 @@ def cli():
               "image, so oracle training can use the target of the view it shows.")
 @click.option("--skip-bad", is_flag=True, help="Record undecodable images as invalid rows "
               "instead of stopping.")
-@click.option("--shard-size", default=10_000, show_default=True, help="Rows per HDF5 shard.")
+@click.option("--shard-size", default=3125, show_default=True, type=click.IntRange(1),
+              help="Rows per HDF5 shard, the unit of resume and of the split between torchrun "
+              "processes (ImageNet val = 16 equal shards: 1, 2, 4, 8 or 16 GPUs share it evenly).")
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the classifier.")
 @click.option("--decode", type=click.Choice(["cpu", "gpu", "mixed"]), default="cpu",
               show_default=True, help="Where JPEGs are decoded: cpu (loader workers), gpu "

@@ -50,7 +50,7 @@ class ExtractConfig:
     features: bool = False
     flip_view: bool = False
     skip_bad: bool = False
-    shard_size: int = 10_000
+    shard_size: int = 3125            # ImageNet val = 16 equal shards; see cli.py --shard-size
     compile: bool = False
     decode: str = "cpu"               # cpu | gpu | mixed (pipeline.decode)
     corruption: str | None = None
