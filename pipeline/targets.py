@@ -36,15 +36,12 @@ class Split:
         return make_corruption(*self.corruption)
 
 
-def parse_corruption(spec: str, where: str) -> tuple[str, int, int] | None:
+def parse_corruption(spec: str) -> tuple[str, int, int] | None:
     """The cache's ``corruption`` attribute "name:severity:seedN" (or "none")."""
     if not spec or spec == "none":
         return None
-    try:
-        name, severity, seed = spec.split(":")
-        return name, int(severity), int(seed.removeprefix("seed"))
-    except ValueError:
-        raise CacheError(f"{where}: corruption attribute {spec!r} is not 'name:severity:seedN'") from None
+    from pipeline.corruptions import parse_corruption_tag  # imported only when needed
+    return parse_corruption_tag(spec)
 
 
 def open_split(data: str | None, cache_root: Path, classifier: str, tag: str,
@@ -73,7 +70,7 @@ def open_split(data: str | None, cache_root: Path, classifier: str, tag: str,
         check_identity(ident, dict(same_classifier_as), f"cache {path}", keys=CLASSIFIER_KEYS,
                        hint="It was extracted with another classifier than the training split's "
                             "cache; re-extract it with the same classifier and weights.")
-    return Split(tag, cache, samples, parse_corruption(ident.get("corruption", "none"), str(path)))
+    return Split(tag, cache, samples, parse_corruption(ident.get("corruption", "none")))
 
 
 def training_targets(split: Split) -> dict[str, np.ndarray]:

@@ -42,14 +42,15 @@ def run_cli(args: list[str], expect: int | None = 0):
 
 
 def extract(data: Path, cache: Path, splits=("train", "val"), seed: int = 0,
-            kwargs: dict | None = None, flip_view: bool = True, classifier: str = CLASSIFIER):
+            kwargs: dict | None = None, flip_view: bool = True, classifier: str = CLASSIFIER,
+            extra: tuple = ()):
     kw = {**TINY_VIT_KWARGS, "num_classes": 3, **(kwargs or {})}
     args = ["extract", "--classifier", classifier, "--random-init", "--model-kwargs",
             json.dumps(kw), "--data", data, "--out", cache, "--workers", 0, "--precision", "fp32",
             "--seed", seed, "--no-progress"]
     for split in splits:
         args += ["--split", split]
-    return run_cli(args + (["--flip-view"] if flip_view else []))
+    return run_cli(args + (["--flip-view"] if flip_view else []) + list(extra))
 
 
 def train_args(data: Path, cache: Path, out: Path | None, *extra, loss: str = "ce") -> list:
