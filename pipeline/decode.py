@@ -114,6 +114,28 @@ class DeviceDecoder:
     def __init__(self, samples: SampleList, transform: ResizeCrop, device: torch.device,
                  skip_bad: bool):
         self.samples, self.transform, self.device, self.skip_bad = samples, transform, device, skip_bad
+        if device.type != "cpu":
+            self._self_test()
+
+    def _self_test(self) -> None:
+        """Fail early and clearly where torchvision cannot decode on this device (built without
+        nvJPEG, say), instead of silently falling back to the CPU file by file."""
+        import io
+
+        from PIL import Image
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        buf = io.BytesIO()
+        Image.new("RGB", (16, 16), (200, 30, 90)).save(buf, "JPEG")
+        data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                decode_jpeg([data, data], mode=ImageReadMode.RGB, device=self.device)
+        except Exception as err:  # noqa: BLE001 - any failure means: not usable here
+            first = (str(err).splitlines() or [""])[0]
+            raise DataError(f"--decode gpu/mixed: torchvision cannot decode JPEGs on {self.device} "
+                            f"({type(err).__name__}: {first}); use --decode cpu") from None
 
     def __call__(self, batch: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """-> (images uint8 (N, C, H, W) on the device, rows, valid) like a ``--decode cpu`` batch.
