@@ -215,7 +215,7 @@ def train(cfg: TrainConfig) -> dict:
     sched = fit.schedule_info(prep.config, prep.schedule.total_steps,
                               prep.schedule.steps_per_epoch, info.world)
     if prep.state == "complete":
-        return {**finish(prep, None, None, info, device, sched), "already_complete": True}
+        return {**finish(prep, None, info, device, sched), "already_complete": True}
     objs, data_cfg = fit.build_objects(prep, info, device, sched)
     state = fit.LoopState()
     if prep.state == "resume":
@@ -246,7 +246,7 @@ def train(cfg: TrainConfig) -> dict:
     if state.best_step is None:   # no held-out rows (or no defined score): the final model
         fit.save_best(prep.run_dir, objs, prep, state.step, None, "final")
         best = {"step": state.step, "val_aupr_error": None}
-    summary = finish(prep, objs, data_cfg, info, device, sched, best=best, extras=extras)
+    summary = finish(prep, objs, info, device, sched, best=best, extras=extras)
     return {**summary, "resumed_at": resumed_at, "already_complete": False}
 
 
@@ -256,9 +256,10 @@ def oracle_build(prep: Prepared, data_cfg) -> dict:
             "data_config": data_cfg.to_dict(), "head": prep.config["z"]}
 
 
-def finish(prep: Prepared, objs, data_cfg, info: dist.DistInfo, device, sched: dict,
+def finish(prep: Prepared, objs, info: dist.DistInfo, device, sched: dict,
            best: dict | None = None, extras: dict | None = None) -> dict:
-    """Score every eval split with the chosen (best) oracle; mark the run complete."""
+    """Score every eval split with the chosen oracle (best.pt, rebuilt as ``predict`` does);
+    mark the run complete.  ``objs`` (the training objects) is None for an already complete run."""
     from pipeline.checkpoint import unwrap
     from pipeline.predict import load_trained_oracle, output_path, outputs_done, write_split_outputs
     from pipeline.runs import read_run_file
