@@ -126,6 +126,10 @@ def extract(cfg: ExtractConfig) -> dict:
     data_cfg = resolve_data_config(model, spec, cfg.preprocess)
     dataset = make_dataset(samples, ResizeCrop(data_cfg), cfg.decode, make_corruption(cfg),
                            cfg.skip_bad)
+    # --decode gpu/mixed: decoded in the main process; built (and self-tested) before the cache
+    # directory is claimed, so an unusable decoder leaves nothing behind
+    to_images = DeviceDecoder(samples, dataset.transform, device, cfg.skip_bad) \
+        if cfg.decode != "cpu" else (lambda batch: batch)
     identity = build_identity(cfg, samples, spec, model, data_cfg)
     complete = _claim(cfg.out, identity, info)
     ranges = shard_ranges(len(samples), cfg.shard_size)
@@ -133,7 +137,8 @@ def extract(cfg: ExtractConfig) -> dict:
         todo = [s for s in range(info.rank, len(ranges), info.world)
                 if not shard_is_complete(shard_path(cfg.out, s), identity, *ranges[s])]
         start = time.perf_counter()
-        timing = _run_shards(cfg, dataset, model, data_cfg, identity, ranges, todo, info, device)
+        timing = _run_shards(cfg, dataset, to_images, model, data_cfg, identity, ranges, todo,
+                             info, device)
         n_done = dist.sum_int(info, timing["rows"])  # also waits until every rank is done
         timing.update(rows=n_done, elapsed=time.perf_counter() - start)
         if info.is_main:
@@ -158,7 +163,8 @@ def _claim(out: Path, identity: dict, info: dist.DistInfo) -> bool:
     return complete
 
 
-def _run_shards(cfg, dataset, model, data_cfg, identity, ranges, todo, info, device) -> dict:
+def _run_shards(cfg, dataset, to_images, model, data_cfg, identity, ranges, todo, info,
+                device) -> dict:
     """Compute this rank's missing shards; returns rows computed and timings."""
     for s in todo:  # stale temporaries of an interrupted run of this rank's shards
         for tmp in Path(cfg.out).glob(f".{shard_path(cfg.out, s).name}.tmp-*"):
@@ -168,8 +174,6 @@ def _run_shards(cfg, dataset, model, data_cfg, identity, ranges, todo, info, dev
     loader = make_loader(dataset, chunk_batches(my_ranges, cfg.batch_size, cfg.shuffle_seed),
                          cfg.workers, pin_memory=device.type == "cuda",
                          collate_fn=collate_raw if on_device else None)
-    to_images = DeviceDecoder(dataset.samples, dataset.transform, device, cfg.skip_bad) \
-        if on_device else (lambda batch: batch)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input size: let cuDNN pick its kernels
     model = model.to(device).to(memory_format=torch.channels_last)
