@@ -133,6 +133,41 @@ def default_output_name(data: str | None, record: dict, tag: str) -> str:
     return f"{'fashion-mnist' if is_embedded(data) else Path(data).resolve().name}_{tag}"
 
 
+def finish_run(prep, objs, info: dist.DistInfo, device, sched: dict,
+               best: dict | None = None, extras: dict | None = None) -> dict:
+    """Score every eval split with the chosen oracle (best.pt, rebuilt as ``predict`` does);
+    mark the run complete.  ``objs`` (the training objects) is None for an already complete run."""
+    from pipeline.checkpoint import unwrap
+    from pipeline.runs import write_run_file
+
+    run = read_run_file(prep.run_dir)
+    model, data_cfg, ckpt = load_trained_oracle(prep.run_dir, {**run, **(extras or {})})
+    model = model.to(device)
+    if objs is not None:
+        unwrap(objs.model).cpu()   # free the training copy's device memory
+    opts = dict(batch_size=prep.config["eval_batch_size"], workers=prep.config["workers"],
+                precision=prep.config["precision"], progress=prep.config["progress"])
+    outputs = dict(run.get("outputs", {}))
+    results = []
+    for split in prep.evals:
+        path = output_path(prep.run_dir, split.tag)
+        ref = classifier_ref(split.cache.path, split.cache.identity)
+        if outputs_done(path, ref, prep.record):
+            results.append({"split": split.tag, "path": str(path), "already_complete": True})
+        else:
+            results.append(write_split_outputs(model, split, path, prep.record, data_cfg, opts,
+                                               info, device))
+        outputs[split.tag] = str(path)
+    extras = extras or {k: v for k, v in run.items() if k not in ("run", "status", "versions",
+                                                                  "updated", "outputs")}
+    best = best or run.get("best") or {"step": ckpt.get("step"), "val_aupr_error": ckpt.get("score")}
+    if info.is_main:
+        write_run_file(prep.run_dir, prep.record, "complete", step=sched["total_steps"], best=best,
+                       outputs=outputs, **{k: v for k, v in extras.items() if k not in ("best", "step")})
+    return {"run_dir": str(prep.run_dir), "status": "complete", "best": best, "outputs": results,
+            "total_steps": sched["total_steps"]}
+
+
 @dataclass(frozen=True)
 class PredictConfig:
     run: Path

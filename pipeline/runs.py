@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import platform
+import socket
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -134,3 +136,50 @@ def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+class RunLock:
+    """``RUN_DIR/.lock`` held by the process (rank 0) that trains or scores a run, so two
+    launches of the same settings never write into one directory at once.  A lock left by a
+    process that no longer runs on this host is taken over."""
+
+    def __init__(self, run_dir: Path, enabled: bool = True):
+        self.path, self.enabled = Path(run_dir) / ".lock", enabled
+
+    def __enter__(self):
+        if not self.enabled:
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        me = {"pid": os.getpid(), "host": socket.gethostname()}
+        for _ in range(2):
+            try:
+                with open(self.path, "x") as fh:
+                    json.dump(me, fh)
+                return self
+            except FileExistsError:
+                if not self._stale():
+                    raise RunError(f"{self.path.parent} is in use by another process "
+                                   f"({self.path.read_text().strip()}); wait for it, or delete "
+                                   f"{self.path} if that process is gone") from None
+                self.path.unlink(missing_ok=True)
+        raise RunError(f"could not take {self.path}")
+
+    def _stale(self) -> bool:
+        try:
+            owner = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return False          # being written right now
+        if owner.get("host") != socket.gethostname():
+            return False          # cannot tell from here
+        try:
+            os.kill(int(owner["pid"]), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.path.unlink(missing_ok=True)
+        return False

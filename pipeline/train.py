@@ -17,8 +17,8 @@ from pipeline import dist
 from pipeline.losses import LossConfig, check_loss_options, loss_label, resolve_loss, variant_tags
 from pipeline.models import ModelError, ModelSpec, resolve_spec
 from pipeline.presets import SS_ALPHAS, family
-from pipeline.runs import (RunError, VAL_FILE, claim_run, default_run_dir, group_hash, run_record,
-                           write_run_file)
+from pipeline.runs import (RunError, RunLock, VAL_FILE, claim_run, default_run_dir, group_hash,
+                           run_record, write_run_file)
 from pipeline.sampler import StepSchedule, carve_rows
 from pipeline.sources import FMNIST_NAME, is_embedded
 from pipeline.targets import CLASSIFIER_KEYS, Split, check_both_classes, open_split, training_targets
@@ -90,7 +90,7 @@ class Prepared:
     config: dict                  # the resolved config (saved in run.json and checkpoints)
     record: dict                  # the DATA_CONTRACT ``run`` record
     run_dir: Path
-    state: str                    # new | resume | complete
+    state: str                    # unclaimed, then new | resume | complete
     train: Split
     evals: list[Split]
     targets: dict[str, np.ndarray]
@@ -131,7 +131,7 @@ def _schedule_rows(cfg: TrainConfig, train: Split, targets: dict) -> tuple[np.nd
 
 
 def prepare(cfg: TrainConfig, info: dist.DistInfo) -> Prepared:
-    """Open and check every cache, carve the rows, resolve the loss and claim the run dir."""
+    """Open and check every cache, carve the rows, resolve the loss, name the run dir."""
     given = {k: getattr(cfg, k) for k in LOSS_OPTIONS}
     check_loss_options(cfg.loss, given)
     train = open_split(cfg.data, Path(cfg.cache), cfg.classifier, cfg.train_split, cfg.labels_file)
@@ -160,9 +160,8 @@ def prepare(cfg: TrainConfig, info: dist.DistInfo) -> Prepared:
                         num_classes=train.cache.identity["num_classes"])
     run_dir = Path(cfg.out) if cfg.out else default_run_dir(Path(cfg.artifacts) / "runs", record)
     schedule = StepSchedule(train_rows, cfg.batch_size, cfg.epochs, cfg.seed, cfg.flip)
-    state = _claim(run_dir, record, cfg.resume, info)
-    return Prepared(config, record, run_dir, state, train, evals, targets, train_rows, val_rows,
-                    loss, spec, schedule, counts)
+    return Prepared(config, record, run_dir, "unclaimed", train, evals, targets, train_rows,
+                    val_rows, loss, spec, schedule, counts)
 
 
 def _claim(run_dir: Path, record: dict, must_resume: bool, info: dist.DistInfo) -> str:
@@ -207,15 +206,31 @@ def run_extras(prep: Prepared, schedule_info: dict) -> dict:
 
 def train(cfg: TrainConfig) -> dict:
     """Run stage 2 for one (oracle, classifier, loss, seed); returns a summary dict."""
-    from pipeline import fit
-    from pipeline.runs import TrainingDiverged
-
     info, device = dist.init(cfg.device)
     prep = prepare(cfg, info)
+    lock, err = RunLock(prep.run_dir, info.is_main), None
+    try:
+        lock.__enter__()
+    except RunError as e:
+        err = e
+    if not dist.all_ok(info, err is None):
+        raise err or RunError(f"rank 0 could not lock {prep.run_dir}")
+    try:
+        prep.state = _claim(prep.run_dir, prep.record, cfg.resume, info)
+        return _train_claimed(cfg, prep, info, device)
+    finally:
+        lock.__exit__()
+
+
+def _train_claimed(cfg: TrainConfig, prep: Prepared, info: dist.DistInfo, device) -> dict:
+    from pipeline import fit
+    from pipeline.predict import finish_run
+    from pipeline.runs import TrainingDiverged
+
     sched = fit.schedule_info(prep.config, prep.schedule.total_steps,
                               prep.schedule.steps_per_epoch, info.world)
     if prep.state == "complete":
-        return {**finish(prep, None, info, device, sched), "already_complete": True}
+        return {**finish_run(prep, None, info, device, sched), "already_complete": True}
     objs, data_cfg = fit.build_objects(prep, info, device, sched)
     state = fit.LoopState()
     if prep.state == "resume":
@@ -246,7 +261,7 @@ def train(cfg: TrainConfig) -> dict:
     if state.best_step is None:   # no held-out rows (or no defined score): the final model
         fit.save_best(prep.run_dir, objs, prep, state.step, None, "final")
         best = {"step": state.step, "val_aupr_error": None}
-    summary = finish(prep, objs, info, device, sched, best=best, extras=extras)
+    summary = finish_run(prep, objs, info, device, sched, best=best, extras=extras)
     return {**summary, "resumed_at": resumed_at, "already_complete": False}
 
 
@@ -254,40 +269,3 @@ def oracle_build(prep: Prepared, data_cfg) -> dict:
     """What ``predict`` needs to rebuild the oracle without fetching weights."""
     return {"model": prep.spec.name, "model_kwargs": prep.spec.kwargs,
             "data_config": data_cfg.to_dict(), "head": prep.config["z"]}
-
-
-def finish(prep: Prepared, objs, info: dist.DistInfo, device, sched: dict,
-           best: dict | None = None, extras: dict | None = None) -> dict:
-    """Score every eval split with the chosen oracle (best.pt, rebuilt as ``predict`` does);
-    mark the run complete.  ``objs`` (the training objects) is None for an already complete run."""
-    from pipeline.checkpoint import unwrap
-    from pipeline.predict import load_trained_oracle, output_path, outputs_done, write_split_outputs
-    from pipeline.runs import read_run_file
-    from cache.outputs import classifier_ref
-
-    run = read_run_file(prep.run_dir)
-    model, data_cfg, ckpt = load_trained_oracle(prep.run_dir, {**run, **(extras or {})})
-    model = model.to(device)
-    if objs is not None:
-        unwrap(objs.model).cpu()   # free the training copy's device memory
-    opts = dict(batch_size=prep.config["eval_batch_size"], workers=prep.config["workers"],
-                precision=prep.config["precision"], progress=prep.config["progress"])
-    outputs = dict(run.get("outputs", {}))
-    results = []
-    for split in prep.evals:
-        path = output_path(prep.run_dir, split.tag)
-        ref = classifier_ref(split.cache.path, split.cache.identity)
-        if outputs_done(path, ref, prep.record):
-            results.append({"split": split.tag, "path": str(path), "already_complete": True})
-        else:
-            results.append(write_split_outputs(model, split, path, prep.record, data_cfg, opts,
-                                               info, device))
-        outputs[split.tag] = str(path)
-    extras = extras or {k: v for k, v in run.items() if k not in ("run", "status", "versions",
-                                                                  "updated", "outputs")}
-    best = best or run.get("best") or {"step": ckpt.get("step"), "val_aupr_error": ckpt.get("score")}
-    if info.is_main:
-        write_run_file(prep.run_dir, prep.record, "complete", step=sched["total_steps"], best=best,
-                       outputs=outputs, **{k: v for k, v in extras.items() if k not in ("best", "step")})
-    return {"run_dir": str(prep.run_dir), "status": "complete", "best": best, "outputs": results,
-            "total_steps": sched["total_steps"]}

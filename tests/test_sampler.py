@@ -79,3 +79,24 @@ def test_validation_score_is_the_standard_aupr_error():
     assert m["auc"] == pytest.approx(roc_auc_score(o, z.astype(np.float32)))
     assert m["tpr"] == pytest.approx((z[o] > 0).mean()) and m["tnr"] == pytest.approx((z[~o] < 0).mean())
     assert np.isnan(val_metrics(z, np.ones(500), 0.1, 0.0)["aupr_error"])   # no errors: undefined
+
+
+def test_run_lock_refuses_a_live_owner_and_takes_over_a_dead_one(tmp_path):
+    import json
+    import os
+    import socket
+    import subprocess
+
+    from pipeline.runs import RunError, RunLock
+
+    lock = tmp_path / "run" / ".lock"
+    with RunLock(tmp_path / "run"):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+        with pytest.raises(RunError, match="in use by another process"):
+            RunLock(tmp_path / "run").__enter__()
+    assert not lock.exists()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    lock.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+    with RunLock(tmp_path / "run"):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
