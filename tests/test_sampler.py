@@ -100,3 +100,20 @@ def test_run_lock_refuses_a_live_owner_and_takes_over_a_dead_one(tmp_path):
     lock.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
     with RunLock(tmp_path / "run"):
         assert json.loads(lock.read_text())["pid"] == os.getpid()
+
+
+def test_onecycle_schedule_follows_the_paper_and_caps_short_warmups():
+    from pipeline.fit import schedule_info
+    from pipeline.runs import RunError
+
+    cfg = {"warmup_steps": 100, "batch_size": 40, "accum_steps": 1, "cycle_momentum": False,
+           "momentum": 0.05}
+    full = schedule_info(cfg, 32029, 32029, 1)              # ImageNet train / 40
+    assert full["warmup_steps_effective"] == 100 and full["pct_start"] == 100 / 32029
+    short = schedule_info(cfg, 50, 50, 1)
+    assert short["warmup_steps_effective"] == 15           # 30% of a 50-step run
+    assert schedule_info({**cfg, "accum_steps": 2}, 50, 50, 2)["micro_batch"] == 10
+    with pytest.raises(RunError, match="too few"):
+        schedule_info(cfg, 2, 2, 1)
+    with pytest.raises(RunError, match="not divisible"):
+        schedule_info(cfg, 50, 50, 3)
