@@ -6,7 +6,7 @@
     python bench/bench_train.py --tiny                   # CPU smoke run (tiny models, ~1 min)
 
 --data takes any ImageFolder root (ROOT/train/<class>/*.JPEG, e.g. from bench/make_jpegs.py); without
-it, 500x375 JPEGs are generated into a temporary folder.  Models are random-init (no hub needed):
+it, bench/make_jpegs.py generates --images JPEGs into a temporary folder.  Models are random-init (no hub needed):
 speed does not depend on the weights.
 
 Measured per model (the oracle and the classifier share the architecture, as <ViT,ViT>/<RSN,RSN>):
@@ -60,17 +60,14 @@ def spec(name: str, tiny: bool) -> ModelSpec:
     return ModelSpec(name, TINY.get(name, {}) if tiny else {}, None, True, TINY_DATA if tiny else None)
 
 
-def make_jpegs(root: Path, n: int, size=(375, 500)) -> Path:
-    """n smooth random JPEGs in ROOT/train/<class>/ (a fallback for --data)."""
-    from PIL import Image
+def make_jpegs(root: Path, n: int) -> Path:
+    """n ImageNet-shaped JPEGs (bench/make_jpegs.py: real photos, ~500x375, ~100 KB) in
+    ROOT/train/<wnid>/, when no --data is given."""
+    import os
 
-    rng = np.random.default_rng(0)
-    for i in range(n):
-        small = rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)
-        img = Image.fromarray(small).resize(size[::-1], Image.BILINEAR)
-        path = root / "train" / f"n{i % 10:08d}" / f"img_{i:06d}.JPEG"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        img.save(path, quality=90)
+    from bench.make_jpegs import generate
+
+    generate(root, n, 0, classes=10, seed=0, procs=max(1, (os.cpu_count() or 2) - 1))
     return root
 
 
