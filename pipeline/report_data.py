@@ -262,7 +262,9 @@ def evaluate_output(task: OutputTask) -> dict:
     result.update(kind="oracle", split=task.tag, source=task.output, run_dir=task.run_dir,
                   cache=task.cache, rows=int(len(out.columns["index"])),
                   excluded_rows=int(len(excluded)), excluded_indices=excluded[:20].tolist(),
-                  labels={**{key: run.get(key) for key in LABEL_KEYS}, "num_classes": k},
+                  labels={**{key: run.get(key) for key in LABEL_KEYS}, "num_classes": k,
+                          "variant": run.get("variant") or "",
+                          "loss_label": run.get("loss_label") or str(run["loss"]).upper()},
                   status=task.run_json.get("status"))
     return result
 
