@@ -36,7 +36,8 @@ DEFINITION_TEXT = {
 }
 LATEX_HEAD = {"⟨O,C⟩": r"\textlangle O, C\textrangle", "↑": r"$\uparrow$", "↓": r"$\downarrow$",
               "×10³": r"$\times 10^3$", "−p": "$-p$", "KL̄": r"$\bar{d}_{KL}$", "d_B": "$d_B$",
-              "≥": r"$\geq$", "⟨": r"\textlangle ", "⟩": r"\textrangle"}
+              "≥": r"$\geq$", "⟨": r"\textlangle ", "⟩": r"\textrangle", "—": "---",
+              "†": r"$\dagger$", "–": "--"}
 
 
 def build_tables(split: dict, choice: str) -> list[dict]:
