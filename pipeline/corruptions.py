@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,7 +144,10 @@ def _brightness(x, c, rng, scale):
 
 def _jpeg_compression(img: torch.Tensor, quality: int) -> torch.Tensor:
     from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
-    return decode_jpeg(encode_jpeg(img.contiguous(), quality=quality), mode=ImageReadMode.UNCHANGED)
+    with warnings.catch_warnings():  # torchvision >= 0.29 deprecates its codecs (still libjpeg)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        data = encode_jpeg(img.contiguous(), quality=quality)
+        return decode_jpeg(data, mode=ImageReadMode.UNCHANGED)
 
 
 _FUNCS = {"gaussian_noise": _gaussian_noise, "shot_noise": _shot_noise,
