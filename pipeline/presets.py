@@ -21,7 +21,7 @@ ARTIFACTS = Path("artifacts")
 # Small random-init timm models for 28x28 greyscale Fashion-MNIST.  Sized so that the whole demo
 # grid trains on 2 CPU cores in minutes while the classifiers still make a realistic share of
 # errors (roughly 80-92% accuracy) on the oracle-training split: a 4-block ViT on 16 patches of
-# 7x7 px (0.1M parameters) and resnet10t at a quarter of its width (0.3M); docs/DEMO_DATA.md.
+# 7x7 px (0.14M parameters) and resnet10t at a quarter of its width (0.32M); docs/DEMO_DATA.md.
 EMBEDDED_ARCH = {
     "vit": ("vit_tiny_patch16_224", dict(img_size=28, patch_size=7, in_chans=1, num_classes=10,
                                          embed_dim=64, depth=4, num_heads=2, mlp_ratio=2.0)),
