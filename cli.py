@@ -455,6 +455,8 @@ def fit_classifier(classifier, data, split, out, labels_file, num_classes, model
     if result["skipped"]:
         click.echo(f"{result['out']} exists (held-out accuracy {100 * m['held_out_accuracy']:.2f}%"
                    f", fitted {m.get('created', '?')}): nothing to do; --force retrains")
+        for note in result["notes"]:
+            click.echo(f"warning: it differs from what this command would fit: {note}", err=True)
         return
     for note in result["notes"]:
         click.echo(f"note: {note}", err=True)

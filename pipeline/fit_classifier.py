@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from cache.schema import to_attr
 from pipeline import dist
 from pipeline.data import GpuNormalize, ImageRows, ResizeCrop, make_loader
 from pipeline.models import (CHECKPOINT_FORMAT, ModelError, build_model, resolve_data_config,
@@ -75,18 +76,23 @@ def default_out(cfg: FitConfig, samples: SampleList, embedded_preset: bool) -> P
     return Path("artifacts") / samples.dataset / "classifiers" / f"{cfg.classifier.replace('/', '_')}.pt"
 
 
-def build_classifier(cfg: FitConfig, num_classes: int, embedded_preset: bool):
-    """(model in train mode, ModelSpec) with ``num_classes`` outputs, initialised as asked."""
+def classifier_spec(cfg: FitConfig, num_classes: int, embedded_preset: bool):
+    """The ModelSpec to train: architecture, kwargs with ``num_classes``, initialisation."""
     if cfg.weights and cfg.pretrained:
         raise ModelError("--weights and --pretrained exclude each other")
     kwargs = {**cfg.model_kwargs, "num_classes": num_classes}
     spec = resolve_spec(cfg.classifier, embedded_preset, None, True, kwargs)
     if cfg.pretrained:
         spec = type(spec)(spec.name, spec.kwargs, None, False, spec.data_config)
+    return spec
+
+
+def build_classifier(cfg: FitConfig, spec) -> torch.nn.Module:
+    """The model in train mode, initialised as ``spec`` / ``cfg.weights`` say."""
     model = build_model(spec, seed=cfg.seed)
     if cfg.weights:
         init_from_file(model, cfg.weights)
-    return model.train(), spec
+    return model.train()
 
 
 def init_from_file(model: torch.nn.Module, path: str) -> None:
@@ -218,12 +224,28 @@ def save_checkpoint(path: Path, model, spec, data_cfg, meta: dict) -> None:
     os.replace(tmp, path)
 
 
-def read_meta(path: Path) -> dict:
+def read_checkpoint(path: Path) -> dict:
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise ModelError(f"{path} exists but is not a fit-classifier checkpoint; move it away or "
                          "choose another --out")
-    return ckpt.get("meta", {})
+    return ckpt
+
+
+def stale_reasons(ckpt: dict, spec, hp: dict, samples: SampleList) -> list[str]:
+    """What differs between an existing checkpoint and what this command would train."""
+    meta, out = ckpt.get("meta", {}), []
+    if ckpt["model"] != spec.name or to_attr(ckpt["model_kwargs"]) != to_attr(spec.kwargs):
+        out.append(f"architecture {ckpt['model']} {to_attr(ckpt['model_kwargs'])} (now "
+                   f"{spec.name} {to_attr(spec.kwargs)})")
+    old_hp = {k: v for k, v in meta.get("hparams", {}).items() if k not in ("workers", "precision")}
+    new_hp = {k: v for k, v in hp.items() if k not in ("workers", "precision")}
+    if to_attr(old_hp) != to_attr(new_hp):
+        out.append(f"hyperparameters {to_attr(old_hp)} (now {to_attr(new_hp)})")
+    if meta.get("dataset_fingerprint") != samples.fingerprint:
+        out.append(f"data: fitted on {meta.get('dataset')}/{meta.get('split')} with another "
+                   f"fingerprint than {samples.dataset}/{samples.split}")
+    return out
 
 
 def fit(cfg: FitConfig) -> dict:
@@ -236,20 +258,23 @@ def fit(cfg: FitConfig) -> dict:
                          cfg.labels_file)
     embedded_preset = samples.dataset == FMNIST_NAME and cfg.classifier in EMBEDDED_ARCH
     hp = resolve_hparams(cfg, embedded_preset)
-    out = default_out(cfg, samples, embedded_preset)
-    if out.exists() and not cfg.force:
-        return {"skipped": True, "out": str(out), "meta": read_meta(out), "notes": []}
-    notes = []
-    if samples.dataset == FMNIST_NAME and samples.split != "clf-train":
-        notes.append(f"fitted on split {samples.split!r}: the embedded dataset keeps 'clf-train' "
-                     "for the classifiers so that the oracles' 'train' and 'test' stay unseen")
     num_classes = cfg.num_classes or len(samples.classes)
     if int(samples.labels.max()) >= num_classes:
         raise DataError(f"--num-classes {num_classes}: split {samples.split!r} has labels up to "
                         f"{int(samples.labels.max())}; use --num-classes auto")
+    spec = classifier_spec(cfg, num_classes, embedded_preset)
+    out = default_out(cfg, samples, embedded_preset)
+    if out.exists() and not cfg.force:
+        ckpt = read_checkpoint(out)
+        return {"skipped": True, "out": str(out), "meta": ckpt.get("meta", {}),
+                "notes": stale_reasons(ckpt, spec, hp, samples)}
+    notes = []
+    if samples.dataset == FMNIST_NAME and samples.split != "clf-train":
+        notes.append(f"fitted on split {samples.split!r}: the embedded dataset keeps 'clf-train' "
+                     "for the classifiers so that the oracles' 'train' and 'test' stay unseen")
     _, device = dist.init(cfg.device)
     hp["precision"] = hp["precision"] or ("bf16" if device.type == "cuda" else "fp32")
-    model, spec = build_classifier(cfg, num_classes, embedded_preset)
+    model = build_classifier(cfg, spec)
     data_cfg = resolve_data_config(model, spec, "model")
     train_rows, val_rows = split_rows(len(samples), hp["val_fraction"], cfg.seed, cfg.max_samples)
     model = model.to(device)
@@ -259,7 +284,8 @@ def fit(cfg: FitConfig) -> dict:
     history = train_epochs(model, samples, data_cfg, train_rows, hp, device, cfg.seed, cfg.progress)
     train_s = time.perf_counter() - start
     accuracy = evaluate(model, samples, data_cfg, val_rows, hp, device)
-    meta = {"model": spec.name, "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+    meta = {"model": spec.name, "config": config,
             "hparams": hp, "dataset": samples.dataset, "split": samples.split,
             "dataset_fingerprint": samples.fingerprint, "num_classes": num_classes,
             "classes": list(samples.classes), "train_rows": len(train_rows),

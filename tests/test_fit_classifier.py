@@ -91,13 +91,17 @@ def test_existing_checkpoint_is_kept_unless_force(subset, tmp_path):
     before = path.read_bytes()
     out = ok(*args, "--seed", "1")
     assert "exists" in out and "--force" in out and path.read_bytes() == before
+    assert "differs" not in out
+    stale = ok(*args, "--seed", "1", "--epochs", "2", "--model-kwargs", '{"stem_width": 8}')
+    assert "exists" in stale and path.read_bytes() == before           # kept, but flagged:
+    assert "differs" in stale and '"epochs": 1' in stale and '"stem_width": 8' in stale
     ok(*args, "--seed", "1", "--force")
     after = torch.load(path, weights_only=True)
     assert path.read_bytes() != before and after["meta"]["config"]["seed"] == 1
     assert not list(tmp_path.glob(".r.pt.tmp-*"))                     # no temp file left
 
 
-def test_fitting_on_the_oracles_split_is_flagged(subset, tmp_path):
+def test_fitting_on_the_oracles_split_is_flagged(tmp_path):
     result = invoke("fit-classifier", "--classifier", "resnet", "--data", write_fmnist_subset(
         tmp_path / "big", n_train=12_300, n_test=10), "--split", "train", "--out",
         tmp_path / "r.pt", "--epochs", "1", *CPU)
