@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from pipeline.precision import PRECISIONS
-from pipeline.corruptions import CORRUPTIONS
+from pipeline.corruption_params import CORRUPTIONS
 
 # Errors a user can fix: printed as one clear message, exit code 1 (no traceback).
 def _user_errors() -> tuple[type[BaseException], ...]:

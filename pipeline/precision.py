@@ -2,21 +2,24 @@
 from __future__ import annotations
 
 from contextlib import nullcontext
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 PRECISIONS = ("bf16", "fp16", "fp32")
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def autocast(precision: str, device: torch.device):
     """Context manager for forward passes. fp32 is a no-op; fp16 on CPU falls back to bf16,
     which CPUs support natively (fp16 autocast on CPU is slow and rarely what anyone means)."""
-    if precision not in _DTYPES:
+    import torch  # lazily: cli.py imports PRECISIONS, and `report` never needs torch
+
+    if precision not in PRECISIONS:
         raise ValueError(f"--precision {precision!r}: expected one of {PRECISIONS}")
     if precision == "fp32":
         return nullcontext()
-    dtype = _DTYPES[precision]
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     if device.type == "cpu" and dtype == torch.float16:
         dtype = torch.bfloat16
     return torch.autocast(device_type=device.type, dtype=dtype)
@@ -24,4 +27,6 @@ def autocast(precision: str, device: torch.device):
 
 def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
     """Loss scaling is needed only for fp16 on CUDA; elsewhere the scaler is a pass-through."""
+    import torch
+
     return torch.amp.GradScaler(device.type, enabled=(precision == "fp16" and device.type == "cuda"))
