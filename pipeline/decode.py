@@ -1,9 +1,10 @@
 """JPEG decoding on the accelerator (``extract --decode gpu|mixed``).
 
 Loader workers only read the file bytes of the images the accelerator will decode (and fully
-decode + resize the others on the CPU, as ``ImageRows`` does); the main process decodes the
-bytes in one batched ``torchvision.io.decode_jpeg(..., device=...)`` call (nvJPEG on CUDA) and
-resizes/crops them on the device, grouping images of equal size into one resize call.
+decode + resize the others on the CPU, as ``ImageRows`` does); a thread of the main process
+(``DecodeAhead``) decodes each batch's bytes in one batched ``torchvision.io.decode_jpeg(...,
+device=...)`` call (nvJPEG on CUDA) on a stream of its own and resizes/crops all of them in a few
+batched matrix products (``pipeline.resize``), one batch ahead of the model.
 
 Which rows go to the device is a pure function of the file and the row index, so a cache's
 content does not depend on worker count, batch order or the number of processes:
@@ -20,14 +21,17 @@ retried with the CPU decoder; if that fails too the row is an error naming file 
 """
 from __future__ import annotations
 
+import queue
+import threading
 import warnings
-from collections import defaultdict
+from contextlib import nullcontext
 from typing import Callable
 
 import numpy as np
 import torch
 
 from pipeline.data import BadImageError, ImageRows, ResizeCrop, decode_file
+from pipeline.resize import BatchResize
 from pipeline.sources import DataError, SampleList
 
 DECODE_MODES = ("cpu", "gpu", "mixed")
@@ -109,11 +113,24 @@ def collate_raw(batch: list) -> tuple:
 
 
 class DeviceDecoder:
-    """Turns a ``collate_raw`` batch into uint8 (N, C, H, W) on ``device`` plus the valid flags."""
+    """Turns a ``collate_raw`` batch into uint8 (N, C, H, W) on ``device`` plus the valid flags.
+
+    On CUDA all of its work runs on a stream of its own, and the stream is idle whenever nvJPEG
+    is called.  torchvision's ``decode_jpeg(device="cuda")`` allocates its outputs on the
+    caller's current stream but writes them from a private stream (and the hardware decoder
+    ignores stream order altogether) without waiting for work already queued there, so a block
+    that queued kernels still read or write can be handed to the decoder and overwritten
+    (pytorch/vision#9606).  Run on the model's stream, that corrupted the previous batch's
+    activations (NaN logits) and the decoded pixels.  Here the only work ever queued on the
+    decode stream is this class's own, finished before each decode; tensors handed to another
+    stream are protected with ``record_stream`` by the consumer (``DecodeAhead``).
+    """
 
     def __init__(self, samples: SampleList, transform: ResizeCrop, device: torch.device,
                  skip_bad: bool):
         self.samples, self.transform, self.device, self.skip_bad = samples, transform, device, skip_bad
+        self.resize = BatchResize(transform.cfg)
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         if device.type != "cpu":
             self._self_test()
 
@@ -123,61 +140,71 @@ class DeviceDecoder:
         import io
 
         from PIL import Image
-        from torchvision.io import ImageReadMode, decode_jpeg
 
         buf = io.BytesIO()
         Image.new("RGB", (16, 16), (200, 30, 90)).save(buf, "JPEG")
         data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                decode_jpeg([data, data], mode=ImageReadMode.RGB, device=self.device)
+            with self._on_stream():
+                self._decode_jpeg([data, data])
         except Exception as err:  # noqa: BLE001 - any failure means: not usable here
             first = (str(err).splitlines() or [""])[0]
             raise DataError(f"--decode gpu/mixed: torchvision cannot decode JPEGs on {self.device} "
                             f"({type(err).__name__}: {first}); use --decode cpu") from None
 
-    def __call__(self, batch: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """-> (images uint8 (N, C, H, W) on the device, rows, valid) like a ``--decode cpu`` batch.
+    def _on_stream(self):
+        return torch.cuda.stream(self.stream) if self.stream is not None else nullcontext()
 
-        No host<->device synchronisation: images are placed by stacking per-position views (an
-        index tensor built on the host would need a blocking copy and stall the pipeline)."""
+    def _decode_jpeg(self, data):
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        if self.stream is not None:
+            self.stream.synchronize()  # nothing queued may still use a block nvJPEG gets
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device)
+
+    def __call__(self, batch: tuple) -> tuple:
+        """-> (images uint8 (N, C, H, W) on the device, rows, valid, event): ``event`` (CUDA)
+        marks the end of the work on the decode stream; wait for it before using ``images``."""
+        with self._on_stream():
+            images, rows, valid = self._convert(batch)
+            event = None
+            if self.stream is not None:
+                event = torch.cuda.Event()
+                event.record(self.stream)
+        return images, rows, valid, event
+
+    def _convert(self, batch: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         packed, dec, dec_pos, rows, valid = batch
-        pieces: list[torch.Tensor | None] = [None] * len(rows)
+        out = torch.empty((len(rows), *self.transform.cfg.input_size), dtype=torch.uint8,
+                          device=self.device)
         valid = valid.numpy().copy()
         if dec is not None:
-            for pos, img in zip(dec_pos.tolist(), dec.to(self.device, non_blocking=True)):
-                pieces[pos] = img
+            out.index_copy_(0, dec_pos.to(self.device, non_blocking=True),
+                            dec.to(self.device, non_blocking=True))
         if packed is not None:
             flat, ends, raw_pos = packed
             starts = [0, *ends[:-1].tolist()]
             raw = [flat[a:b] for a, b in zip(starts, ends.tolist())]
+            positions = raw_pos.tolist()
             images = self._decode(raw, rows.numpy()[raw_pos.numpy()])
-            self._resize_into(pieces, images, raw_pos.tolist())
-        blank = None
-        for pos, piece in enumerate(pieces):
-            if piece is None:  # undecodable (--skip-bad): zeros, as ImageRows gives
-                valid[pos] = 0
-                blank = blank if blank is not None else torch.zeros(
-                    self.transform.cfg.input_size, dtype=torch.uint8, device=self.device)
-                pieces[pos] = blank
-        return torch.stack(pieces), rows, torch.from_numpy(valid)
+            for pos, img in zip(positions, images):
+                if img is None:  # undecodable (--skip-bad): zeros, as ImageRows gives
+                    valid[pos] = 0
+                    out[pos].zero_()
+            self._resize_into(out, images, positions)
+        return out, rows, torch.from_numpy(valid)
 
     def _decode(self, tensors: list[torch.Tensor], rows: np.ndarray) -> list[torch.Tensor | None]:
-        from torchvision.io import ImageReadMode, decode_jpeg
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            try:
-                return list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=self.device))
-            except Exception:  # noqa: BLE001 - one bad file fails the whole batch: find it
-                return [self._decode_one(t, int(r)) for t, r in zip(tensors, rows)]
+        try:
+            return list(self._decode_jpeg(tensors))
+        except Exception:  # noqa: BLE001 - one bad file fails the whole batch: find it
+            return [self._decode_one(t, int(r)) for t, r in zip(tensors, rows)]
 
     def _decode_one(self, data: torch.Tensor, row: int) -> torch.Tensor | None:
-        from torchvision.io import ImageReadMode, decode_jpeg
-
         try:
-            return decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device)
+            return self._decode_jpeg(data)
         except Exception:  # noqa: BLE001 - retried on the CPU below
             pass
         try:  # same fallback and message as the CPU path
@@ -189,15 +216,95 @@ class DeviceDecoder:
                                     "as invalid") from None
             return None
 
-    def _resize_into(self, pieces: list, images: list, positions: list[int]) -> None:
-        groups: dict[tuple, list[int]] = defaultdict(list)
+    def _resize_into(self, out: torch.Tensor, images: list, positions: list[int]) -> None:
+        """All images the batched resize supports in a few matrix products, the rest (grey
+        models, crops that need padding) one by one with ``ResizeCrop``."""
+        batched, single = [], []
         for k, img in enumerate(images):
             if img is not None:
-                groups[tuple(img.shape)].append(k)
-        for ks in groups.values():  # one resize call per distinct input size
-            resized = self.transform(torch.stack([images[k] for k in ks]))
-            for k, img in zip(ks, resized):
-                pieces[positions[k]] = img
+                (batched if self.resize.supports(*img.shape[-2:]) else single).append(k)
+        if batched:
+            for ks, resized in self.resize([images[k] for k in batched]):
+                index = torch.tensor([positions[batched[k]] for k in ks])
+                out.index_copy_(0, index.to(self.device, non_blocking=True), resized)
+        for k in single:
+            out[positions[k]] = self.transform(images[k])
+
+
+_END = object()
+
+
+class DecodeAhead:
+    """Iterates ``decode(batch)`` for the loader's batches, computed in a background thread up
+    to ``depth`` batches ahead: while the model runs on batch i, the thread receives batch i+1
+    from the workers and decodes it (nvJPEG and the resize launches release the GIL), and the
+    accelerator decodes on its own stream concurrently with the model.
+
+    Yields (images, rows, valid) in loader order; the consumer's current stream waits for each
+    batch's decode and owns the images from then on.  An exception in the thread (a bad file)
+    is raised by the consumer at that batch's place, after the batches before it.  ``close()``
+    stops the thread, then the loader's workers.
+    """
+
+    def __init__(self, batches, decode: Callable, device: torch.device, depth: int = 2):
+        self.batches, self.decode, self.device = batches, decode, device
+        if device.type == "cuda" and device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="decode-ahead", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)  # the current device is per thread
+            with torch.inference_mode():
+                for batch in self.batches:
+                    if self.stop.is_set():
+                        return
+                    self._put(self.decode(batch))
+            self._put(_END)
+        except BaseException as err:  # noqa: BLE001 - handed to the consumer
+            self._put(err)
+
+    def _put(self, item) -> None:
+        while not self.stop.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        while True:
+            try:
+                item = self.queue.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not self.thread.is_alive() and self.queue.empty():
+                    raise RuntimeError("the decode thread stopped without a result") from None
+        if item is _END:
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        images, rows, valid, event = item
+        if event is not None:
+            stream = torch.cuda.current_stream(images.device)
+            stream.wait_event(event)
+            images.record_stream(stream)  # its block is not reused while the model reads it
+        return images, rows, valid
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop the thread (it finishes the batch it is receiving), then the loader workers."""
+        self.stop.set()
+        self.thread.join(timeout)
+        shutdown = getattr(self.batches, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
 
 
 def make_dataset(samples: SampleList, transform: ResizeCrop, mode: str, corrupt: Callable | None,

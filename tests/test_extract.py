@@ -121,8 +121,12 @@ def test_cpu_gpu_and_mixed_decoding_agree(tree, tiny_extract, tmp_path):
         assert [r["index"] for r in ClassifierCache.open(cfg.out).bad_rows()] == [8, 9]
         caches[mode] = load_all(cfg)
         assert ClassifierCache.open(cfg.out).identity["decode"] == mode
-    for mode in ("gpu", "mixed"):  # identical decoders and resize on the CPU: bit-identical
-        assert_same_cache(caches["cpu"], caches[mode], BASE)
+    for mode in ("gpu", "mixed"):  # same decoder on the CPU; the batched float resize rounds
+        # +-1 where the CPU path's fixed-point uint8 resize differs (pipeline/resize.py)
+        assert_same_cache(caches["cpu"], caches[mode], ["index", "label", "valid"])
+        diff = np.abs(caches[mode]["logits"].astype(np.float32) -
+                      caches["cpu"]["logits"].astype(np.float32))
+        assert diff.max() < 0.01  # other rows' outputs differ by > 0.04 (first test)
 
 
 def test_resume_after_a_failed_run_gives_the_identical_cache(tree, tiny_extract, tmp_path):
