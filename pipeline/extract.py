@@ -25,7 +25,7 @@ from cache.schema import FEATURE_COLUMN, FLIP_COLUMNS, KIND_CLASSIFIER, SCHEMA_V
 from cache.shards import read_attrs, read_columns, shard_is_complete, shard_path, shard_ranges
 from pipeline import dist
 from pipeline.data import GpuNormalize, ResizeCrop, chunk_batches, default_workers, make_loader
-from pipeline.decode import DeviceDecoder, collate_raw, make_dataset
+from pipeline.decode import DecodeAhead, DeviceDecoder, collate_raw, make_dataset
 from pipeline.models import build_model, resolve_data_config, resolve_spec, weights_sha256
 from pipeline.precision import autocast
 from pipeline.sink import ShardSink, closing_loop
@@ -128,8 +128,8 @@ def extract(cfg: ExtractConfig) -> dict:
                            cfg.skip_bad)
     # --decode gpu/mixed: decoded in the main process; built (and self-tested) before the cache
     # directory is claimed, so an unusable decoder leaves nothing behind
-    to_images = DeviceDecoder(samples, dataset.transform, device, cfg.skip_bad) \
-        if cfg.decode != "cpu" else (lambda batch: batch)
+    decoder = DeviceDecoder(samples, dataset.transform, device, cfg.skip_bad) \
+        if cfg.decode != "cpu" else None
     identity = build_identity(cfg, samples, spec, model, data_cfg)
     complete = _claim(cfg.out, identity, info)
     ranges = shard_ranges(len(samples), cfg.shard_size)
@@ -137,7 +137,7 @@ def extract(cfg: ExtractConfig) -> dict:
         todo = [s for s in range(info.rank, len(ranges), info.world)
                 if not shard_is_complete(shard_path(cfg.out, s), identity, *ranges[s])]
         start = time.perf_counter()
-        timing = _run_shards(cfg, dataset, to_images, model, data_cfg, identity, ranges, todo,
+        timing = _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo,
                              info, device)
         n_done = dist.sum_int(info, timing["rows"])  # also waits until every rank is done
         timing.update(rows=n_done, elapsed=time.perf_counter() - start)
@@ -163,32 +163,35 @@ def _claim(out: Path, identity: dict, info: dist.DistInfo) -> bool:
     return complete
 
 
-def _run_shards(cfg, dataset, to_images, model, data_cfg, identity, ranges, todo, info,
+def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, info,
                 device) -> dict:
     """Compute this rank's missing shards; returns rows computed and timings."""
     for s in todo:  # stale temporaries of an interrupted run of this rank's shards
         for tmp in Path(cfg.out).glob(f".{shard_path(cfg.out, s).name}.tmp-*"):
             tmp.unlink(missing_ok=True)
     my_ranges = [ranges[s] for s in todo]
-    on_device = cfg.decode != "cpu"
-    loader = make_loader(dataset, chunk_batches(my_ranges, cfg.batch_size, cfg.shuffle_seed),
-                         cfg.workers, pin_memory=device.type == "cuda",
-                         collate_fn=collate_raw if on_device else None)
+    batch_rows = chunk_batches(my_ranges, cfg.batch_size, cfg.shuffle_seed)
+    # --decode gpu/mixed: the batches are mostly file bytes, which nvJPEG reads from any host
+    # memory; pinning them would only add a copy of every batch
+    loader = make_loader(dataset, batch_rows, cfg.workers,
+                         pin_memory=device.type == "cuda" and decoder is None,
+                         collate_fn=collate_raw if decoder is not None else None)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input size: let cuDNN pick its kernels
     model = model.to(device).to(memory_format=torch.channels_last)
     fn = forward_fn(model, cfg.features, cfg.compile)
     normalize = GpuNormalize(data_cfg, device)
+    if device.type == "cuda" and batch_rows:
+        _warm_up(cfg, fn, normalize, data_cfg, len(batch_rows[0]), device)
     labels_all = torch.from_numpy(dataset.samples.labels)
     sink = ShardSink(cfg.out, identity, ranges, dataset.samples)
     total = sum(b - a for a, b in my_ranges)
     bar = tqdm(total=total, unit="img", disable=not (cfg.progress and info.is_main),
                desc=f"extract {dataset.samples.split}", dynamic_ncols=True)
     first, t_first = 0, None
-    batches = iter(loader)
+    batches = iter(loader) if decoder is None else DecodeAhead(iter(loader), decoder, device)
     with torch.inference_mode(), closing_loop(sink, batches):
-        for batch in batches:
-            images, rows, valid = to_images(batch)
+        for images, rows, valid in batches:
             if t_first is None and first:  # the second batch: start-up (workers, compile) is over
                 t_first = time.perf_counter()
             x = normalize(images)
@@ -205,6 +208,20 @@ def _run_shards(cfg, dataset, to_images, model, data_cfg, identity, ranges, todo
     bar.close()
     steady = time.perf_counter() - t_first if t_first else None
     return {"rows": total, "steady_rows": total - first, "steady_s": steady}
+
+
+def _warm_up(cfg, fn, normalize, data_cfg, rows: int, device) -> None:
+    """Compile / let cuDNN pick kernels on a batch of the first batch's shape before the loader
+    workers start: otherwise they prefetch batches meanwhile (workers x 2), the first batches
+    after start-up arrive at once, and the throughput measured after the first batch is inflated
+    (up to 2x in the extraction benchmark)."""
+    x = torch.randint(0, 256, (rows, *data_cfg.input_size), dtype=torch.uint8, device=device)
+    labels = torch.zeros(rows, dtype=torch.int64, device=device)
+    with torch.inference_mode(), autocast(cfg.precision, device):
+        classify(fn, normalize(x), labels)
+        if cfg.flip_view:
+            classify(fn, normalize(x).flip(-1), labels)
+    torch.cuda.synchronize(device)
 
 
 def _summary(samples, shard_stats: tuple, timing: dict) -> dict:
