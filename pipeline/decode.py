@@ -115,22 +115,25 @@ def collate_raw(batch: list) -> tuple:
 class DeviceDecoder:
     """Turns a ``collate_raw`` batch into uint8 (N, C, H, W) on ``device`` plus the valid flags.
 
-    On CUDA all of its work runs on a stream of its own, and the stream is idle whenever nvJPEG
-    is called.  torchvision's ``decode_jpeg(device="cuda")`` allocates its outputs on the
-    caller's current stream but writes them from a private stream (and the hardware decoder
-    ignores stream order altogether) without waiting for work already queued there, so a block
-    that queued kernels still read or write can be handed to the decoder and overwritten
-    (pytorch/vision#9606).  Run on the model's stream, that corrupted the previous batch's
-    activations (NaN logits) and the decoded pixels.  Here the only work ever queued on the
-    decode stream is this class's own, finished before each decode; tensors handed to another
-    stream are protected with ``record_stream`` by the consumer (``DecodeAhead``).
+    torchvision's ``decode_jpeg(device="cuda")`` allocates its outputs on the caller's current
+    stream but writes them from a private stream (and the hardware decoder ignores stream order
+    altogether) without waiting for work queued there, so a block that queued kernels still read
+    or write can be handed to the decoder and overwritten (pytorch/vision#9606).  Called on the
+    model's stream, that corrupted the previous batch's outputs (NaN logits).  Here nvJPEG is
+    called with ``alloc_stream`` current, on which no kernel is ever queued, so every block of
+    its pool is idle; the decoded images are used on ``stream`` (high priority: resizing is short
+    and keeps the model fed) and ``record_stream``-ed there, so their blocks only return to the
+    pool once that work is done -- no host synchronisation.  The consumer waits on the batch's
+    event and ``record_stream``-s the result on its own stream (``DecodeAhead``).
     """
 
     def __init__(self, samples: SampleList, transform: ResizeCrop, device: torch.device,
                  skip_bad: bool):
         self.samples, self.transform, self.device, self.skip_bad = samples, transform, device, skip_bad
         self.resize = BatchResize(transform.cfg)
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        cuda = device.type == "cuda"
+        self.alloc_stream = torch.cuda.Stream(device) if cuda else None
+        self.stream = torch.cuda.Stream(device, priority=-1) if cuda else None
         if device.type != "cpu":
             self._self_test()
 
@@ -158,11 +161,16 @@ class DeviceDecoder:
     def _decode_jpeg(self, data):
         from torchvision.io import ImageReadMode, decode_jpeg
 
-        if self.stream is not None:
-            self.stream.synchronize()  # nothing queued may still use a block nvJPEG gets
-        with warnings.catch_warnings():
+        alloc = torch.cuda.stream(self.alloc_stream) if self.alloc_stream is not None \
+            else nullcontext()
+        with warnings.catch_warnings(), alloc:
             warnings.simplefilter("ignore", DeprecationWarning)
-            return decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device)
+            out = decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device)
+        if self.stream is not None:  # used on self.stream from here on
+            self.stream.wait_stream(self.alloc_stream)
+            for img in (out if isinstance(out, list) else [out]):
+                img.record_stream(self.stream)
+        return out
 
     def __call__(self, batch: tuple) -> tuple:
         """-> (images uint8 (N, C, H, W) on the device, rows, valid, event): ``event`` (CUDA)

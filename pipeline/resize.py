@@ -79,8 +79,11 @@ class BatchResize:
 
     def __call__(self, images: list[torch.Tensor]) -> list[tuple[list[int], torch.Tensor]]:
         """-> [(indices into ``images``, uint8 (len(indices), 3, th, tw))] in a few chunks."""
-        order = sorted(range(len(images)), key=lambda k: (images[k].shape[-2] > images[k].shape[-1],
-                                                         -images[k].shape[-2] * images[k].shape[-1]))
+        def key(k):  # orientation, then area (less padding), then size (equal sizes adjacent)
+            h, w = images[k].shape[-2:]
+            return h > w, -h * w, h, w
+
+        order = sorted(range(len(images)), key=key)
         chunks, cur, hm, wm = [], [], 0, 0
         for k in order:
             h, w = images[k].shape[-2:]
@@ -102,10 +105,14 @@ class BatchResize:
         # irrelevant (any uint8 value times an exact 0 weight), so no memset
         buf = torch.empty((n, hm, 3, wm), dtype=torch.uint8, device=dev)
         plans = []
-        for k, im in enumerate(images):
+        start = 0
+        for k, im in enumerate(images):  # one copy per run of equal sizes (adjacent: __call__)
             h, w = im.shape[-2:]
-            buf[k, :h, :, :w].copy_(im.permute(1, 0, 2))
             plans.append((h, w, *self.plan(h, w)))
+            if k + 1 == n or tuple(images[k + 1].shape[-2:]) != (h, w):
+                src = im[None] if k == start else torch.stack(images[start:k + 1])
+                buf[start:k + 1, :h, :, :w].copy_(src.permute(0, 2, 1, 3))
+                start = k + 1
         p = torch.tensor(plans, dtype=torch.int64).to(dev, non_blocking=True)
         interp = self.cfg.interpolation
         wy = axis_weights(p[:, 0], p[:, 2], p[:, 4], th, hm, interp)        # (n, th, hm)

@@ -31,7 +31,8 @@ def write_split(root, n=16):
     for i in range(n):
         h, w = (375, 500) if i % 3 else (500, 375)
         base = rng.integers(0, 256, (1, 1, 3))
-        img = np.clip(base + rng.normal(0, 40, (h, w, 3)), 0, 255).astype(np.uint8)
+        ramp = np.linspace(-60, 60, w)[None, :, None] * rng.uniform(-1, 1, (1, 1, 3))
+        img = np.clip(base + ramp + rng.normal(0, 8, (h, w, 3)), 0, 255).astype(np.uint8)
         buf = io.BytesIO()
         Image.fromarray(img).save(buf, "JPEG", quality=92)
         (d / f"img_{i:02d}.JPEG").write_bytes(buf.getvalue())
@@ -72,10 +73,12 @@ def test_decoder_pixels_match_cpu_path(tmp_path):
     torch.cuda.current_stream().wait_event(event)
     images = images.cpu()
     assert valid.tolist() == [1] * len(samples)
+    refs = torch.stack([ResizeCrop(CFG)(decode_file(str(samples.path(i)))) for i in range(len(samples))])
     for pos, i in enumerate(rows.tolist()):
-        ref = ResizeCrop(CFG)(decode_file(str(samples.path(i))))
-        diff = (images[pos].int() - ref.int()).abs().float()
-        assert diff.mean() < 1.0, (i, float(diff.mean()))  # another image differs by tens
+        # nvJPEG's IDCT / chroma upsampling differ from libjpeg-turbo's by a level or two here
+        # and there; any other image is tens of levels away
+        dist = (images[pos].int() - refs.int()).abs().flatten(1).float().mean(1)
+        assert dist[i] < 2.0 and dist[i] < 0.2 * dist[torch.arange(len(dist)) != i].min(), (i, dist)
 
 
 if __name__ == "__main__":  # on a GPU box without pytest
