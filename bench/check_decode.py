@@ -2,7 +2,7 @@
 
 The CPU path (``ImageRows``: libjpeg-turbo + ResizeCrop in loader workers) gives the reference
 uint8 model input of each row.  The device path runs as ``extract`` runs it -- ``RawRows`` workers,
-``DecodeAhead`` thread, ``DeviceDecoder`` -- with the model running on every batch and outputs
+``StagedPrefetch`` threads, ``DeviceDecoder`` -- with the model running on every batch and outputs
 copied to the host one batch late, so any stream/memory race of the decoder would show up as
 corrupt or misplaced rows.  Reports per-row pixel differences (a misplaced or corrupt row has a
 mean |diff| of tens of levels; IDCT/upsampling/resize rounding gives well under 1) and the
@@ -24,9 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.data import (GpuNormalize, ImageRows, ResizeCrop, chunk_batches,  # noqa: E402
                            default_workers, make_loader)
-from pipeline.decode import DecodeAhead, DeviceDecoder, RawRows, collate_raw  # noqa: E402
+from pipeline.decode import DeviceDecoder, RawRows, collate_raw  # noqa: E402
 from pipeline.models import build_model, resolve_data_config, resolve_spec  # noqa: E402
 from pipeline.precision import autocast  # noqa: E402
+from pipeline.prefetch import StagedPrefetch  # noqa: E402
 from pipeline.sources import list_split  # noqa: E402
 
 
@@ -47,7 +48,8 @@ def device_pixels(samples, transform, rows, batch_size, workers, device, model, 
     logits = torch.zeros((rows, model.num_classes), dtype=torch.float32)
     loader = make_loader(RawRows(samples, transform, "gpu"), chunk_batches([(0, rows)], batch_size),
                          workers, pin_memory=False, collate_fn=collate_raw)
-    batches = DecodeAhead(iter(loader), DeviceDecoder(samples, transform, device, False), device)
+    decoder = DeviceDecoder(samples, transform, device, False)
+    batches = StagedPrefetch(iter(loader), decoder.stages, device)
     pending = None
     try:
         for images, idx, _ in batches:

@@ -1,10 +1,10 @@
 """JPEG decoding on the accelerator (``extract --decode gpu|mixed``).
 
 Loader workers only read the file bytes of the images the accelerator will decode (and fully
-decode + resize the others on the CPU, as ``ImageRows`` does); a thread of the main process
-(``DecodeAhead``) decodes each batch's bytes in one batched ``torchvision.io.decode_jpeg(...,
-device=...)`` call (nvJPEG on CUDA) on a stream of its own and resizes/crops all of them in a few
-batched matrix products (``pipeline.resize``), one batch ahead of the model.
+decode + resize the others on the CPU, as ``ImageRows`` does); threads of the main process
+(``pipeline.prefetch``) decode each batch's bytes in one batched ``torchvision.io.decode_jpeg(...,
+device=...)`` call (nvJPEG on CUDA) and resize/crop all of them in a few batched matrix products
+(``pipeline.resize``) on streams of their own, ahead of the model.
 
 Which rows go to the device is a pure function of the file and the row index, so a cache's
 content does not depend on worker count, batch order or the number of processes:
@@ -21,8 +21,6 @@ retried with the CPU decoder; if that fails too the row is an error naming file 
 """
 from __future__ import annotations
 
-import queue
-import threading
 import warnings
 from contextlib import nullcontext
 from typing import Callable
@@ -120,11 +118,11 @@ class DeviceDecoder:
     altogether) without waiting for work queued there, so a block that queued kernels still read
     or write can be handed to the decoder and overwritten (pytorch/vision#9606).  Called on the
     model's stream, that corrupted the previous batch's outputs (NaN logits).  Here nvJPEG is
-    called with ``alloc_stream`` current, on which no kernel is ever queued, so every block of
-    its pool is idle; the decoded images are used on ``stream`` (high priority: resizing is short
-    and keeps the model fed) and ``record_stream``-ed there, so their blocks only return to the
-    pool once that work is done -- no host synchronisation.  The consumer waits on the batch's
-    event and ``record_stream``-s the result on its own stream (``DecodeAhead``).
+    called with ``alloc_stream`` current, a stream only the decoded images are allocated on;
+    they are used on ``stream`` (high priority: resizing is short and keeps the model fed) and
+    ``record_stream``-ed there, so a block returns to that pool only once the work on it is
+    done and nvJPEG never gets a busy one -- no host synchronisation.  The consumer waits on the batch's
+    event and ``record_stream``-s the result on its own stream (``StagedPrefetch``).
     """
 
     def __init__(self, samples: SampleList, transform: ResizeCrop, device: torch.device,
@@ -148,7 +146,7 @@ class DeviceDecoder:
         Image.new("RGB", (16, 16), (200, 30, 90)).save(buf, "JPEG")
         data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
         try:
-            with self._on_stream():
+            with torch.cuda.stream(self.alloc_stream) if self.alloc_stream else nullcontext():
                 self._decode_jpeg([data, data])
         except Exception as err:  # noqa: BLE001 - any failure means: not usable here
             first = (str(err).splitlines() or [""])[0]
@@ -161,48 +159,65 @@ class DeviceDecoder:
     def _decode_jpeg(self, data):
         from torchvision.io import ImageReadMode, decode_jpeg
 
-        alloc = torch.cuda.stream(self.alloc_stream) if self.alloc_stream is not None \
-            else nullcontext()
-        with warnings.catch_warnings(), alloc:
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            out = decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device)
-        if self.stream is not None:  # used on self.stream from here on
-            self.stream.wait_stream(self.alloc_stream)
-            for img in (out if isinstance(out, list) else [out]):
-                img.record_stream(self.stream)
-        return out
+            return decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device)
+
+    @property
+    def stages(self) -> list:
+        """The two halves of ``__call__``, for a pipeline with one thread each (StagedPrefetch):
+        nvJPEG blocks its thread for most of a batch, resizing is mostly kernel launches."""
+        return [self.decode, self.finish]
 
     def __call__(self, batch: tuple) -> tuple:
         """-> (images uint8 (N, C, H, W) on the device, rows, valid, event): ``event`` (CUDA)
-        marks the end of the work on the decode stream; wait for it before using ``images``."""
+        marks the end of the work on the decoder's streams; wait for it before using ``images``."""
+        return self.finish(self.decode(batch))
+
+    def decode(self, batch: tuple) -> tuple:
+        """nvJPEG on the batch's file bytes, with ``alloc_stream`` current (see the class)."""
+        packed, rows = batch[0], batch[3]
+        images, event = None, None
+        alloc = torch.cuda.stream(self.alloc_stream) if self.alloc_stream is not None \
+            else nullcontext()
+        with alloc:
+            if packed is not None:
+                flat, ends, raw_pos = packed
+                starts = [0, *ends[:-1].tolist()]
+                raw = [flat[a:b] for a, b in zip(starts, ends.tolist())]
+                images = self._decode(raw, rows.numpy()[raw_pos.numpy()])
+            if self.stream is not None:
+                for img in images or []:
+                    if img is not None:  # its block returns to the pool once finish()'s work is done
+                        img.record_stream(self.stream)
+                event = torch.cuda.Event()
+                event.record(self.alloc_stream)
+        return batch, images, event
+
+    def finish(self, state: tuple) -> tuple:
+        """Place CPU-decoded rows, blank bad rows, resize the decoded ones (on ``stream``)."""
+        (packed, dec, dec_pos, rows, valid), images, decoded = state
         with self._on_stream():
-            images, rows, valid = self._convert(batch)
+            if decoded is not None:
+                self.stream.wait_event(decoded)
+            out = torch.empty((len(rows), *self.transform.cfg.input_size), dtype=torch.uint8,
+                              device=self.device)
+            valid = valid.numpy().copy()
+            if dec is not None:
+                out.index_copy_(0, dec_pos.to(self.device, non_blocking=True),
+                                dec.to(self.device, non_blocking=True))
+            if packed is not None:
+                positions = packed[2].tolist()
+                for pos, img in zip(positions, images):
+                    if img is None:  # undecodable (--skip-bad): zeros, as ImageRows gives
+                        valid[pos] = 0
+                        out[pos].zero_()
+                self._resize_into(out, images, positions)
             event = None
             if self.stream is not None:
                 event = torch.cuda.Event()
                 event.record(self.stream)
-        return images, rows, valid, event
-
-    def _convert(self, batch: tuple) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        packed, dec, dec_pos, rows, valid = batch
-        out = torch.empty((len(rows), *self.transform.cfg.input_size), dtype=torch.uint8,
-                          device=self.device)
-        valid = valid.numpy().copy()
-        if dec is not None:
-            out.index_copy_(0, dec_pos.to(self.device, non_blocking=True),
-                            dec.to(self.device, non_blocking=True))
-        if packed is not None:
-            flat, ends, raw_pos = packed
-            starts = [0, *ends[:-1].tolist()]
-            raw = [flat[a:b] for a, b in zip(starts, ends.tolist())]
-            positions = raw_pos.tolist()
-            images = self._decode(raw, rows.numpy()[raw_pos.numpy()])
-            for pos, img in zip(positions, images):
-                if img is None:  # undecodable (--skip-bad): zeros, as ImageRows gives
-                    valid[pos] = 0
-                    out[pos].zero_()
-            self._resize_into(out, images, positions)
-        return out, rows, torch.from_numpy(valid)
+        return out, rows, torch.from_numpy(valid), event
 
     def _decode(self, tensors: list[torch.Tensor], rows: np.ndarray) -> list[torch.Tensor | None]:
         try:
@@ -237,82 +252,6 @@ class DeviceDecoder:
                 out.index_copy_(0, index.to(self.device, non_blocking=True), resized)
         for k in single:
             out[positions[k]] = self.transform(images[k])
-
-
-_END = object()
-
-
-class DecodeAhead:
-    """Iterates ``decode(batch)`` for the loader's batches, computed in a background thread up
-    to ``depth`` batches ahead: while the model runs on batch i, the thread receives batch i+1
-    from the workers and decodes it (nvJPEG and the resize launches release the GIL), and the
-    accelerator decodes on its own stream concurrently with the model.
-
-    Yields (images, rows, valid) in loader order; the consumer's current stream waits for each
-    batch's decode and owns the images from then on.  An exception in the thread (a bad file)
-    is raised by the consumer at that batch's place, after the batches before it.  ``close()``
-    stops the thread, then the loader's workers.
-    """
-
-    def __init__(self, batches, decode: Callable, device: torch.device, depth: int = 2):
-        self.batches, self.decode, self.device = batches, decode, device
-        if device.type == "cuda" and device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
-        self.queue: queue.Queue = queue.Queue(maxsize=depth)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="decode-ahead", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            if self.device.type == "cuda":
-                torch.cuda.set_device(self.device)  # the current device is per thread
-            with torch.inference_mode():
-                for batch in self.batches:
-                    if self.stop.is_set():
-                        return
-                    self._put(self.decode(batch))
-            self._put(_END)
-        except BaseException as err:  # noqa: BLE001 - handed to the consumer
-            self._put(err)
-
-    def _put(self, item) -> None:
-        while not self.stop.is_set():
-            try:
-                self.queue.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        while True:
-            try:
-                item = self.queue.get(timeout=1.0)
-                break
-            except queue.Empty:
-                if not self.thread.is_alive() and self.queue.empty():
-                    raise RuntimeError("the decode thread stopped without a result") from None
-        if item is _END:
-            raise StopIteration
-        if isinstance(item, BaseException):
-            raise item
-        images, rows, valid, event = item
-        if event is not None:
-            stream = torch.cuda.current_stream(images.device)
-            stream.wait_event(event)
-            images.record_stream(stream)  # its block is not reused while the model reads it
-        return images, rows, valid
-
-    def close(self, timeout: float = 60.0) -> None:
-        """Stop the thread (it finishes the batch it is receiving), then the loader workers."""
-        self.stop.set()
-        self.thread.join(timeout)
-        shutdown = getattr(self.batches, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
 
 
 def make_dataset(samples: SampleList, transform: ResizeCrop, mode: str, corrupt: Callable | None,

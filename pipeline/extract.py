@@ -25,9 +25,10 @@ from cache.schema import FEATURE_COLUMN, FLIP_COLUMNS, KIND_CLASSIFIER, SCHEMA_V
 from cache.shards import read_attrs, read_columns, shard_is_complete, shard_path, shard_ranges
 from pipeline import dist
 from pipeline.data import GpuNormalize, ResizeCrop, chunk_batches, default_workers, make_loader
-from pipeline.decode import DecodeAhead, DeviceDecoder, collate_raw, make_dataset
+from pipeline.decode import DeviceDecoder, collate_raw, make_dataset
 from pipeline.models import build_model, resolve_data_config, resolve_spec, weights_sha256
 from pipeline.precision import autocast
+from pipeline.prefetch import StagedPrefetch
 from pipeline.sink import ShardSink, closing_loop
 from pipeline.sources import SampleList, is_embedded, list_split
 
@@ -189,7 +190,8 @@ def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, 
     bar = tqdm(total=total, unit="img", disable=not (cfg.progress and info.is_main),
                desc=f"extract {dataset.samples.split}", dynamic_ncols=True)
     first, t_first = 0, None
-    batches = iter(loader) if decoder is None else DecodeAhead(iter(loader), decoder, device)
+    batches = iter(loader) if decoder is None else StagedPrefetch(iter(loader), decoder.stages,
+                                                                  device)
     with torch.inference_mode(), closing_loop(sink, batches):
         for images, rows, valid in batches:
             if t_first is None and first:  # the second batch: start-up (workers, compile) is over

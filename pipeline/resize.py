@@ -113,16 +113,26 @@ class BatchResize:
                 src = im[None] if k == start else torch.stack(images[start:k + 1])
                 buf[start:k + 1, :h, :, :w].copy_(src.permute(0, 2, 1, 3))
                 start = k + 1
-        p = torch.tensor(plans, dtype=torch.int64).to(dev, non_blocking=True)
-        interp = self.cfg.interpolation
-        wy = axis_weights(p[:, 0], p[:, 2], p[:, 4], th, hm, interp)        # (n, th, hm)
-        wx = axis_weights(p[:, 1], p[:, 3], p[:, 5], tw, wm, interp)        # (n, tw, wm)
+        wy = self._weights([(h, rh, top) for h, _, rh, _, top, _ in plans], th, hm, dev)
+        wx = self._weights([(w, rw, left) for _, w, _, rw, _, left in plans], tw, wm, dev)
         dtype = _matmul_dtype(dev)
         x = buf.to(dtype)
         a = torch.bmm(wy.to(dtype), x.view(n, hm, 3 * wm))                  # (n, th, 3 * wm)
         b = torch.bmm(a.view(n, th * 3, wm), wx.to(dtype).transpose(1, 2))  # (n, 3 * th, tw)
         out = b.view(n, th, 3, tw).permute(0, 2, 1, 3)
         return out.clamp_(0, 255).round_().to(torch.uint8).contiguous()
+
+
+    def _weights(self, keys: list[tuple], length: int, padded: int, dev) -> torch.Tensor:
+        """(n, length, padded) for (input size, resized size, crop offset) per image, computed
+        once per distinct key (most images of a batch share a few sizes)."""
+        index: dict[tuple, int] = {}
+        rows = [index.setdefault(key, len(index)) for key in keys]
+        uniq = torch.tensor(list(index), dtype=torch.int64).to(dev, non_blocking=True)
+        w = axis_weights(uniq[:, 0], uniq[:, 1], uniq[:, 2], length, padded, self.cfg.interpolation)
+        if len(index) == len(keys) and rows == list(range(len(keys))):
+            return w
+        return w[torch.tensor(rows).to(dev, non_blocking=True)]
 
 
 def _matmul_dtype(device: torch.device) -> torch.dtype:

@@ -83,8 +83,8 @@ def closing_loop(sink: ShardSink, batches):
     """File the last computed batch even when the loop stops early (bad file, interrupt), so a
     shard it completes is kept for the resume; then stop the loader workers at once (a loader
     iterator kept alive by the exception's traceback otherwise stalls ~5 s per worker later).
-    ``batches``: a loader iterator, or a ``DecodeAhead`` over one (its ``close`` stops its
-    thread, then the workers)."""
+    ``batches``: a loader iterator, or a ``StagedPrefetch`` over one (its ``close`` stops its
+    threads, then the workers)."""
     try:
         yield
     finally:

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from pipeline.data import BadImageError, DataConfig, ResizeCrop, decode_file
-from pipeline.decode import DecodeAhead, DeviceDecoder, RawRows, collate_raw
+from pipeline.decode import DeviceDecoder, RawRows, collate_raw
+from pipeline.prefetch import StagedPrefetch
 from pipeline.resize import BatchResize, axis_weights
 from pipeline.sources import list_split
 
@@ -143,25 +144,32 @@ def test_device_decoder_batch_equals_cpu_rows(jpeg_split, model_cfg):
         strict(batch)
 
 
-def test_decode_ahead_keeps_order_and_raises_in_place():
-    seen = []
+def test_staged_prefetch_keeps_order_and_raises_in_place():
+    """Two stages in their own threads: results in loader order; a failure in either stage is
+    raised at its batch's place, after every earlier batch reached the consumer."""
+    def first(batch):
+        if batch == 5:
+            raise BadImageError("cannot decode y.JPEG (row 5)")
+        time.sleep(0.002 * (batch % 3))  # uneven stage times
+        return batch
 
-    def decode(batch):
+    def second(batch):
         if batch == 3:
             raise BadImageError("cannot decode x.JPEG (row 3)")
-        time.sleep(0.01)
         return torch.full((1,), batch), torch.tensor([batch]), torch.ones(1), None
 
-    ahead = DecodeAhead(iter(range(6)), decode, torch.device("cpu"), depth=2)
-    with pytest.raises(BadImageError, match=r"row 3"):
-        for images, rows, _ in ahead:
-            seen.append(int(rows[0]))
-    assert seen == [0, 1, 2]  # every batch before the bad one reached the consumer, in order
-    ahead.close()
-    assert not ahead.thread.is_alive()
+    for fail_at, stages in ((3, [first, second]), (5, [first, lambda b: second(b + 10)])):
+        seen = []
+        ahead = StagedPrefetch(iter(range(8)), stages, torch.device("cpu"), depth=2)
+        with pytest.raises(BadImageError, match=rf"row {fail_at}"):
+            for images, rows, _ in ahead:
+                seen.append(int(images[0]))
+        assert seen == [b if fail_at == 3 else b + 10 for b in range(fail_at)]
+        ahead.close()
+        assert not any(t.is_alive() for t in ahead.threads)
 
 
-def test_decode_ahead_close_stops_the_thread_and_the_workers():
+def test_staged_prefetch_close_stops_the_threads_and_the_workers():
     produced, shut = [], threading.Event()
 
     class Batches:
@@ -179,9 +187,9 @@ def test_decode_ahead_close_stops_the_thread_and_the_workers():
         def _shutdown_workers(self):
             shut.set()
 
-    ahead = DecodeAhead(Batches(), lambda b: (torch.zeros(1), torch.tensor([b]), torch.ones(1), None),
-                        torch.device("cpu"), depth=2)
+    ahead = StagedPrefetch(Batches(), [lambda b: (torch.zeros(1), torch.tensor([b]), torch.ones(1),
+                                                  None)], torch.device("cpu"), depth=2)
     assert int(next(ahead)[1][0]) == 1
     ahead.close(timeout=5)
-    assert not ahead.thread.is_alive() and shut.is_set()
-    assert len(produced) <= 5  # bounded read-ahead: depth 2 queued + 1 in hand + 1 being put
+    assert not any(t.is_alive() for t in ahead.threads) and shut.is_set()
+    assert len(produced) <= 8  # bounded read-ahead: two queues of 2, one item in each thread
