@@ -57,6 +57,12 @@ def _json_option(value: str | None, name: str) -> dict:
     return out
 
 
+def _embedded_data(data: str | None) -> bool:
+    """The embedded Fashion-MNIST, or a --data folder holding its four idx files."""
+    from pipeline.sources import _has_idx_files, is_embedded
+    return is_embedded(data) or _has_idx_files(Path(data))
+
+
 def default_artifacts(data: str | None) -> Path:
     """artifacts/<dataset name>: per-dataset outputs that never collide between datasets."""
     from pipeline.sources import FMNIST_NAME, is_embedded
@@ -92,8 +98,10 @@ def cli():
               show_default=True, help="model: the model's timm eval config; paper: the authors' "
               "square resize, mean = std = 0.5.")
 @click.option("--features", is_flag=True, help="Also store pooled pre-logit features (fp16).")
-@click.option("--flip-view", is_flag=True, help="Also store outputs for the horizontally flipped "
-              "image, so oracle training can use the target of the view it shows.")
+@click.option("--flip-view/--no-flip-view", default=None, help="Also store outputs for the "
+              "horizontally flipped image, so oracle training can use the target of the view it "
+              "shows. Default: on for the embedded Fashion-MNIST (presets.EMBEDDED_EXTRACT, so "
+              "the bare command matches the demo's caches), off elsewhere.")
 @click.option("--skip-bad", is_flag=True, help="Record undecodable images as invalid rows "
               "instead of stopping.")
 @click.option("--shard-size", default=3125, show_default=True, type=click.IntRange(1),
@@ -123,6 +131,9 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
         raise click.UsageError("--weights and --random-init exclude each other")
     root = out or default_artifacts(data) / "cache"
     check_cache_root(root)
+    if flip_view is None:
+        from pipeline.presets import EMBEDDED_EXTRACT
+        flip_view = _embedded_data(data) and EMBEDDED_EXTRACT["flip_view"]
     kwargs = _json_option(model_kwargs, "--model-kwargs")
     splits = splits or default_splits(data)
     check_splits(data, splits)
@@ -159,6 +170,11 @@ def _default_workers() -> int:
     except ImportError:  # a pipeline.data without it
         return max(1, min(8, (os.cpu_count() or 2) - 1))
     return default_workers(int(os.environ.get("LOCAL_WORLD_SIZE", dist.info().world)))
+
+
+def _preset_text(name: str) -> str:
+    from pipeline import presets
+    return ", ".join(f"{k} {v}" for k, v in getattr(presets, name).items() if v is not None)
 
 
 def _run_stage2(fn, *args):
@@ -213,27 +229,31 @@ def _run_stage2(fn, *args):
 @click.option("--neg-weight", type=float, default=None, help="ce/focal/ss: weight of incorrect rows.")
 @click.option("--authors-broadcast", "broadcast", is_flag=True, help="ce/focal: reproduce the "
               "authors' shape bug ((B,1) outputs x (B,) labels -> mean over all BxB pairs).")
-@click.option("--lr", default=1e-5, show_default=True)
-@click.option("--weight-decay", default=0.0, show_default=True)
-@click.option("--momentum", default=0.05, show_default=True)
-@click.option("--warmup-steps", default=100, show_default=True, help="OneCycle warm-up (capped "
-              "at 30%% of short runs).")
+@click.option("--lr", type=float, default=None, help="Peak LR. Defaults of this and of the "
+              "options marked [preset]: the paper's protocol, pipeline/presets.py PAPER_ORACLE "
+              f"({_preset_text('PAPER_ORACLE')}); on the embedded Fashion-MNIST EMBEDDED_ORACLE "
+              f"({_preset_text('EMBEDDED_ORACLE')}). run.json records the resolved values.")
+@click.option("--weight-decay", type=float, default=None, help="[preset]")
+@click.option("--momentum", type=float, default=None, help="[preset]")
+@click.option("--warmup-steps", type=click.IntRange(0), default=None, help="[preset] OneCycle "
+              "warm-up (capped at 30%% of short runs).")
 @click.option("--cycle-momentum", is_flag=True, help="OneCycleLR's momentum cycling 0.85-0.95, "
               "which overrode --momentum in the authors' runs (REFERENCE.md).")
-@click.option("--batch-size", default=40, show_default=True, help="Global batch (all GPUs).")
+@click.option("--batch-size", type=click.IntRange(1), default=None,
+              help="[preset] Global batch (all GPUs).")
 @click.option("--accum-steps", default=1, show_default=True, type=click.IntRange(1),
               help="Micro-batches per optimizer step and GPU (same global batch).")
-@click.option("--epochs", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--epochs", default=None, type=click.IntRange(1), help="[preset]")
 @click.option("--flip/--no-flip", default=True, show_default=True, help="Random horizontal flip.")
-@click.option("--train-limit", type=click.IntRange(1), default=None,
-              help="Use a seeded subset of N training rows.")
+@click.option("--train-limit", type=click.IntRange(0), default=None, help="[preset] Use a "
+              "seeded subset of N training rows; 0 = every row.")
 @click.option("--val-fraction", default=0.05, show_default=True, help="Held-out rows carved "
               "from the training split to choose the checkpoint (0: keep the final model).")
-@click.option("--val-every", type=click.IntRange(1), default=None,
-              help="Validate every N steps (default: 4 times per run) and at the end.")
+@click.option("--val-every", type=click.IntRange(1), default=None, help="[preset] Validate "
+              "every N steps (default: 4 times per run) and at the end.")
 @click.option("--split-seed", default=0, show_default=True, help="Seed of --train-limit and "
               "the held-out rows (shared by every --seed).")
-@click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True)
+@click.option("--precision", type=click.Choice(PRECISIONS), default=None, help="[preset]")
 @click.option("--channels-last/--no-channels-last", default=True, show_default=True)
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the training step.")
 @click.option("--device", default=None, help="cuda, cuda:1, cpu... Default: cuda if available.")

@@ -16,7 +16,7 @@ from cache.manifest import write_json_atomic
 from pipeline import dist
 from pipeline.losses import LossConfig, check_loss_options, loss_label, resolve_loss, variant_tags
 from pipeline.models import ModelError, ModelSpec, resolve_spec
-from pipeline.presets import SS_ALPHAS, family
+from pipeline.presets import EMBEDDED_ORACLE, PAPER_ORACLE, SS_ALPHAS, family
 from pipeline.runs import (RunError, RunLock, VAL_FILE, claim_run, default_run_dir, group_hash,
                            run_record, write_run_file)
 from pipeline.sampler import StepSchedule, carve_rows
@@ -55,23 +55,24 @@ class TrainConfig:
     pos_weight: float | None = None
     neg_weight: float | None = None
     broadcast: bool = False
-    # optimisation: the paper's protocol
-    lr: float = 1e-5
-    weight_decay: float = 0.0
-    momentum: float = 0.05
-    warmup_steps: int = 100
+    # optimisation.  None = not given: resolve_protocol fills these from presets.PAPER_ORACLE
+    # (the paper's protocol) or, on the embedded dataset, presets.EMBEDDED_ORACLE
+    lr: float | None = None
+    weight_decay: float | None = None
+    momentum: float | None = None
+    warmup_steps: int | None = None
     cycle_momentum: bool = False
-    batch_size: int = 40
+    batch_size: int | None = None
     accum_steps: int = 1
-    epochs: int = 1
+    epochs: int | None = None
     flip: bool = True
     # rows
-    train_limit: int | None = None
+    train_limit: int | None = None         # resolved; 0 = every row
     val_fraction: float = 0.05
-    val_every: int | None = None           # default: 4 validations per run (+ the end)
+    val_every: int | None = None           # resolved; None: 4 validations per run (+ the end)
     split_seed: int = 0
     # runtime
-    precision: str = "bf16"
+    precision: str | None = None           # resolved (bf16; fp32 on the embedded dataset)
     channels_last: bool = True
     compile: bool = False
     device: str | None = None
@@ -100,6 +101,7 @@ class Prepared:
     spec: ModelSpec
     schedule: StepSchedule
     counts: tuple[int, int]       # (incorrect, correct) training rows
+    protocol: dict = field(default_factory=dict)   # which preset filled which options
 
 
 def default_eval_splits(data: str | None, train: Split) -> tuple[str, ...]:
@@ -108,6 +110,20 @@ def default_eval_splits(data: str | None, train: Split) -> tuple[str, ...]:
         return ("test",)
     root = Path(data)
     return ("val",) if (root / "val").is_dir() or not (root / "test").is_dir() else ("test",)
+
+
+def resolve_protocol(cfg: TrainConfig, embedded: bool) -> tuple[TrainConfig, dict]:
+    """Fill every protocol option left at None from the preset of the dataset (the one place
+    where defaults are chosen).  Returns the resolved config and what was taken from where."""
+    name = "EMBEDDED_ORACLE" if embedded else "PAPER_ORACLE"
+    preset = EMBEDDED_ORACLE if embedded else PAPER_ORACLE
+    given = {k: getattr(cfg, k) for k in preset}
+    filled = {k: preset[k] if v is None else v for k, v in given.items()}
+    if filled["train_limit"] == 0:        # explicit "every row" (the embedded preset has a limit)
+        filled["train_limit"] = None
+    origin = {"preset": f"pipeline.presets.{name}",
+              "from_preset": sorted(k for k, v in given.items() if v is None)}
+    return replace(cfg, **filled), origin
 
 
 def resolve_oracle(cfg: TrainConfig, embedded: bool) -> tuple[ModelSpec, tuple[float, float] | None]:
@@ -135,13 +151,14 @@ def prepare(cfg: TrainConfig, info: dist.DistInfo) -> Prepared:
     given = {k: getattr(cfg, k) for k in LOSS_OPTIONS}
     check_loss_options(cfg.loss, given)
     train = open_split(cfg.data, Path(cfg.cache), cfg.classifier, cfg.train_split, cfg.labels_file)
+    embedded = is_embedded(cfg.data) or train.samples.dataset == FMNIST_NAME
+    cfg, protocol = resolve_protocol(cfg, embedded)
     eval_tags = tuple(dict.fromkeys(default_eval_splits(cfg.data, train) + tuple(cfg.eval_splits)))
     evals = [open_split(cfg.data, Path(cfg.cache), cfg.classifier, tag, cfg.labels_file,
                         same_classifier_as=train.cache.identity) for tag in eval_tags]
     targets = training_targets(train)
     train_rows, val_rows = _schedule_rows(cfg, train, targets)
     counts = check_both_classes(targets["correct"][train_rows], f"split {train.tag!r}")
-    embedded = is_embedded(cfg.data) or train.samples.dataset == FMNIST_NAME
     spec, alphas = resolve_oracle(cfg, embedded)
     if cfg.loss == "ss" and alphas is None and (cfg.alpha_pos is None or cfg.alpha_neg is None):
         raise ModelError(f"oracle {spec.name!r} is neither a ViT nor a ResNet, so SS has no "
@@ -161,7 +178,7 @@ def prepare(cfg: TrainConfig, info: dist.DistInfo) -> Prepared:
     run_dir = Path(cfg.out) if cfg.out else default_run_dir(Path(cfg.artifacts) / "runs", record)
     schedule = StepSchedule(train_rows, cfg.batch_size, cfg.epochs, cfg.seed, cfg.flip)
     return Prepared(config, record, run_dir, "unclaimed", train, evals, targets, train_rows,
-                    val_rows, loss, spec, schedule, counts)
+                    val_rows, loss, spec, schedule, counts, protocol)
 
 
 def _claim(run_dir: Path, record: dict, must_resume: bool, info: dist.DistInfo) -> str:
@@ -201,7 +218,8 @@ def run_extras(prep: Prepared, schedule_info: dict) -> dict:
             "eval_caches": {s.tag: str(s.cache.path) for s in prep.evals},
             "classifier_identity": {k: ident[k] for k in CLASSIFIER_KEYS},
             "class_counts": {"incorrect": prep.counts[0], "correct": prep.counts[1]},
-            "rows": {"train": int(len(prep.train_rows)), "val": int(len(prep.val_rows))}}
+            "rows": {"train": int(len(prep.train_rows)), "val": int(len(prep.val_rows))},
+            "protocol": prep.protocol}
 
 
 def train(cfg: TrainConfig) -> dict:
@@ -241,7 +259,8 @@ def _train_claimed(cfg: TrainConfig, prep: Prepared, info: dist.DistInfo, device
         write_run_file(prep.run_dir, prep.record, "running", step=state.step, **extras)
     settings = fit.LoopSettings(
         prep.run_dir, max(1, cfg.log_every),
-        (cfg.val_every or max(1, sched["total_steps"] // 4)) if len(prep.val_rows) else None,
+        (prep.config["val_every"] or max(1, sched["total_steps"] // 4)) if len(prep.val_rows)
+        else None,
         max(1, cfg.ckpt_every), cfg.stop_at_step, cfg.workers, cfg.eval_batch_size, cfg.progress)
     resumed_at = state.step
     try:

@@ -1,0 +1,39 @@
+"""train-oracle's protocol defaults come from one place: presets.PAPER_ORACLE, or EMBEDDED_ORACLE
+on the embedded Fashion-MNIST; explicit options win; run.json records the resolved values."""
+from __future__ import annotations
+
+import json
+
+from oracle_fixtures import extract, run_cli, train_args, write_colour_tree
+from pipeline.presets import EMBEDDED_ORACLE, PAPER_ORACLE
+from pipeline.train import TrainConfig, resolve_protocol
+
+
+def test_presets_fill_only_what_was_not_given():
+    cfg, origin = resolve_protocol(TrainConfig(lr=0.5), embedded=True)
+    assert cfg.lr == 0.5 and "lr" not in origin["from_preset"]
+    for key in ("momentum", "batch_size", "epochs", "train_limit", "precision"):
+        assert getattr(cfg, key) == EMBEDDED_ORACLE[key] and key in origin["from_preset"]
+    assert origin["preset"].endswith("EMBEDDED_ORACLE")
+    paper, origin = resolve_protocol(TrainConfig(), embedded=False)
+    assert (paper.lr, paper.momentum, paper.batch_size, paper.epochs, paper.warmup_steps) == \
+        (1e-5, 0.05, 40, 1, 100)
+    assert {k: getattr(paper, k) for k in PAPER_ORACLE} == PAPER_ORACLE
+    assert origin["preset"].endswith("PAPER_ORACLE")
+    every_row, _ = resolve_protocol(TrainConfig(train_limit=0), embedded=True)
+    assert every_row.train_limit is None            # 0 = every row, even on the embedded set
+
+
+def test_run_json_records_the_resolved_paper_protocol(tmp_path):
+    data = write_colour_tree(tmp_path / "data", {"train": 12, "val": 4})
+    cache = tmp_path / "cache"
+    extract(data, cache)
+    args = train_args(data, cache, tmp_path / "run")
+    # train_args fixes --batch-size 8 and --precision fp32; the rest comes from PAPER_ORACLE
+    run_cli(args)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    config = run["run"]["config"]
+    assert config["lr"] == 1e-5 and config["momentum"] == 0.05 and config["epochs"] == 1
+    assert config["batch_size"] == 8 and config["precision"] == "fp32"
+    assert run["protocol"]["preset"] == "pipeline.presets.PAPER_ORACLE"
+    assert "batch_size" not in run["protocol"]["from_preset"] and "lr" in run["protocol"]["from_preset"]
