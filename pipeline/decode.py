@@ -12,6 +12,7 @@ content does not depend on worker count, batch order or the number of processes:
 * ``gpu``: every baseline 3-channel JPEG that ends with an EOI marker;
 * ``mixed``: those among the even rows (the odd rows keep the CPU busy in parallel, which is
   faster when both the CPU decoders and the accelerator are near their limit, e.g. ResNet-50);
+  ``mixed:N/D`` (Python API / benchmark): rows with ``i % D < N`` (``mixed`` = ``mixed:1/2``);
 * anything else (PNG, progressive, CMYK/grey, Adobe-RGB or truncated JPEGs) is decoded on the
   CPU in the worker with the same code as ``--decode cpu`` -- including the bad-file handling.
 
@@ -33,6 +34,21 @@ from pipeline.resize import BatchResize
 from pipeline.sources import DataError, SampleList
 
 DECODE_MODES = ("cpu", "gpu", "mixed")
+
+
+def device_share(mode: str) -> tuple[int, int]:
+    """(N, D): row ``i`` goes to the device decoder when ``i % D < N`` (if its file is a JPEG it
+    can decode).  ``gpu`` = 1/1, ``mixed`` = 1/2, ``mixed:N/D`` with 0 < N < D <= 64."""
+    if mode == "gpu":
+        return 1, 1
+    if mode == "mixed":
+        return 1, 2
+    kind, _, frac = mode.partition(":")
+    num, _, den = frac.partition("/")
+    if kind == "mixed" and num.isdigit() and den.isdigit() and 0 < int(num) < int(den) <= 64:
+        return int(num), int(den)
+    raise ValueError(f"--decode {mode!r}: expected one of {DECODE_MODES} or mixed:N/D "
+                     "(device rows i % D < N, 0 < N < D <= 64)")
 _SOF_BASELINE = (0xC0, 0xC1)
 _SOF_OTHER = tuple(m for m in range(0xC2, 0xD0) if m not in (0xC4, 0xC8, 0xCC))
 
@@ -68,8 +84,7 @@ class RawRows(ImageRows):
 
     def __init__(self, samples: SampleList, transform: ResizeCrop, mode: str,
                  skip_bad: bool = False):
-        if mode not in ("gpu", "mixed"):
-            raise ValueError(f"decode mode {mode!r}: expected gpu or mixed")
+        self.share = device_share(mode)
         if samples.idx_images is not None:
             raise DataError("--decode gpu/mixed decodes JPEG files; the embedded dataset is "
                             "already decoded in memory: use --decode cpu")
@@ -77,7 +92,7 @@ class RawRows(ImageRows):
         self.mode = mode
 
     def __getitem__(self, i: int):
-        if self.mode == "gpu" or i % 2 == 0:
+        if i % self.share[1] < self.share[0]:
             try:
                 with open(self.samples.path(i), "rb") as fh:
                     data = fh.read()
@@ -257,10 +272,9 @@ class DeviceDecoder:
 def make_dataset(samples: SampleList, transform: ResizeCrop, mode: str, corrupt: Callable | None,
                  skip_bad: bool) -> ImageRows:
     """The loader's dataset for a decode mode (cpu: decode + resize in the workers)."""
-    if mode not in DECODE_MODES:
-        raise ValueError(f"--decode {mode!r}: expected one of {DECODE_MODES}")
     if mode == "cpu":
         return ImageRows(samples, transform, corrupt, skip_bad)
+    device_share(mode)  # a clear error for an unknown mode first
     if corrupt is not None:
         raise DataError("--corruption is applied in the CPU loader workers before resizing; "
                         "it cannot be combined with --decode gpu/mixed: use --decode cpu")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pipeline.data import BadImageError, DataConfig, ResizeCrop, decode_file
-from pipeline.decode import DeviceDecoder, RawRows, collate_raw
+from pipeline.decode import DeviceDecoder, RawRows, collate_raw, device_share, make_dataset
 from pipeline.prefetch import StagedPrefetch
 from pipeline.resize import BatchResize, axis_weights
 from pipeline.sources import list_split
@@ -193,3 +193,16 @@ def test_staged_prefetch_close_stops_the_threads_and_the_workers():
     ahead.close(timeout=5)
     assert not any(t.is_alive() for t in ahead.threads) and shut.is_set()
     assert len(produced) <= 8  # bounded read-ahead: two queues of 2, one item in each thread
+
+
+def test_device_share_picks_rows_by_index(jpeg_split):
+    assert device_share("gpu") == (1, 1) and device_share("mixed") == (1, 2)
+    assert device_share("mixed:3/4") == (3, 4)
+    for bad in ("mixed:4/4", "mixed:0/2", "mixed:3", "nvdec", "mixed:a/b", "mixed:1/65"):
+        with pytest.raises(ValueError, match="mixed:N/D"):
+            make_dataset(jpeg_split, ResizeCrop(DataConfig((3, 32, 32), "bicubic", 0.9, "center",
+                                                           MEAN, MEAN)), bad, None, False)
+    rows = RawRows(jpeg_split, ResizeCrop(DataConfig((3, 32, 32), "bicubic", 0.9, "center", MEAN,
+                                                     MEAN)), "mixed:3/4", skip_bad=True)
+    on_device = [i for i in range(8) if isinstance(rows[i][0], np.ndarray)]
+    assert on_device == [0, 1, 2, 5, 6]  # i % 4 < 3, minus row 4 (progressive: CPU path)
