@@ -487,6 +487,86 @@ def fit_classifier(classifier, data, split, out, labels_file, num_classes, model
                f"images; saved {result['out']}")
 
 
+def _names_option(choices: tuple[str, ...] | None):
+    """Comma-separated names (e.g. vit,resnet); '' = none; checked against ``choices``."""
+    def parse(ctx, param, value):
+        if value is None:
+            return None
+        names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+        bad = [n for n in names if choices and n not in choices]
+        if bad:
+            raise click.BadParameter(f"{bad[0]!r} is not one of {', '.join(choices)}")
+        return names
+    return parse
+
+
+def _args_option(ctx, param, value):
+    import shlex
+    return tuple(shlex.split(value)) if value else ()
+
+
+@cli.command()
+@click.option("--seeds", type=click.IntRange(1), default=None, help="Seeds 0..N-1 of every "
+              "run. Default: presets.DEMO (1, to stay within ~15 minutes on 2 CPU cores).")
+@click.option("--full", is_flag=True, help="The paper's 3-seed grid (same as --seeds 3); seeds "
+              "already trained are skipped.")
+@click.option("--data", default=None, help="The four Fashion-MNIST idx files, if the embedded "
+              "copy (Debian package dataset-fashion-mnist) is not installed.")
+@click.option("--corruption", type=click.Choice(CORRUPTIONS), default=None, help="Shifted "
+              "domain (paper Table 3 analogue). Default: presets.DEMO (gaussian_noise).")
+@click.option("--severity", type=click.IntRange(1, 5), default=None,
+              help="Default: presets.DEMO (5).")
+@click.option("--classifiers", callback=_names_option(None), default=None,
+              help="Comma-separated classifiers. Default: vit,resnet.")
+@click.option("--oracles", callback=_names_option(None), default=None,
+              help="Comma-separated oracle backbones. Default: vit,resnet.")
+@click.option("--losses", callback=_names_option(("ce", "focal", "tcp", "ss")), default=None,
+              help="Default: ce,focal,tcp,ss.")
+@click.option("--broadcast-losses", callback=_names_option(("ce", "focal")), default=None,
+              help="Losses also trained in the authors' broadcasting variant. Default: ce,focal.")
+@click.option("--fit-args", callback=_args_option, help="Extra options for every "
+              "fit-classifier command (quoted), e.g. '--max-samples 2000'.")
+@click.option("--extract-args", callback=_args_option, help="Extra options for every extract.")
+@click.option("--train-args", callback=_args_option, help="Extra options for every "
+              "train-oracle, e.g. '--train-limit 0' (every row).")
+@click.option("--report-args", callback=_args_option, help="Extra options for report.")
+@click.option("--dry-run", is_flag=True, help="Print the commands and stop.")
+@click.option("--no-progress", is_flag=True, help="No progress bars in the steps.")
+def demo(seeds, full, data, corruption, severity, classifiers, oracles, losses, broadcast_losses,
+         fit_args, extract_args, train_args, report_args, dry_run, no_progress):
+    """The whole pipeline on the embedded Fashion-MNIST through the commands above: fit the base
+    classifiers, extract, train every oracle, report. Re-running skips completed steps."""
+    from pipeline.demo import DemoConfig, DemoError, run
+    from pipeline.presets import DEMO
+
+    if full and seeds is not None and seeds != DEMO["full_seeds"]:
+        raise click.UsageError(f"--full means --seeds {DEMO['full_seeds']}; give one of them")
+    pick = lambda value, key: DEMO[key] if value is None else value  # noqa: E731
+    cfg = DemoConfig(
+        artifacts=default_artifacts(data), data=data,
+        seeds=DEMO["full_seeds"] if full else pick(seeds, "seeds"),
+        corruption=pick(corruption, "corruption"), severity=pick(severity, "severity"),
+        classifiers=pick(classifiers, "classifiers"), oracles=pick(oracles, "oracles"),
+        losses=pick(losses, "losses"), broadcast_losses=pick(broadcast_losses, "broadcast_losses"),
+        fit_args=fit_args, extract_args=extract_args, train_args=train_args,
+        report_args=report_args, progress=not no_progress, dry_run=dry_run)
+    if not cfg.classifiers or not cfg.oracles:
+        raise click.UsageError("--classifiers and --oracles need at least one name each")
+    try:
+        s = run(cfg, echo=click.echo)
+    except DemoError as err:
+        raise click.ClickException(str(err)) from None
+    if dry_run:
+        return
+    r = s["report"]
+    click.echo(f"\ndemo finished: {s['steps']} commands in {s['seconds'] / 60:.1f} min ("
+               + ", ".join(f"{k} {v:.0f}s" for k, v in s["by_stage"].items())
+               + f"); log {s['log']}")
+    click.echo(f"report: {r['markdown']} (splits {', '.join(r['splits'])}; figures in "
+               f"{r['dir']}/figures)\n")
+    click.echo(r["main_table"])
+
+
 def main() -> None:
     cli()  # click names the program after argv[0]: cli.py or trust-oracles
 
