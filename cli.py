@@ -203,6 +203,9 @@ def _run_stage2(fn, *args):
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Run directory. "
               "Default: artifacts/<dataset>/runs/<oracle>-<classifier>_<loss>[_<variant>]"
               "_seed<N>_<group>; a complete run there is skipped, an incomplete one resumed.")
+@click.option("--runs-root", type=click.Path(path_type=Path), default=None, help="Parent of "
+              "the default run directory (e.g. one root per preprocessing, for `report "
+              "--runs-root`). Default: artifacts/<dataset>/runs.")
 @click.option("--labels", "labels_file", default=None, help="Labels file for a flat val/ folder.")
 @click.option("--train-split", default="train", show_default=True, help="Cache tag to train on.")
 @click.option("--eval-split", "eval_splits", multiple=True, help="Extra cache tag(s) to score "
@@ -268,8 +271,8 @@ def _run_stage2(fn, *args):
               "incomplete run is resumed anyway; this refuses to start afresh).")
 @click.option("--no-progress", is_flag=True)
 def train_oracle(classifier, oracle, loss, data, cache, out, labels_file, train_split, eval_splits,
-                 seed, weights, random_init, model_kwargs, preprocess, z_head, gamma, alpha_pos,
-                 alpha_neg, class_balanced, cb_beta, pos_weight, neg_weight, broadcast, lr,
+                 runs_root, seed, weights, random_init, model_kwargs, preprocess, z_head, gamma,
+                 alpha_pos, alpha_neg, class_balanced, cb_beta, pos_weight, neg_weight, broadcast, lr,
                  weight_decay, momentum, warmup_steps, cycle_momentum, batch_size, accum_steps,
                  epochs, flip, train_limit, val_fraction, val_every, split_seed, precision,
                  channels_last, compile_, device, workers, eval_batch_size, ckpt_every, log_every,
@@ -282,7 +285,8 @@ def train_oracle(classifier, oracle, loss, data, cache, out, labels_file, train_
     cfg = TrainConfig(
         classifier=classifier, loss=loss, oracle=oracle, data=data,
         cache=str(cache or artifacts / "cache"), artifacts=str(artifacts),
-        out=str(out) if out else None, labels_file=labels_file, train_split=train_split,
+        out=str(out) if out else None, runs_root=str(runs_root) if runs_root else None,
+        labels_file=labels_file, train_split=train_split,
         eval_splits=tuple(eval_splits), seed=seed, weights=weights, random_init=random_init,
         model_kwargs=_json_option(model_kwargs, "--model-kwargs"), preprocess=preprocess,
         z=z_head, gamma=gamma, alpha_pos=alpha_pos, alpha_neg=alpha_neg,

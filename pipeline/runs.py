@@ -30,7 +30,7 @@ CHECKPOINTS, OUTPUTS = "checkpoints", "outputs"
 # Settings that change neither what is trained nor how: excluded from the group hash, so runs
 # differing only in them (or in the seed) share a group.  Paths are replaced by the identity of
 # the training cache (dataset fingerprint, classifier weights).
-NOT_IN_GROUP = ("seed", "out", "artifacts", "data", "cache", "labels_file", "eval_splits",
+NOT_IN_GROUP = ("seed", "out", "runs_root", "artifacts", "data", "cache", "labels_file", "eval_splits",
                 "resume", "progress", "workers", "device", "compile", "eval_batch_size",
                 "ckpt_every", "log_every", "stop_at_step")
 

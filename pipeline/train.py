@@ -36,6 +36,7 @@ class TrainConfig:
     cache: str = "artifacts/fashion-mnist/cache"
     artifacts: str = "artifacts/fashion-mnist"   # default run dirs: <artifacts>/runs/<name>
     out: str | None = None
+    runs_root: str | None = None           # default run dirs: <runs_root>/<name>; None: <artifacts>/runs
     labels_file: str | None = None
     train_split: str = "train"
     eval_splits: tuple[str, ...] = ()      # resolved: the dataset's test/val split + extras
@@ -175,7 +176,8 @@ def prepare(cfg: TrainConfig, info: dist.DistInfo) -> Prepared:
                         loss_label=loss_label(loss, tags), group=group,
                         dataset=train.samples.dataset,
                         num_classes=train.cache.identity["num_classes"])
-    run_dir = Path(cfg.out) if cfg.out else default_run_dir(Path(cfg.artifacts) / "runs", record)
+    runs_root = Path(cfg.runs_root) if cfg.runs_root else Path(cfg.artifacts) / "runs"
+    run_dir = Path(cfg.out) if cfg.out else default_run_dir(runs_root, record)
     schedule = StepSchedule(train_rows, cfg.batch_size, cfg.epochs, cfg.seed, cfg.flip)
     return Prepared(config, record, run_dir, "unclaimed", train, evals, targets, train_rows,
                     val_rows, loss, spec, schedule, counts, protocol)

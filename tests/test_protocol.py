@@ -37,3 +37,13 @@ def test_run_json_records_the_resolved_paper_protocol(tmp_path):
     assert config["batch_size"] == 8 and config["precision"] == "fp32"
     assert run["protocol"]["preset"] == "pipeline.presets.PAPER_ORACLE"
     assert "batch_size" not in run["protocol"]["from_preset"] and "lr" in run["protocol"]["from_preset"]
+
+
+def test_runs_root_places_the_default_run_directory_without_changing_the_group(tmp_path):
+    data = write_colour_tree(tmp_path / "data", {"train": 12, "val": 4})
+    cache = tmp_path / "cache"
+    extract(data, cache)
+    run_cli(train_args(data, cache, None, "--runs-root", tmp_path / "a", "--stop-at-step", 1))
+    run_cli(train_args(data, cache, None, "--runs-root", tmp_path / "b", "--stop-at-step", 1))
+    (a,), (b,) = list((tmp_path / "a").iterdir()), list((tmp_path / "b").iterdir())
+    assert a.name == b.name and a.name.startswith("vit_tiny_patch16_224-vit_tiny_patch16_224_ce_seed0_")
