@@ -1,0 +1,205 @@
+"""docs/IMAGENET.md cannot rot: its ```bash blocks run as written, in order, in one shell, on a
+generated ImageNet-layout tree (3 wnids, colour-coded classes), a generated ImageNet-C tree and
+tiny models (tests/runbook_shim.py stands in for `python` / `torchrun`: tiny project
+checkpoints instead of hub downloads, torchrun as 2 gloo processes). Only the settings change
+(paths, and a smaller grid: one seed, one loss per loop, one ImageNet-C corruption).
+The disk figures of the runbook are checked against the cache schema."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cache.outputs import read_outputs
+from cache.reader import ClassifierCache
+from cache.schema import CLASSIFIER_COLUMNS, FLIP_COLUMNS, ORACLE_COLUMNS
+from conftest import ROOT
+from oracle_fixtures import PALETTE, TINY_VIT_KWARGS, write_colour_tree
+
+DOC = ROOT / "docs" / "IMAGENET.md"
+SHIM = ROOT / "tests" / "runbook_shim.py"
+TINY_MODELS = {  # name in the runbook -> tiny timm model standing in for the hub weights
+    "vit": ("vit_tiny_patch16_224", {**TINY_VIT_KWARGS, "num_classes": 3}, (0.5,) * 3, (0.5,) * 3),
+    "resnet": ("resnet10t", {"num_classes": 3}, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+}
+OFFLINE_NAMES = {"vit": "vit_base_patch16_384.orig_in21k_ft_in1k.pth",
+                 "resnet": "resnet50.tv_in1k.pth"}
+
+
+def bash_blocks() -> list[tuple[str, str]]:
+    """(section heading, code) of every ```bash block, in document order."""
+    blocks, heading = [], ""
+    lines = DOC.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("## "):
+            heading = lines[i][3:].strip()
+        if lines[i].strip() == "```bash":
+            j = lines.index("```", i + 1)
+            blocks.append((heading, "\n".join(lines[i + 1:j])))
+            i = j
+        i += 1
+    return blocks
+
+
+def mixed_correctness_seed(spec) -> tuple[int, object]:
+    """A random init whose predictions on the tree's class colours (the runbook's paper
+    preprocessing, mean = std = 0.5) are right for some classes and wrong for others, so every
+    split has both correct and incorrect rows for the oracles to tell apart."""
+    import torch
+
+    from pipeline.models import build_model
+    colours = torch.tensor(PALETTE, dtype=torch.float32)[:, :, None, None] / 255
+    x = ((colours - 0.5) / 0.5).expand(-1, -1, 32, 32)
+    for seed in range(50):
+        model = build_model(spec, seed=seed)
+        with torch.no_grad():
+            right = (model(x).argmax(1) == torch.arange(len(PALETTE))).sum().item()
+        if 0 < right < len(PALETTE):
+            return seed, model
+    raise AssertionError(f"no seed < 50 gives {spec.name} mixed predictions")
+
+
+def write_tiny_checkpoints(out: Path) -> None:
+    from pipeline.data import DataConfig
+    from pipeline.fit_classifier import save_checkpoint
+    from pipeline.models import ModelSpec
+
+    for name, (model, kwargs, mean, std) in TINY_MODELS.items():
+        spec = ModelSpec(model, kwargs, None, True)
+        data_cfg = DataConfig((3, 32, 32), "bilinear", 1.0, "center", mean, std)
+        seed, net = mixed_correctness_seed(spec)
+        save_checkpoint(out / f"{name}.pth", net, spec, data_cfg,
+                        {"note": f"tiny stand-in for the runbook test, init seed {seed}"})
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("runbook")
+    write_colour_tree(tmp / "imagenet", {"train": 45, "val": 8})   # 3 steps of 40 after 5% held out
+    write_colour_tree(tmp / "imagenet-c" / "defocus_blur", {"5": 6}, seed=1)
+    write_tiny_checkpoints(tmp / "tiny")
+    (tmp / "weights").mkdir()
+    for name, file in OFFLINE_NAMES.items():
+        shutil.copy(tmp / "tiny" / f"{name}.pth", tmp / "weights" / file)
+    return {"tmp": tmp, "IMAGENET": tmp / "imagenet", "IMAGENET_C": tmp / "imagenet-c",
+            "WEIGHTS": tmp / "weights", "TINY": tmp / "tiny"}
+
+
+def run_script(world: dict, body: str, settings: dict, name: str) -> subprocess.CompletedProcess:
+    prelude = "\n".join([
+        "set -euo pipefail",
+        f'python() {{ "{sys.executable}" "{SHIM}" "$@"; }}',
+        f'torchrun() {{ "{sys.executable}" "{SHIM}" --torchrun "$@"; }}'])
+    overrides = "\n".join(f"{k}={json.dumps(str(v))}" for k, v in settings.items())
+    settings_block = bash_blocks()[0][1]
+    script = f"{prelude}\n{settings_block}\n# test overrides\n{overrides}\n{body}\n"
+    (world["tmp"] / f"{name}.sh").write_text(script)
+    env = {**os.environ, "RUNBOOK_TINY": str(world["TINY"]), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(["bash", str(world["tmp"] / f"{name}.sh")], cwd=world["tmp"], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def small_grid(world: dict, out: Path, **extra) -> dict:
+    return {"IMAGENET": world["IMAGENET"], "IMAGENET_C": world["IMAGENET_C"],
+            "WEIGHTS": world["WEIGHTS"], "OUT": out, "SEEDS": "0", "ORACLES": "vit",
+            "LOSSES": "ss", "BROADCAST_LOSSES": "ce", "CORRUPTIONS_C": "defocus_blur", **extra}
+
+
+def test_settings_block_comes_first_and_names_every_placeholder():
+    blocks = bash_blocks()
+    assert blocks[0][0].startswith("0. Settings")
+    settings = set(re.findall(r"^(\w+)=", blocks[0][1], re.M))
+    used = set(re.findall(r"\$(\w+)", "\n".join(code for _, code in blocks[1:])))
+    loop_vars = {"clf", "oracle", "loss", "seed", "corruption", "run"}
+    assert used - loop_vars <= settings, used - loop_vars - settings
+    for _, code in blocks[1:]:   # every command is cli.py through $LAUNCH or python
+        for line in code.splitlines():
+            if "cli.py" in line:
+                assert re.match(r"\s*(\$LAUNCH|python) cli\.py ", line), line
+
+
+def test_runbook_runs_as_written(world):
+    out = world["tmp"] / "out"
+    blocks = bash_blocks()[1:]
+    proc = run_script(world, "\n".join(code for _, code in blocks), small_grid(world, out), "all")
+    prep = out / "paper"                                          # PREP as the runbook sets it
+    for clf in ("vit", "resnet"):
+        for tag, rows in (("train", 135), ("val", 24), ("val-defocus_blur-5", 24)):
+            cache = ClassifierCache.open(prep / "cache" / clf / tag)
+            assert cache.num_rows == rows and cache.identity["preprocess"] == "paper"
+            assert bool(cache.identity["flip_view"]) == (tag != "val-defocus_blur-5")
+        c = ClassifierCache.open(prep / "cache-c" / "defocus_blur" / clf / "5")
+        assert c.num_rows == 18 and c.identity["corruption"] == "none"
+    runs = sorted(p.name for p in (prep / "runs").iterdir())
+    # the grid (2 classifiers x vit oracle x {ss, ce broadcast}) + section 5's offline run
+    assert len(runs) == 5, runs
+    assert sum("_ce_broadcast_seed0_" in r for r in runs) == 2
+    offline = [r for r in runs if r.startswith("resnet-vit_ss_seed0_")]
+    assert len(offline) == 1
+    for run in runs:
+        record = json.loads((prep / "runs" / run / "run.json").read_text())
+        assert record["status"] == "complete"
+        assert record["run"]["config"]["lr"] == 1e-5 and record["run"]["config"]["batch_size"] == 40
+        expected = {"val", "val-defocus_blur-5"} | ({"defocus_blur_5"} if run not in offline else set())
+        assert {p.stem for p in (prep / "runs" / run / "outputs").glob("*.h5")} == expected
+    # predict's ImageNet-C outputs are aligned with their classifier's cache
+    for run in runs:
+        if run in offline:
+            continue
+        clf = run.split("-", 1)[1].split("_")[0]
+        cache = ClassifierCache.open(prep / "cache-c" / "defocus_blur" / clf / "5")
+        outs = read_outputs(prep / "runs" / run / "outputs" / "defocus_blur_5.h5")
+        np.testing.assert_array_equal(outs.columns["index"], np.arange(18))
+        np.testing.assert_array_equal(outs.columns["correct"], cache.load(["correct"])["correct"])
+    report = json.loads((prep / "report" / "report.json").read_text())
+    splits = {s["split"]: s for s in report["splits"]}
+    assert set(splits) == {"val", "val-defocus_blur-5", "defocus_blur_5"}
+    # the last report (section 4) predates section 5's run: 4 grid runs + 5 baselines x 2 classifiers
+    oracle_rows = [r for r in splits["val"]["rows"] if r["kind"] == "oracle"]
+    assert len(oracle_rows) == 4 and all(len(s["rows"]) == 4 + 2 * 5 for s in splits.values())
+    assert {r["loss_label"] for r in oracle_rows} == {"SS", "CE (broadcast)"}
+    assert (prep / "report" / "report.md").exists()
+    assert "+ cli.py train-oracle" in proc.stdout
+
+
+@pytest.mark.slow  # ~40 s: torchrun launches 2 interpreters per command
+def test_runbook_stages_1_and_2_under_torchrun(world):
+    """The same blocks with the multi-GPU launcher of the settings' comment (2 gloo processes)."""
+    blocks = dict(bash_blocks())
+    launch = re.search(r'LAUNCH="(torchrun [^"]+)"', bash_blocks()[0][1]).group(1)
+    out = world["tmp"] / "out-ddp"
+    body = "\n".join(code for heading, code in blocks.items() if heading[:2] in ("1.", "2."))
+    settings = small_grid(world, out, LAUNCH=launch, CLASSIFIERS="vit", BROADCAST_LOSSES="")
+    proc = run_script(world, body, settings, "ddp")
+    assert proc.stdout.count("[train] 135 rows") == 1                 # one summary, from rank 0
+    (run,) = (out / "paper" / "runs").iterdir()
+    record = json.loads((run / "run.json").read_text())
+    assert record["status"] == "complete" and record["schedule"]["world_size"] == 2
+    assert record["schedule"]["micro_batch"] == 20
+
+
+def test_disk_figures_follow_the_cache_schema():
+    text = DOC.read_text()
+    size = {"int64": 8, "uint8": 1, "float32": 4}
+    k = 1000
+    base = sum(size[t] for c, t in CLASSIFIER_COLUMNS.items() if c != "logits") + 2 * k
+    flip = sum(size[CLASSIFIER_COLUMNS[c]] for c in FLIP_COLUMNS if c != "logits") + 2 * k
+    oracle = sum(size[t] for t in ORACLE_COLUMNS.values())
+    assert (base - 2 * k, flip - 2 * k, oracle) == (34, 17, 34)
+    assert "**34 + 2K bytes**" in text and "**17 + 2K** more" in text
+    assert f"{base + flip:,}" in text and f"{base:,}" in text and "34 bytes/row" in text
+    for rows, per_row, shown in ((1_281_167, base + flip, "5.19 GB"), (1_281_167, base, "2.61 GB"),
+                                 (50_000, base + flip, "203 MB"), (50_000, base, "102 MB")):
+        value = rows * per_row / (1e9 if "GB" in shown else 1e6)
+        assert f"{value:.{2 if 'GB' in shown else 0}f} {shown.split()[1]}" == shown, (rows, per_row)
+        assert shown in text
