@@ -1,0 +1,149 @@
+"""`cli.py demo`: the plan of commands, and a fast real run (a Fashion-MNIST subset, one seed, part
+of the grid) whose outputs are checked: caches, runs, oracle outputs aligned with the caches,
+report tables with every row and metrics in range, figures; then the bare commands find the
+demo's work complete."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cache.outputs import read_outputs
+from cache.reader import ClassifierCache
+from conftest import ROOT
+from fmnist_subset import write_fmnist_subset
+from oracle_fixtures import run_cli
+from pipeline.presets import DEMO, EMBEDDED_ORACLE
+
+RANGE_METRICS = ("fpr95", "aupr_err", "aupr_succ", "auc", "tpr", "tnr")
+
+
+def test_plan_is_the_documented_grid():
+    default = run_cli(["demo", "--dry-run"]).output.splitlines()
+    full = run_cli(["demo", "--dry-run", "--full"]).output.splitlines()
+    trains = [l for l in full if " train-oracle " in l]
+    per_seed = len(DEMO["classifiers"]) * len(DEMO["oracles"]) * (
+        len(DEMO["losses"]) + len(DEMO["broadcast_losses"]))
+    assert per_seed == 24 and len(trains) == 3 * per_seed
+    assert len(default) == len(full) - 2 * per_seed and DEMO["seeds"] == 1
+    assert all("--eval-split test-gaussian_noise-5" in l for l in trains)
+    assert sum("--authors-broadcast" in l for l in trains) == 3 * 8
+    assert len(set(trains)) == len(trains)                      # no run twice
+    assert full[:2] == ["python cli.py fit-classifier --classifier vit",
+                        "python cli.py fit-classifier --classifier resnet"]
+    assert "python cli.py extract --classifier vit --split train --split test --flip-view" in full
+    assert full[-1] == "python cli.py report"
+    # commands carry no hyperparameters: they come from presets.py, as for the bare commands
+    assert not any(opt in l for l in full for opt in ("--lr", "--batch-size", "--epochs"))
+    assert run_cli(["demo", "--dry-run", "--seeds", "2", "--full"], expect=2).exit_code == 2
+    assert "not one of" in run_cli(["demo", "--dry-run", "--losses", "ce,bce"], expect=2).output
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("demo")
+    data = write_fmnist_subset(tmp / "fmnist-small", n_train=13_000, n_test=1_000)  # train = 1,000 rows
+    args = [sys.executable, str(ROOT / "cli.py"), "demo", "--data", str(data),
+            "--classifiers", "vit", "--oracles", "vit,resnet", "--losses", "ss",
+            "--broadcast-losses", "ce", "--fit-args", "--max-samples 1000 --epochs 1",
+            "--train-args", "--epochs 1", "--no-progress"]
+    proc = subprocess.run(args, cwd=tmp, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"tmp": tmp, "data": data, "art": tmp / "artifacts" / "fmnist-small",
+            "stdout": proc.stdout}
+
+
+def test_demo_prints_commands_and_the_main_table(demo_run):
+    out = demo_run["stdout"]
+    log = json.loads((demo_run["art"] / "demo.json").read_text())
+    assert [s["stage"] for s in log["steps"]] == ["fit"] * 2 + ["extract"] * 2 + ["train"] * 4 + \
+        ["report"]
+    assert not log["failed"] and all(s["returncode"] == 0 for s in log["steps"])
+    for step in log["steps"]:
+        assert f"$ {step['command']}" in out
+    assert "demo finished: 9 commands" in out
+    assert "report: artifacts/fmnist-small/report/report.md (splits test, test-gaussian_noise-5" in out
+    assert "### Trust metrics — paper definitions" in out and "| ⟨vit, vit⟩ | CE (broadcast) |" in out
+
+
+def test_demo_caches_and_runs(demo_run):
+    art = demo_run["art"]
+    for tag, corruption in (("train", "none"), ("test", "none"),
+                            ("test-gaussian_noise-5", "gaussian_noise:5:seed0")):
+        cache = ClassifierCache.open(art / "cache" / "vit" / tag)
+        assert cache.num_rows == 1000 and cache.identity["flip_view"]
+        assert cache.identity["corruption"] == corruption
+    clean = ClassifierCache.open(art / "cache" / "vit" / "test").manifest["summary"]["accuracy"]
+    noisy = ClassifierCache.open(art / "cache" / "vit" / "test-gaussian_noise-5"
+                                 ).manifest["summary"]["accuracy"]
+    assert 0.3 < clean < 0.95 and noisy < clean                # a realistic share of errors, a shift
+    runs = sorted((art / "runs").iterdir())
+    assert sorted(r.name.rsplit("_", 1)[0] for r in runs) == sorted(
+        f"{o}-vit_{loss}_seed0" for o in ("vit", "resnet") for loss in ("ce_broadcast", "ss"))
+    for run in runs:
+        record = json.loads((run / "run.json").read_text())
+        cfg = record["run"]["config"]
+        assert record["status"] == "complete" and record["protocol"]["preset"].endswith("EMBEDDED_ORACLE")
+        assert (cfg["lr"], cfg["momentum"], cfg["batch_size"], cfg["precision"]) == tuple(
+            EMBEDDED_ORACLE[k] for k in ("lr", "momentum", "batch_size", "precision"))
+        assert cfg["epochs"] == 1                                # --train-args override
+        for tag in ("test", "test-gaussian_noise-5"):
+            check_outputs_aligned(run / "outputs" / f"{tag}.h5", art / "cache" / "vit" / tag)
+
+
+def check_outputs_aligned(path, cache_dir):
+    out = read_outputs(path).columns
+    cache = ClassifierCache.open(cache_dir).load(["index", "label", "pred", "correct", "valid"])
+    for name in ("index", "label", "pred", "correct", "valid"):
+        np.testing.assert_array_equal(out[name], cache[name], err_msg=f"{path}: {name}")
+    conf = out["confidence"]
+    assert np.isfinite(out["z"]).all() and ((conf >= 0) & (conf <= 1)).all()
+    np.testing.assert_allclose(conf, 1 / (1 + np.exp(-out["z"].astype(np.float64))), atol=1e-6)
+
+
+def test_demo_report_has_every_row_and_sane_metrics(demo_run):
+    report = demo_run["art"] / "report"
+    doc = json.loads((report / "report.json").read_text())
+    splits = {s["split"]: s for s in doc["splits"]}
+    assert set(splits) == {"test", "test-gaussian_noise-5"}
+    for tag, split in splits.items():
+        rows = split["rows"]
+        oracle = {(r["oracle"], r["loss_label"]) for r in rows if r["kind"] == "oracle"}
+        assert oracle == {(o, l) for o in ("vit", "resnet") for l in ("SS", "CE (broadcast)")}
+        assert {r["loss_label"] for r in rows if r["kind"] == "baseline"} == {
+            "MCP", "Neg. entropy", "Max logit", "Energy", "DOCTOR (D_alpha)"}
+        for row in rows:
+            assert row["n"] == 1
+            for definition in ("paper", "standard"):
+                for name in RANGE_METRICS:
+                    cell = row["agg"][definition].get(name)
+                    if cell and cell["mean"] is not None:
+                        assert 0.0 <= cell["mean"] <= 1.0, (tag, row["oc"], name, cell)
+            if row["kind"] == "oracle":
+                assert row["agg"]["paper"]["auc"]["mean"] is not None
+        figures = split["figures"]
+        # one risk-coverage plot per <O,C> (the baselines are drawn dashed on each)
+        assert figures["histograms"] and len(figures["risk_coverage"]) == 2
+        for path in figures["histograms"] + list(figures["risk_coverage"].values()):
+            assert (report / path).stat().st_size > 1000
+    text = (report / "report.md").read_text()
+    for title in ("Trust metrics — paper definitions", "Trust metrics — standard definitions",
+                  "Separability (paper Table A4)"):
+        assert text.count(title) == 2                            # one per split
+
+
+def test_bare_commands_find_the_demo_work_complete(demo_run):
+    """The demo ran the commands a user types: the same commands again (no hyperparameters,
+    flip view by default) land on the same caches and run directory and skip."""
+    data, tmp = str(demo_run["data"]), demo_run["tmp"]
+    run = lambda *a: subprocess.run([sys.executable, str(ROOT / "cli.py"), *a, "--data", data,  # noqa: E731
+                                     "--no-progress"], cwd=tmp, capture_output=True, text=True)
+    extract = run("extract", "--classifier", "vit")
+    assert extract.returncode == 0, extract.stderr
+    assert extract.stdout.count("already complete") == 2         # train and test
+    train = run("train-oracle", "--loss", "ss", "--epochs", "1")
+    assert train.returncode == 0, train.stderr
+    assert train.stdout.startswith("already complete") and "vit-vit_ss_seed0_" in train.stdout
