@@ -174,7 +174,9 @@ def _agg(entries: list[tuple], members: list[dict]) -> dict:
         return {"mean": None, "std": None, "n": len(values), "values": values,
                 "undefined": "; ".join(reasons) + where, "notes": []}
     arr = np.asarray(values, dtype=np.float64)
-    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(arr) > 1 else None,
+    # identical seeds (e.g. every run's accuracy on one cache) give exactly 0, not rounding noise
+    std = (0.0 if (arr == arr[0]).all() else float(arr.std(ddof=1))) if len(arr) > 1 else None
+    return {"mean": float(arr.mean()), "std": std,
             "n": len(values), "values": [float(v) for v in values], "undefined": None,
             "notes": [f"{n}: {e[2]}" if n else e[2] for n, e in zip(names, entries) if e[2]]}
 
