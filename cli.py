@@ -538,8 +538,9 @@ def _args_option(ctx, param, value):
 @click.option("--no-progress", is_flag=True, help="No progress bars in the steps.")
 def demo(seeds, full, data, corruption, severity, classifiers, oracles, losses, broadcast_losses,
          fit_args, extract_args, train_args, report_args, dry_run, no_progress):
-    """The whole pipeline on the embedded Fashion-MNIST through the commands above: fit the base
-    classifiers, extract, train every oracle, report. Re-running skips completed steps."""
+    """The whole pipeline on the embedded Fashion-MNIST through the cli.py commands a user would
+    type (each printed before it runs): fit-classifier, extract, train-oracle for every
+    <oracle, classifier> pair and loss, report. Re-running skips completed steps."""
     from pipeline.demo import DemoConfig, DemoError, run
     from pipeline.presets import DEMO
 
