@@ -56,6 +56,7 @@ def demo_run(tmp_path_factory):
             "stdout": proc.stdout}
 
 
+@pytest.mark.slow  # the module's demo run: ~50 s (9 cli.py processes) on 2 cores
 def test_demo_prints_commands_and_the_main_table(demo_run):
     out = demo_run["stdout"]
     log = json.loads((demo_run["art"] / "demo.json").read_text())

@@ -128,6 +128,7 @@ def test_settings_block_comes_first_and_names_every_placeholder():
                 assert re.match(r"\s*(\$LAUNCH|python) cli\.py ", line), line
 
 
+@pytest.mark.slow  # ~90 s: 18 cli.py processes (each imports torch + timm) on 2 cores
 def test_runbook_runs_as_written(world):
     out = world["tmp"] / "out"
     blocks = bash_blocks()[1:]
