@@ -79,9 +79,13 @@ def list_split(data: str | None, split: str, labels_file: str | None = None) -> 
 
 
 def default_splits(data: str | None) -> tuple[str, ...]:
-    if is_embedded(data) or _has_idx_files(Path(data)):
+    if is_embedded(data):
         return ("train", "test")
-    root = Path(data)
+    root = Path(data).expanduser()
+    if not root.is_dir():
+        raise DataError(f"--data {root}: directory not found")
+    if _has_idx_files(root):
+        return ("train", "test")
     found = tuple(s for s in ("train", "val", "test") if (root / s).is_dir())
     if not found:
         raise DataError(f"--data {root} has no train/, val/ or test/ folder; name the split "

@@ -8,7 +8,7 @@ import pytest
 from conftest import make_imagenet_tree, write_jpeg
 from pipeline import sources
 from pipeline.labels import imagenet_synsets
-from pipeline.sources import DataError, list_split
+from pipeline.sources import DataError, default_splits, list_split
 
 SYN = imagenet_synsets()
 VAL_NAMES = [f"ILSVRC2012_val_{i:08d}.JPEG" for i in range(1, 7)]
@@ -154,6 +154,8 @@ def test_unknown_class_folders(tmp_path):
 def test_missing_root_split_and_empty_splits(tmp_path):
     with pytest.raises(DataError, match="directory not found"):
         list_split(str(tmp_path / "nowhere"), "val")
+    with pytest.raises(DataError, match="nowhere: directory not found"):  # no --split given
+        default_splits(str(tmp_path / "nowhere"))
     (tmp_path / "d" / "val").mkdir(parents=True)
     with pytest.raises(DataError, match=r"--split 'train'.*not found"):
         list_split(str(tmp_path / "d"), "train")
