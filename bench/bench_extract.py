@@ -33,9 +33,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.data import default_workers  # noqa: E402
-from pipeline.extract import ExtractConfig, extract  # noqa: E402
-from pipeline.sources import list_split  # noqa: E402
+from pipeline.data.images import default_workers  # noqa: E402
+from pipeline.data.sources import list_split  # noqa: E402
+from pipeline.extract.run import ExtractConfig, extract  # noqa: E402
 
 MODELS = ("resnet50", "vit_base_patch16_224", "vit_base_patch16_384")
 VARIANTS = ("naive", "cpu", "cpu+compile", "gpu+compile", "mixed+compile")

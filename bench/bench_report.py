@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.synthetic_runs import write_cache, write_run, write_study  # noqa: E402
 from cache.outputs import read_outputs  # noqa: E402
-from pipeline.scoring import score_summary  # noqa: E402
+from pipeline.report.scoring import score_summary  # noqa: E402
 
 
 def naive_metrics(conf: np.ndarray, correct: np.ndarray) -> dict:
@@ -85,7 +85,7 @@ def load_runs(runs_root: Path) -> list[tuple[np.ndarray, np.ndarray, str]]:
     return out
 
 
-LAZY = ("import sys; from pipeline.report import ReportConfig, report; "
+LAZY = ("import sys; from pipeline.report.run.run import ReportConfig, report; "
         "report(ReportConfig(runs_root=sys.argv[1], out=sys.argv[2]))")
 
 
@@ -108,7 +108,7 @@ def time_cli(runs_root: Path, out: Path, lazy: bool = False) -> tuple[float, flo
 def time_in_process(runs_root: Path, out: Path) -> float:
     """The report() call with imports done but a COLD joblib worker pool (started inside)."""
     from joblib.externals.loky import get_reusable_executor
-    from pipeline.report import ReportConfig, report
+    from pipeline.report.run import ReportConfig, report
     get_reusable_executor().shutdown(wait=True)
     start = time.perf_counter()
     summary = report(ReportConfig(runs_root=str(runs_root), out=str(out)))

@@ -10,7 +10,7 @@ it, bench/make_jpegs.py generates --images JPEGs into a temporary folder.  Model
 speed does not depend on the weights.
 
 Measured per model (the oracle and the classifier share the architecture, as <ViT,ViT>/<RSN,RSN>):
-  fast        the project's training step (pipeline.engine.train_step): targets from RAM (no
+  fast        the project's training step (pipeline.oracle.step.train_step): targets from RAM (no
               classifier), uint8 loader + on-device normalise + flip, bf16 autocast, channels_last,
               torch.compile where it helps (both measured, the faster one is used)
   fast/gpu    the same step on one batch already on the device (the accelerator's ceiling)
@@ -38,15 +38,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline import dist  # noqa: E402
-from pipeline.data import GpuNormalize, ImageRows, ResizeCrop, make_loader  # noqa: E402
-from pipeline.engine import TargetTable, TrainObjects, train_step  # noqa: E402
-from pipeline.losses import LossConfig  # noqa: E402
-from pipeline.models import ModelSpec  # noqa: E402
-from pipeline.oracle import build_oracle  # noqa: E402
-from pipeline.precision import autocast, grad_scaler  # noqa: E402
-from pipeline.sampler import StepSchedule, loader_batches, micro_slices  # noqa: E402
-from pipeline.sources import list_split  # noqa: E402
+from pipeline.core import dist  # noqa: E402
+from pipeline.core.models import ModelSpec  # noqa: E402
+from pipeline.core.precision import autocast, grad_scaler  # noqa: E402
+from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, make_loader  # noqa: E402
+from pipeline.data.sources import list_split  # noqa: E402
+from pipeline.oracle.losses import LossConfig  # noqa: E402
+from pipeline.oracle.model import build_oracle  # noqa: E402
+from pipeline.oracle.sampler import StepSchedule, loader_batches, micro_slices  # noqa: E402
+from pipeline.oracle.step import TargetTable, TrainObjects, train_step  # noqa: E402
 
 N_TRAIN, N_VAL = 1_281_167, 50_000
 TINY = {"vit_tiny_patch16_224": {"img_size": 64, "depth": 2, "embed_dim": 64, "num_heads": 2},
@@ -259,7 +259,7 @@ def main() -> None:
     p.add_argument("--json", default=None, help="also write the results here")
     a = p.parse_args()
     tiny = a.tiny or not cuda
-    from pipeline.data import default_workers
+    from pipeline.data.images import default_workers
     a.fill_batch = a.fill_batch or (16 if tiny else 256)
     a.steps, a.warmup = a.steps or (3 if tiny else 50), a.warmup or (1 if tiny else 10)
     a.workers = default_workers() if a.workers is None else a.workers

@@ -22,13 +22,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.data import (GpuNormalize, ImageRows, ResizeCrop, chunk_batches,  # noqa: E402
-                           default_workers, make_loader)
-from pipeline.decode import DeviceDecoder, RawRows, collate_raw  # noqa: E402
-from pipeline.models import build_model, resolve_data_config, resolve_spec  # noqa: E402
-from pipeline.precision import autocast  # noqa: E402
-from pipeline.prefetch import StagedPrefetch  # noqa: E402
-from pipeline.sources import list_split  # noqa: E402
+from pipeline.core.models import build_model, resolve_data_config, resolve_spec  # noqa: E402
+from pipeline.core.precision import autocast  # noqa: E402
+from pipeline.data.decode import DeviceDecoder, RawRows, collate_raw  # noqa: E402
+from pipeline.data.images import (GpuNormalize, ImageRows, ResizeCrop, chunk_batches,  # noqa: E402
+                                  default_workers, make_loader)
+from pipeline.data.prefetch import StagedPrefetch  # noqa: E402
+from pipeline.data.sources import list_split  # noqa: E402
 
 
 def reference_pixels(samples, transform, rows: int, batch_size: int, workers: int) -> torch.Tensor:

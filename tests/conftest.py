@@ -45,7 +45,7 @@ def make_imagenet_tree(root: Path, wnids: list[str], per_class: int, splits=("tr
 
 @pytest.fixture
 def imagenet_tree(tmp_path) -> Path:
-    from pipeline.labels import imagenet_synsets
+    from pipeline.data.labels import imagenet_synsets
 
     wnids = list(imagenet_synsets()[:3])
     return make_imagenet_tree(tmp_path / "imagenet", wnids, per_class=4)
@@ -62,7 +62,7 @@ def fmnist_dir() -> Path:
 @pytest.fixture
 def tiny_extract(tmp_path):
     """Factory: ExtractConfig for a tiny random-init timm model on CPU, fp32, several workers."""
-    from pipeline.extract import ExtractConfig
+    from pipeline.extract.run import ExtractConfig
 
     def make(data, out=None, split="val", model=TINY_VIT, **overrides):
         kw = dict(classifier=model[0], model_kwargs=dict(model[1]), out=out or tmp_path / "cache",

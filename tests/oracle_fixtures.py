@@ -18,7 +18,7 @@ def write_colour_tree(root: Path, per_class: dict[str, int], seed: int = 0) -> P
     """ROOT/<split>/<wnid>/<wnid>_<i>.JPEG; class k is PALETTE[k] plus noise, sizes vary."""
     from PIL import Image
 
-    from pipeline.labels import imagenet_synsets
+    from pipeline.data.labels import imagenet_synsets
 
     rng = np.random.default_rng(seed)
     for split, n in per_class.items():

@@ -14,12 +14,13 @@ from click.testing import CliRunner
 
 from cli import cli
 from conftest import make_imagenet_tree, real_photo
-from pipeline.corruptions import (CORRUPTIONS, PARAMS, REFERENCE_SIZE, SEVERITIES, Corruption,
-                                  corruption_from_tag, disk_kernel, filter2d, make_corruption,
-                                  parse_corruption_tag)
-from pipeline.data import ImageRows, make_loader
-from pipeline.labels import imagenet_synsets
-from pipeline.sources import DataError, SampleList, fashion_mnist
+from pipeline.data.corruptions import (CORRUPTIONS, PARAMS, REFERENCE_SIZE, SEVERITIES, Corruption,
+                                       corruption_from_tag, disk_kernel, filter2d, make_corruption,
+                                       parse_corruption_tag)
+from pipeline.data.errors import DataError
+from pipeline.data.images import ImageRows, make_loader
+from pipeline.data.labels import imagenet_synsets
+from pipeline.data.sources import SampleList, fashion_mnist
 
 
 def photo(size: int | None = REFERENCE_SIZE) -> torch.Tensor:
@@ -248,8 +249,9 @@ def test_stage2_rebuilds_identical_corrupted_pixels_from_the_cache_identity(fitt
     """What extract saw == what a later stage rebuilds from identity['corruption']: the
     classifier's predictions on the rebuilt pixels equal the cached ones."""
     from cache.reader import ClassifierCache
-    from pipeline.data import DataConfig, GpuNormalize, ResizeCrop
-    from pipeline.models import build_model, resolve_spec
+    from pipeline.core.models import DataConfig
+    from pipeline.data.images import GpuNormalize, ResizeCrop
+    from pipeline.core.models import build_model, resolve_spec
 
     data, ckpt = fitted
     cli_ok("extract", "--classifier", "resnet", "--weights", ckpt, "--data", data, "--split",

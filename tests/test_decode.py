@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.data import BadImageError, DataConfig, ResizeCrop, decode_file
-from pipeline.decode import DeviceDecoder, RawRows, collate_raw, device_share, make_dataset
-from pipeline.prefetch import StagedPrefetch
-from pipeline.resize import BatchResize, axis_weights
-from pipeline.sources import list_split
+from pipeline.core.models import DataConfig
+from pipeline.data.decode import DeviceDecoder, RawRows, collate_raw, device_share, make_dataset
+from pipeline.data.images import BadImageError, ResizeCrop, decode_file
+from pipeline.data.prefetch import StagedPrefetch
+from pipeline.data.resize import BatchResize, axis_weights
+from pipeline.data.sources import list_split
 
 MEAN = (0.5, 0.5, 0.5)
 
@@ -76,7 +77,7 @@ def test_batch_resize_equals_resizecrop(cfg):
 
 
 def test_batch_resize_chunks_bound_memory(monkeypatch):
-    import pipeline.resize as rz
+    import pipeline.data.resize
 
     monkeypatch.setattr(rz, "_CHUNK_ELEMS", 3 * 60 * 60 * 2)  # two 60x60 images a chunk
     dcfg = DataConfig((3, 32, 32), "bicubic", 0.9, "center", MEAN, MEAN)
@@ -99,7 +100,7 @@ def jpeg_bytes(img: torch.Tensor, **kw) -> bytes:
 @pytest.fixture
 def jpeg_split(tmp_path):
     """val/<wnid>/: 8 JPEGs of assorted sizes, one progressive (CPU path), one corrupt body."""
-    from pipeline.labels import imagenet_synsets
+    from pipeline.data.labels import imagenet_synsets
 
     d = tmp_path / "val" / imagenet_synsets()[0]
     d.mkdir(parents=True)

@@ -11,9 +11,10 @@ import io
 import pytest
 import torch
 
-from pipeline.data import DataConfig, ResizeCrop, decode_file
-from pipeline.decode import DeviceDecoder, RawRows, collate_raw
-from pipeline.sources import list_split
+from pipeline.core.models import DataConfig
+from pipeline.data.decode import DeviceDecoder, RawRows, collate_raw
+from pipeline.data.images import ResizeCrop, decode_file
+from pipeline.data.sources import list_split
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CFG = DataConfig((3, 224, 224), "bicubic", 0.95, "center", (0.5,) * 3, (0.5,) * 3)
@@ -23,7 +24,7 @@ def write_split(root, n=16):
     import numpy as np
     from PIL import Image
 
-    from pipeline.labels import imagenet_synsets
+    from pipeline.data.labels import imagenet_synsets
 
     d = root / "val" / imagenet_synsets()[0]
     d.mkdir(parents=True)

@@ -16,7 +16,7 @@ from cache.reader import ClassifierCache
 from conftest import ROOT
 from fmnist_subset import write_fmnist_subset
 from oracle_fixtures import run_cli
-from pipeline.presets import DEMO, EMBEDDED_ORACLE
+from pipeline.core.presets import DEMO, EMBEDDED_ORACLE
 
 RANGE_METRICS = ("fpr95", "aupr_err", "aupr_succ", "auc", "tpr", "tnr")
 

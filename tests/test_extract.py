@@ -12,11 +12,11 @@ from cache.manifest import IDENTITY_FILE, MANIFEST_FILE
 from cache.reader import ClassifierCache
 from cache.schema import CacheMismatch
 from conftest import TINY_RESNET, TINY_VIT, make_imagenet_tree
-from pipeline.data import BadImageError, GpuNormalize, ResizeCrop, chunk_batches, decode_file
-from pipeline.extract import extract
-from pipeline.labels import imagenet_synsets
-from pipeline.models import build_model, resolve_data_config, resolve_spec
-from pipeline.sources import list_split
+from pipeline.data.images import BadImageError, GpuNormalize, ResizeCrop, chunk_batches, decode_file
+from pipeline.extract.run import extract
+from pipeline.data.labels import imagenet_synsets
+from pipeline.core.models import build_model, resolve_data_config, resolve_spec
+from pipeline.data.sources import list_split
 
 BASE = ["index", "label", "valid", "logits", "pred", "correct", "p_true", "p_max"]
 FLIP = ["logits_flip", "pred_flip", "correct_flip", "p_true_flip", "p_max_flip"]
@@ -122,7 +122,7 @@ def test_cpu_gpu_and_mixed_decoding_agree(tree, tiny_extract, tmp_path):
         caches[mode] = load_all(cfg)
         assert ClassifierCache.open(cfg.out).identity["decode"] == mode
     for mode in ("gpu", "mixed"):  # same decoder on the CPU; the batched float resize rounds
-        # +-1 where the CPU path's fixed-point uint8 resize differs (pipeline/resize.py)
+        # +-1 where the CPU path's fixed-point uint8 resize differs (pipeline/data/resize.py)
         assert_same_cache(caches["cpu"], caches[mode], ["index", "label", "valid"])
         diff = np.abs(caches[mode]["logits"].astype(np.float32) -
                       caches["cpu"]["logits"].astype(np.float32))
@@ -247,7 +247,7 @@ def test_preprocessing_matches_timms_eval_transform(tmp_path, mode, pct):
     import timm.data
     from PIL import Image
 
-    from pipeline.data import DataConfig
+    from pipeline.core.models import DataConfig
     rng = np.random.default_rng(0)
     smooth = rng.integers(0, 256, (12, 16, 3)).astype(np.uint8)
     img = Image.fromarray(smooth).resize((160, 120), Image.BICUBIC)  # photo-like, not noise

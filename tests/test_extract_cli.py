@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from cli import cli
 from conftest import ROOT, TINY_VIT, make_imagenet_tree, write_jpeg
-from pipeline.labels import imagenet_synsets
+from pipeline.data.labels import imagenet_synsets
 
 SYN = imagenet_synsets()
 TINY = ["--classifier", TINY_VIT[0], "--model-kwargs", json.dumps(TINY_VIT[1]), "--random-init",

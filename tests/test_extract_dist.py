@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from cache.reader import ClassifierCache
 from cli import cli
 from conftest import ROOT, TINY_VIT, make_imagenet_tree
-from pipeline.labels import imagenet_synsets
+from pipeline.data.labels import imagenet_synsets
 
 COLUMNS = ["index", "label", "valid", "logits", "pred", "correct", "p_true", "p_max",
            "logits_flip", "pred_flip", "correct_flip", "p_true_flip", "p_max_flip"]

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from cli import cli
 from conftest import real_photo
-from pipeline.labels import imagenet_synsets
+from pipeline.data.labels import imagenet_synsets
 
 CATS = range(281, 286)   # tabby, tiger cat, Persian, Siamese, Egyptian cat
 ESPRESSO = 967

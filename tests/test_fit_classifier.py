@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from cli import cli
 from conftest import TINY_VIT
 from fmnist_subset import write_fmnist_subset
-from pipeline.fit_classifier import augment, lr_at, split_rows
-from pipeline.models import CHECKPOINT_FORMAT
-from pipeline.sources import fashion_mnist
+from pipeline.classifier.fit import augment, lr_at, split_rows
+from pipeline.core.models import CHECKPOINT_FORMAT
+from pipeline.data.sources import fashion_mnist
 
 CPU = ["--device", "cpu", "--no-progress"]
 

@@ -1,5 +1,5 @@
 """Oracle losses against hand-computed values, SS's direction and range, the authors' broadcasting
-variant, class-balanced weights and option checks (pipeline/losses.py)."""
+variant, class-balanced weights and option checks (pipeline/oracle/losses.py)."""
 from __future__ import annotations
 
 import math
@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from pipeline.losses import (LossConfig, LossOptionError, broadcast_coefficients,
-                             check_loss_options, class_balanced_weights, coefficients, loss_label,
-                             per_sample_loss, resolve_loss, steep_slope, steep_slope_max,
-                             variant_tags)
+from pipeline.oracle.losses import (LossConfig, LossOptionError, broadcast_coefficients,
+                                    check_loss_options, class_balanced_weights, coefficients,
+                                    loss_label, per_sample_loss, resolve_loss, steep_slope,
+                                    steep_slope_max, variant_tags)
 
 Z = torch.tensor([0.0, 2.0, 2.0, -1.0, -3.0])
 O = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0])

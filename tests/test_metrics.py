@@ -8,8 +8,8 @@ import pytest
 from scipy.special import logsumexp, softmax
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
-from pipeline import metrics as M
-from pipeline.baselines import BASELINES, baseline_scores
+from pipeline.core import metrics as M
+from pipeline.report.baselines import BASELINES, baseline_scores
 
 # A small case worked out by hand (docs/METRICS.md uses the same numbers).
 P6 = np.array([0.9, 0.8, 0.7, 0.6, 0.4, 0.3])

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from bench.synthetic_runs import write_cache, write_run, write_study
 from cache.outputs import read_outputs
 from cli import cli
-from pipeline import metrics as M
+from pipeline.core import metrics as M
 
 SEEDS = (0, 1)
 PAIRS = (("vit", "vit"), ("resnet", "vit"), ("vit", "resnet"))
@@ -205,8 +205,8 @@ def test_all_correct_split_reports_undefined_with_reasons(tmp_path):
 def test_real_extracted_cache(tmp_path):
     """The report reads a cache written by the real stage 1 (tiny random resnet10t)."""
     from conftest import make_imagenet_tree
-    from pipeline.extract import ExtractConfig, extract
-    from pipeline.labels import imagenet_synsets
+    from pipeline.extract.run import ExtractConfig, extract
+    from pipeline.data.labels import imagenet_synsets
 
     data = make_imagenet_tree(tmp_path / "data", list(imagenet_synsets()[:3]), per_class=8,
                               splits=("val",))

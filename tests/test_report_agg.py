@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.report import _agg
-from pipeline.tables import cell_text
+from pipeline.report.run import _agg
+from pipeline.report.tables import cell_text
 
 
 def test_identical_seed_values_have_exactly_zero_std():

@@ -55,7 +55,7 @@ def mixed_correctness_seed(spec) -> tuple[int, object]:
     split has both correct and incorrect rows for the oracles to tell apart."""
     import torch
 
-    from pipeline.models import build_model
+    from pipeline.core.models import build_model
     colours = torch.tensor(PALETTE, dtype=torch.float32)[:, :, None, None] / 255
     x = ((colours - 0.5) / 0.5).expand(-1, -1, 32, 32)
     for seed in range(50):
@@ -68,9 +68,9 @@ def mixed_correctness_seed(spec) -> tuple[int, object]:
 
 
 def write_tiny_checkpoints(out: Path) -> None:
-    from pipeline.data import DataConfig
-    from pipeline.fit_classifier import save_checkpoint
-    from pipeline.models import ModelSpec
+    from pipeline.core.models import DataConfig
+    from pipeline.classifier.fit import save_checkpoint
+    from pipeline.core.models import ModelSpec
 
     for name, (model, kwargs, mean, std) in TINY_MODELS.items():
         spec = ModelSpec(model, kwargs, None, True)

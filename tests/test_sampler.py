@@ -1,4 +1,4 @@
-"""Deterministic training order, micro-batch split and held-out rows (pipeline/sampler.py), and
+"""Deterministic training order, micro-batch split and held-out rows (pipeline/oracle/sampler.py), and
 the targets of the view actually shown (pipeline/engine.TargetTable)."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.engine import TargetTable
-from pipeline.sampler import StepSchedule, carve_rows, loader_batches, micro_slices
+from pipeline.oracle.sampler import StepSchedule, carve_rows, loader_batches, micro_slices
+from pipeline.oracle.step import TargetTable
 
 
 def test_carve_rows_is_seeded_disjoint_and_limited():
@@ -69,7 +69,7 @@ def test_targets_follow_the_view_shown():
 def test_validation_score_is_the_standard_aupr_error():
     from sklearn.metrics import average_precision_score, roc_auc_score
 
-    from pipeline.engine import val_metrics
+    from pipeline.oracle.step import val_metrics
 
     rng = np.random.default_rng(0)
     o = rng.random(500) < 0.8
@@ -87,7 +87,7 @@ def test_run_lock_refuses_a_live_owner_and_takes_over_a_dead_one(tmp_path):
     import socket
     import subprocess
 
-    from pipeline.runs import RunError, RunLock
+    from pipeline.oracle.runs import RunError, RunLock
 
     lock = tmp_path / "run" / ".lock"
     with RunLock(tmp_path / "run"):
@@ -103,8 +103,8 @@ def test_run_lock_refuses_a_live_owner_and_takes_over_a_dead_one(tmp_path):
 
 
 def test_onecycle_schedule_follows_the_paper_and_caps_short_warmups():
-    from pipeline.fit import schedule_info
-    from pipeline.runs import RunError
+    from pipeline.oracle.loop import schedule_info
+    from pipeline.oracle.runs import RunError
 
     cfg = {"warmup_steps": 100, "batch_size": 40, "accum_steps": 1, "cycle_momentum": False,
            "momentum": 0.05}

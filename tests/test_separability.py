@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from pipeline.separability import (averaged_kl, bhattacharyya, gaussian_fit, kl_gaussian,
-                                   separability)
+from pipeline.report.separability import (averaged_kl, bhattacharyya, gaussian_fit, kl_gaussian,
+                                          separability)
 
 
 def test_identical_gaussians():

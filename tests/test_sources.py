@@ -1,14 +1,15 @@
 """Which rows a split holds, in which order, with which labels: ImageNet layouts, every label-file
-format of pipeline.labels, ImageFolder trees, Fashion-MNIST, and the errors for bad layouts."""
+format of pipeline.data.labels, ImageFolder trees, Fashion-MNIST, and the errors for bad layouts."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from conftest import make_imagenet_tree, write_jpeg
-from pipeline import sources
-from pipeline.labels import imagenet_synsets
-from pipeline.sources import DataError, default_splits, list_split
+from pipeline.data import sources
+from pipeline.data.errors import DataError
+from pipeline.data.labels import imagenet_synsets
+from pipeline.data.sources import default_splits, list_split
 
 SYN = imagenet_synsets()
 VAL_NAMES = [f"ILSVRC2012_val_{i:08d}.JPEG" for i in range(1, 7)]

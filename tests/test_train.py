@@ -1,5 +1,5 @@
 """Stage 2 end to end on generated images: training from cached targets, outputs aligned with
-the cache, exact resume, DDP (gloo), accumulation, NaN guard, and refusals (pipeline/train.py)."""
+the cache, exact resume, DDP (gloo), accumulation, NaN guard, and refusals (pipeline/oracle/train.py)."""
 from __future__ import annotations
 
 import json
@@ -167,7 +167,7 @@ def test_eval_split_of_another_classifier_is_refused(stage1, tmp_path):
 
 
 def test_all_correct_training_split_is_refused(tmp_path):
-    from pipeline.labels import imagenet_synsets
+    from pipeline.data.labels import imagenet_synsets
 
     data = write_colour_tree(tmp_path / "one", {"train": 10, "val": 2})
     for wnid in imagenet_synsets()[1:3]:       # keep a single class
@@ -205,9 +205,9 @@ def test_corrupted_eval_split_is_scored_on_the_same_corrupted_pixels(stage1, tmp
     clean = read_outputs(out / "outputs" / "val.h5").columns["z"]
     assert not np.allclose(shifted.columns["z"], clean, atol=1e-3)
     # the oracle saw exactly the pixels the classifier saw: rescoring them reproduces the file
-    from pipeline import dist
-    from pipeline.predict import load_trained_oracle, oracle_z
-    from pipeline.targets import open_split
+    from pipeline.core import dist
+    from pipeline.oracle.predict import load_trained_oracle, oracle_z
+    from pipeline.oracle.targets import open_split
 
     run = json.loads((out / "run.json").read_text())
     model, data_cfg, _ = load_trained_oracle(out, run)

@@ -1,0 +1,95 @@
+"""``cli.py fit-classifier``: options -> ``FitConfig`` -> one ``fit`` call."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pipeline.core.options import json_option
+from pipeline.core.precision import PRECISIONS
+
+
+def _num_classes_option(ctx, param, value):
+    if value in (None, "auto"):
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 2:
+        raise click.BadParameter(f"expected 'auto' or an integer >= 2, got {value!r}")
+    return n
+
+
+@click.command("fit-classifier")
+@click.option("--classifier", default="vit", show_default=True, help="Embedded preset (vit, "
+              "resnet: the small models of pipeline/core/presets.py) or any timm model name.")
+@click.option("--data", default=None, help="Dataset root (ImageFolder layout or the four "
+              "Fashion-MNIST idx files). Default: the embedded Fashion-MNIST.")
+@click.option("--split", default=None, help="Split to fit on. Default: clf-train on Fashion-MNIST "
+              "(disjoint from the oracles' train), else train.")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Checkpoint file. "
+              "Default: artifacts/<dataset>/classifiers/<classifier>.pt (where extract finds the "
+              "embedded presets; pass other files to extract with --weights).")
+@click.option("--labels", "labels_file", default=None, help="Labels file for a flat split folder.")
+@click.option("--num-classes", default="auto", show_default=True, callback=_num_classes_option,
+              help="Classifier outputs: 'auto' = the dataset's number of classes.")
+@click.option("--model-kwargs", default=None, help='JSON for timm.create_model, e.g. \'{"depth": 2}\'.')
+@click.option("--weights", default=None, help="Start from this weights file (the classifier head "
+              "is re-initialised when its shape differs).")
+@click.option("--pretrained", is_flag=True, help="Start from timm's hub weights.")
+@click.option("--epochs", type=click.IntRange(1), default=None,
+              help="Hyperparameter defaults: pipeline/core/presets.py (EMBEDDED_FIT for the embedded "
+              "vit/resnet, DEFAULT_FIT otherwise).")
+@click.option("--batch-size", type=click.IntRange(1), default=None)
+@click.option("--lr", type=click.FloatRange(0, min_open=True), default=None, help="AdamW peak LR.")
+@click.option("--weight-decay", type=click.FloatRange(0), default=None)
+@click.option("--warmup-epochs", type=click.FloatRange(0), default=None)
+@click.option("--pad", type=click.IntRange(0), default=None, help="Random-crop padding (px).")
+@click.option("--flip/--no-flip", default=None, help="Random horizontal flip.")
+@click.option("--label-smoothing", type=click.FloatRange(0, 1, max_open=True), default=None)
+@click.option("--val-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=None, help="Seeded share of the split held out and scored.")
+@click.option("--max-samples", type=click.IntRange(2), default=None,
+              help="Fit on a seeded subset of N images of the split.")
+@click.option("--workers", type=click.IntRange(0), default=None, help="DataLoader workers.")
+@click.option("--precision", type=click.Choice(PRECISIONS), default=None,
+              help="Default: bf16 on CUDA, fp32 on CPU.")
+@click.option("--device", default=None, help="cuda, cuda:1, cpu... Default: cuda if available.")
+@click.option("--seed", default=0, show_default=True, help="Init, held-out rows, order, augmentation.")
+@click.option("--force", is_flag=True, help="Retrain even if the checkpoint exists.")
+@click.option("--no-progress", is_flag=True)
+def fit_classifier(classifier, data, split, out, labels_file, num_classes, model_kwargs, weights,
+                   pretrained, epochs, batch_size, lr, weight_decay, warmup_epochs, pad, flip,
+                   label_smoothing, val_fraction, max_samples, workers, precision, device, seed,
+                   force, no_progress):
+    """Train a base classifier (random init by default) and save a checkpoint extract loads."""
+    # The stage is imported on call: a command loads only its own stage, and `cli.py report`
+    # stays free of torch.
+    from pipeline.classifier.fit import FitConfig, fit
+
+    if weights and pretrained:
+        raise click.UsageError("--weights and --pretrained exclude each other")
+    hparams = dict(epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
+                   warmup_epochs=warmup_epochs, pad=pad, flip=flip, label_smoothing=label_smoothing,
+                   val_fraction=val_fraction, workers=workers, precision=precision)
+    cfg = FitConfig(classifier=classifier, data=data, split=split, out=out,
+                    labels_file=labels_file, num_classes=num_classes,
+                    model_kwargs=json_option(model_kwargs, "--model-kwargs"), weights=weights,
+                    pretrained=pretrained, hparams=hparams, max_samples=max_samples,
+                    device=device, seed=seed, force=force, progress=not no_progress)
+    result = fit(cfg)
+    m = result["meta"]
+    if result["skipped"]:
+        click.echo(f"{result['out']} exists (held-out accuracy {100 * m['held_out_accuracy']:.2f}%"
+                   f", fitted {m.get('created', '?')}): nothing to do; --force retrains")
+        for note in result["notes"]:
+            click.echo(f"warning: it differs from what this command would fit: {note}", err=True)
+        return
+    for note in result["notes"]:
+        click.echo(f"note: {note}", err=True)
+    click.echo(f"fit-classifier {classifier} ({m['model']}, "
+               f"{m['hparams']['epochs']} epochs on {m['train_rows']} images of "
+               f"{m['dataset']}/{m['split']}, {m['train_s']:.1f}s, {m['img_per_s']:.0f} img/s): "
+               f"held-out accuracy {100 * m['held_out_accuracy']:.2f}% on {m['held_out_rows']} "
+               f"images; saved {result['out']}")

@@ -1,0 +1,298 @@
+"""``cli.py fit-classifier``: train a base classifier on a dataset split and save a project
+checkpoint that ``pipeline.core.models`` loads (``extract``, ``train-oracle`` use it like hub weights).
+
+resolve config (hyperparameters: ``pipeline.core.presets``) -> carve a seeded held-out part of the
+split -> AdamW + warm-up/cosine schedule, random-crop (zero padding) + horizontal-flip
+augmentation on uint8 batches -> held-out accuracy -> checkpoint (temp file + rename).
+On the embedded Fashion-MNIST, ``vit``/``resnet`` train on ``clf-train`` (disjoint from the
+oracles' ``train``) and land where ``extract --classifier vit`` looks for them.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import timm
+import timm.optim
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from cache.schema import to_attr
+from pipeline.core import dist
+from pipeline.core.models import (CHECKPOINT_FORMAT, ModelError, build_model, resolve_data_config,
+                                  resolve_spec, state_dict_from_file)
+from pipeline.core.precision import autocast
+from pipeline.core.presets import DEFAULT_FIT, EMBEDDED_ARCH, EMBEDDED_FIT, embedded_classifier_path
+from pipeline.data.errors import DataError
+from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, make_loader
+from pipeline.data.sources import FMNIST_NAME, SampleList, is_embedded, list_split
+
+CHECKPOINT_VERSION = 1
+HPARAMS = tuple(DEFAULT_FIT)   # epochs, batch_size, lr, weight_decay, warmup_epochs, pad, ...
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    classifier: str = "vit"
+    data: str | None = None
+    split: str | None = None            # None: clf-train (embedded) / train
+    out: Path | None = None             # None: the preset's path / artifacts/<dataset>/classifiers
+    labels_file: str | None = None
+    num_classes: int | None = None      # None: the number of classes of the dataset
+    model_kwargs: dict = field(default_factory=dict)
+    weights: str | None = None          # initialise from this file (classifier head re-initialised)
+    pretrained: bool = False            # initialise from timm's hub weights
+    hparams: dict = field(default_factory=dict)   # overrides of DEFAULT_FIT / EMBEDDED_FIT
+    max_samples: int | None = None      # seeded subset of the split (tests, quick looks)
+    device: str | None = None
+    seed: int = 0
+    force: bool = False
+    progress: bool = True
+
+
+def resolve_hparams(cfg: FitConfig, embedded_preset: bool) -> dict:
+    """DEFAULT_FIT <- EMBEDDED_FIT[name] (embedded presets) <- explicit options."""
+    unknown = set(cfg.hparams) - set(HPARAMS)
+    if unknown:
+        raise ValueError(f"unknown fit hyperparameter(s) {sorted(unknown)}; known: {HPARAMS}")
+    base = {**DEFAULT_FIT, **(EMBEDDED_FIT.get(cfg.classifier, {}) if embedded_preset else {})}
+    hp = {**base, **{k: v for k, v in cfg.hparams.items() if v is not None}}
+    if hp["workers"] is None:
+        hp["workers"] = max(0, min(8, (os.cpu_count() or 1) - 1))
+    if not 0 < hp["val_fraction"] < 1:
+        raise DataError(f"--val-fraction {hp['val_fraction']}: expected a value in (0, 1)")
+    return hp
+
+
+def default_out(cfg: FitConfig, samples: SampleList, embedded_preset: bool) -> Path:
+    if cfg.out is not None:
+        return Path(cfg.out)
+    if embedded_preset:
+        return embedded_classifier_path(cfg.classifier)
+    return Path("artifacts") / samples.dataset / "classifiers" / f"{cfg.classifier.replace('/', '_')}.pt"
+
+
+def classifier_spec(cfg: FitConfig, num_classes: int, embedded_preset: bool):
+    """The ModelSpec to train: architecture, kwargs with ``num_classes``, initialisation."""
+    if cfg.weights and cfg.pretrained:
+        raise ModelError("--weights and --pretrained exclude each other")
+    kwargs = {**cfg.model_kwargs, "num_classes": num_classes}
+    spec = resolve_spec(cfg.classifier, embedded_preset, None, True, kwargs)
+    if cfg.pretrained:
+        spec = type(spec)(spec.name, spec.kwargs, None, False, spec.data_config)
+    return spec
+
+
+def build_classifier(cfg: FitConfig, spec) -> torch.nn.Module:
+    """The model in train mode, initialised as ``spec`` / ``cfg.weights`` say."""
+    model = build_model(spec, seed=cfg.seed)
+    if cfg.weights:
+        init_from_file(model, cfg.weights)
+    return model.train()
+
+
+def init_from_file(model: torch.nn.Module, path: str) -> None:
+    """Load every tensor that fits; only the classifier head may be left out (other classes)."""
+    state = state_dict_from_file(path)
+    own = model.state_dict()
+    fits = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+    head = _head_prefix(model) + "."
+    left_out = [k for k in own if k not in fits and not k.startswith(head)
+                and not k.endswith("num_batches_tracked")]
+    if left_out:
+        raise ModelError(f"--weights {path} does not fit {type(model).__name__}: no matching "
+                         f"tensor for {len(left_out)} parameter(s) {left_out[:4]}")
+    model.load_state_dict(fits, strict=False)
+
+
+def _head_prefix(model: torch.nn.Module) -> str:
+    head = model.get_classifier()
+    return next(name for name, mod in model.named_modules() if mod is head)
+
+
+def split_rows(n: int, val_fraction: float, seed: int, max_samples: int | None):
+    """Seeded (train rows, held-out rows), each sorted; ``max_samples`` subsamples first."""
+    rows = np.random.default_rng(seed).permutation(n)
+    if max_samples is not None:
+        rows = rows[:max_samples]
+    n_val = max(1, round(val_fraction * len(rows)))
+    if len(rows) - n_val < 1:
+        raise DataError(f"only {len(rows)} image(s) in the split: too few to hold out "
+                        f"{val_fraction:.0%} and still train")
+    return np.sort(rows[n_val:]), np.sort(rows[:n_val])
+
+
+def augment(x: torch.Tensor, pad: int, flip: bool, gen: torch.Generator) -> torch.Tensor:
+    """uint8 (B, C, H, W): random crop from a zero-padded image and random horizontal flip, as
+    ONE gather (few large ops: small ones stall when the cores are shared)."""
+    b, c, h, w = x.shape
+    hp, wp = h + 2 * pad, w + 2 * pad
+    xp = x.new_zeros((b, c, hp, wp))
+    xp[:, :, pad:pad + h, pad:pad + w] = x
+    dy, dx = torch.randint(0, 2 * pad + 1, (2, b, 1, 1), generator=gen)
+    cols = torch.arange(w).view(1, 1, w).expand(b, 1, w)
+    if flip:
+        flipped = (torch.rand(b, generator=gen) < 0.5).view(b, 1, 1)
+        cols = torch.where(flipped, w - 1 - cols, cols)
+    index = (dy + torch.arange(h).view(1, h, 1)) * wp + dx + cols          # (B, H, W)
+    out = xp.view(b, c, hp * wp).gather(2, index.view(b, 1, h * w).expand(b, c, h * w))
+    return out.view(b, c, h, w)
+
+
+def lr_at(step: int, total: int, warmup: int, peak: float) -> float:
+    """Linear warm-up to ``peak`` then cosine decay to 0."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def train_epochs(model, samples, data_cfg, rows, hp, device, seed, progress) -> list[dict]:
+    """The training loop; returns one record per epoch (loss, accuracy on augmented batches)."""
+    opt = timm.optim.create_optimizer_v2(model, "adamw", lr=hp["lr"],
+                                         weight_decay=hp["weight_decay"])
+    steps_per_epoch = math.ceil(len(rows) / hp["batch_size"])
+    total = hp["epochs"] * steps_per_epoch
+    warmup = min(total - 1, round(hp["warmup_epochs"] * steps_per_epoch))
+    normalize = GpuNormalize(data_cfg, device, channels_last=device.type == "cuda")
+    labels_all = torch.from_numpy(samples.labels)
+    dataset = ImageRows(samples, ResizeCrop(data_cfg))
+    gen = torch.Generator().manual_seed(seed)
+    bar = tqdm(total=total, unit="step", desc="fit", disable=not progress, dynamic_ncols=True)
+    history, step = [], 0
+    for epoch in range(hp["epochs"]):
+        order = rows[torch.randperm(len(rows), generator=gen).numpy()]
+        batches = [order[i:i + hp["batch_size"]].tolist() for i in range(0, len(order), hp["batch_size"])]
+        loader = make_loader(dataset, batches, hp["workers"], pin_memory=device.type == "cuda")
+        loss_sum = torch.zeros((), device=device)
+        correct = torch.zeros((), device=device, dtype=torch.long)
+        for images, idx, _ in loader:
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, total, warmup, hp["lr"])
+            x = normalize(augment(images, hp["pad"], hp["flip"], gen))
+            y = labels_all[idx].to(device, non_blocking=True)
+            with autocast(hp["precision"], device):
+                logits = model(x).float()
+            loss = F.cross_entropy(logits, y, label_smoothing=hp["label_smoothing"])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            loss_sum += loss.detach() * len(y)
+            correct += (logits.argmax(1) == y).sum()
+            step += 1
+            bar.update(1)
+        record = {"epoch": epoch + 1, "loss": loss_sum.item() / len(rows),
+                  "train_accuracy": correct.item() / len(rows)}
+        if not math.isfinite(record["loss"]):
+            raise ModelError(f"fit-classifier diverged (loss {record['loss']}) in epoch "
+                             f"{epoch + 1}: lower --lr (now {hp['lr']})")
+        history.append(record)
+        bar.set_postfix(loss=f"{record['loss']:.3f}", acc=f"{record['train_accuracy']:.3f}")
+    bar.close()
+    return history
+
+
+def evaluate(model, samples, data_cfg, rows, hp, device) -> float:
+    """Top-1 accuracy on ``rows`` (eval mode, no augmentation)."""
+    model.eval()
+    normalize = GpuNormalize(data_cfg, device, channels_last=device.type == "cuda")
+    batches = [rows[i:i + 512].tolist() for i in range(0, len(rows), 512)]
+    loader = make_loader(ImageRows(samples, ResizeCrop(data_cfg)), batches, hp["workers"],
+                         pin_memory=device.type == "cuda")
+    labels_all = torch.from_numpy(samples.labels)
+    correct = 0
+    with torch.inference_mode(), autocast(hp["precision"], device):
+        for images, idx, _ in loader:
+            pred = model(normalize(images)).argmax(1).cpu()
+            correct += int((pred == labels_all[idx]).sum())
+    return correct / len(rows)
+
+
+def save_checkpoint(path: Path, model, spec, data_cfg, meta: dict) -> None:
+    """Project checkpoint (pipeline.core.models reads it): temp file + rename, never half-written."""
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    ckpt = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "model": spec.name,
+            "model_kwargs": dict(spec.kwargs), "data_config": data_cfg.to_dict(),
+            "state_dict": state, "meta": meta}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    torch.save(ckpt, tmp)
+    os.replace(tmp, path)
+
+
+def read_checkpoint(path: Path) -> dict:
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise ModelError(f"{path} exists but is not a fit-classifier checkpoint; move it away or "
+                         "choose another --out")
+    return ckpt
+
+
+def stale_reasons(ckpt: dict, spec, hp: dict, samples: SampleList) -> list[str]:
+    """What differs between an existing checkpoint and what this command would train."""
+    meta, out = ckpt.get("meta", {}), []
+    if ckpt["model"] != spec.name or to_attr(ckpt["model_kwargs"]) != to_attr(spec.kwargs):
+        out.append(f"architecture {ckpt['model']} {to_attr(ckpt['model_kwargs'])} (now "
+                   f"{spec.name} {to_attr(spec.kwargs)})")
+    old_hp = {k: v for k, v in meta.get("hparams", {}).items() if k not in ("workers", "precision")}
+    new_hp = {k: v for k, v in hp.items() if k not in ("workers", "precision")}
+    if to_attr(old_hp) != to_attr(new_hp):
+        out.append(f"hyperparameters {to_attr(old_hp)} (now {to_attr(new_hp)})")
+    if meta.get("dataset_fingerprint") != samples.fingerprint:
+        out.append(f"data: fitted on {meta.get('dataset')}/{meta.get('split')} with another "
+                   f"fingerprint than {samples.dataset}/{samples.split}")
+    return out
+
+
+def fit(cfg: FitConfig) -> dict:
+    """Fit one classifier; returns {"skipped", "out", "meta", "notes"} (meta as saved)."""
+    if dist.info().enabled:
+        raise ModelError("fit-classifier runs in one process: start it with python, not torchrun")
+    idx_root = cfg.data is not None and any(Path(cfg.data).glob("*-images-idx3-ubyte*"))
+    embedded_data = is_embedded(cfg.data) or idx_root
+    samples = list_split(cfg.data, cfg.split or ("clf-train" if embedded_data else "train"),
+                         cfg.labels_file)
+    embedded_preset = samples.dataset == FMNIST_NAME and cfg.classifier in EMBEDDED_ARCH
+    hp = resolve_hparams(cfg, embedded_preset)
+    num_classes = cfg.num_classes or len(samples.classes)
+    if int(samples.labels.max()) >= num_classes:
+        raise DataError(f"--num-classes {num_classes}: split {samples.split!r} has labels up to "
+                        f"{int(samples.labels.max())}; use --num-classes auto")
+    spec = classifier_spec(cfg, num_classes, embedded_preset)
+    out = default_out(cfg, samples, embedded_preset)
+    if out.exists() and not cfg.force:
+        ckpt = read_checkpoint(out)
+        return {"skipped": True, "out": str(out), "meta": ckpt.get("meta", {}),
+                "notes": stale_reasons(ckpt, spec, hp, samples)}
+    notes = []
+    if samples.dataset == FMNIST_NAME and samples.split != "clf-train":
+        notes.append(f"fitted on split {samples.split!r}: the embedded dataset keeps 'clf-train' "
+                     "for the classifiers so that the oracles' 'train' and 'test' stay unseen")
+    _, device = dist.init(cfg.device)
+    hp["precision"] = hp["precision"] or ("bf16" if device.type == "cuda" else "fp32")
+    model = build_classifier(cfg, spec)
+    data_cfg = resolve_data_config(model, spec, "model")
+    train_rows, val_rows = split_rows(len(samples), hp["val_fraction"], cfg.seed, cfg.max_samples)
+    model = model.to(device)
+    if device.type == "cuda":
+        model = model.to(memory_format=torch.channels_last)
+    start = time.perf_counter()
+    history = train_epochs(model, samples, data_cfg, train_rows, hp, device, cfg.seed, cfg.progress)
+    train_s = time.perf_counter() - start
+    accuracy = evaluate(model, samples, data_cfg, val_rows, hp, device)
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+    meta = {"model": spec.name, "config": config,
+            "hparams": hp, "dataset": samples.dataset, "split": samples.split,
+            "dataset_fingerprint": samples.fingerprint, "num_classes": num_classes,
+            "classes": list(samples.classes), "train_rows": len(train_rows),
+            "held_out_rows": len(val_rows), "held_out_accuracy": accuracy, "history": history,
+            "train_s": round(train_s, 2), "img_per_s": round(hp["epochs"] * len(train_rows) / train_s, 1),
+            "device": str(device), "torch": str(torch.__version__), "timm": str(timm.__version__),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    save_checkpoint(out, model, spec, data_cfg, meta)
+    return {"skipped": False, "out": str(out), "meta": meta, "notes": notes}

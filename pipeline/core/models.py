@@ -1,0 +1,197 @@
+"""Build frozen classifiers and oracle backbones from timm names, hub weights or local files.
+
+Weights come from (first match wins): ``--weights FILE`` (a plain state dict, safetensors, or a
+project checkpoint written by ``fit-classifier`` which also names its architecture), the embedded
+dataset's fitted checkpoints, timm's hub download, or a seeded random init (``--random-init``).
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import timm
+import torch
+from torch import nn
+
+from pipeline.core.presets import (EMBEDDED_ARCH, EMBEDDED_DATA_CONFIG, IMAGENET_PRESETS,
+                                   embedded_classifier_path)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Resolved preprocessing, stored beside every cache and run (timm's data-config keys)."""
+    input_size: tuple[int, int, int]      # (C, H, W)
+    interpolation: str                    # bilinear | bicubic | nearest
+    crop_pct: float                       # resize shorter side to floor(H / crop_pct), then crop
+    crop_mode: str                        # "center" (timm eval) | "squash" (paper: resize to HxW)
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DataConfig":
+        return cls(tuple(d["input_size"]), d["interpolation"], float(d["crop_pct"]),
+                   d["crop_mode"], tuple(d["mean"]), tuple(d["std"]))
+
+
+CHECKPOINT_FORMAT = "trust-oracles-classifier"
+
+
+class ModelError(ValueError):
+    """Unknown model name, unreadable weights file, or weights that do not fit the model."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to build: resolved timm name, constructor kwargs, and where the weights come from."""
+    name: str
+    kwargs: dict = field(default_factory=dict)
+    weights: str | None = None          # file path; None = hub (pretrained) or random init
+    random_init: bool = False
+    data_config: dict | None = None     # preset/checkpoint data config (overrides timm's)
+
+
+def resolve_spec(name: str, embedded: bool, weights: str | None = None,
+                 random_init: bool = False, kwargs: dict | None = None) -> ModelSpec:
+    """Map a preset or timm name (plus options) to a ModelSpec; unknown names get suggestions."""
+    kwargs = dict(kwargs or {})
+    if weights and _is_project_checkpoint(weights):
+        ckpt = _load_file(weights)
+        return ModelSpec(ckpt["model"], {**ckpt["model_kwargs"], **kwargs}, weights, False,
+                         ckpt.get("data_config"))
+    if embedded and name in EMBEDDED_ARCH:
+        arch, arch_kwargs = EMBEDDED_ARCH[name]
+        path = weights or (None if random_init else str(embedded_classifier_path(name)))
+        if path and not Path(path).exists():
+            raise ModelError(f"the embedded dataset's {name!r} classifier has not been fitted yet "
+                             f"({path} missing): run `python cli.py fit-classifier --classifier "
+                             f"{name}` (or `make demo`) first")
+        if path and _is_project_checkpoint(path):
+            return resolve_spec(name, embedded, path, False, kwargs)
+        return ModelSpec(arch, {**arch_kwargs, **kwargs}, path, random_init, EMBEDDED_DATA_CONFIG)
+    name = IMAGENET_PRESETS.get(name, name)
+    check_model_name(name)
+    return ModelSpec(name, kwargs, weights, random_init)
+
+
+def check_model_name(name: str) -> None:
+    arch, tag = timm.models.split_model_name_tag(name)
+    if timm.is_model(arch) and (not tag or name in timm.list_pretrained(name)):
+        return
+    pool = timm.list_models() + timm.list_pretrained()
+    close = difflib.get_close_matches(name, pool, n=5, cutoff=0.6)
+    raise ModelError(f"unknown model {name!r}: not a preset ({', '.join(IMAGENET_PRESETS)}) or a "
+                     f"timm model name" + (f"; did you mean {', '.join(close)}?" if close else ""))
+
+
+def _is_project_checkpoint(path: str) -> bool:
+    if not str(path).endswith((".pt", ".pth")) or not Path(path).exists():
+        return False
+    obj = _load_file(path)
+    return isinstance(obj, dict) and obj.get("format") == CHECKPOINT_FORMAT
+
+
+def _load_file(path: str):
+    path = Path(path)
+    if not path.exists():
+        raise ModelError(f"--weights {path}: file not found")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+            return load_file(str(path))
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - report any unpickling/format error with the path
+        raise ModelError(f"--weights {path}: cannot read ({err})") from None
+
+
+def state_dict_from_file(path: str) -> dict[str, torch.Tensor]:
+    obj = _load_file(path)
+    for key in ("state_dict", "model", "model_state"):  # common checkpoint wrappers
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+            obj = obj[key]
+            break
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ModelError(f"--weights {path}: expected a state dict of tensors")
+    return {k.removeprefix("module."): v for k, v in obj.items()}
+
+
+def load_weights(model: nn.Module, path: str) -> None:
+    """Load a state dict strictly, except BatchNorm's ``num_batches_tracked`` counters (unused in
+    eval mode and absent from many exported files); every mismatch is a ModelError."""
+    state = state_dict_from_file(path)
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # shape mismatches
+        lines = [l.strip() for l in str(err).splitlines() if "size mismatch" in l]
+        raise ModelError(f"--weights {path} does not fit {type(model).__name__}: "
+                         f"{'; '.join(lines[:3]) or err}") from None
+    missing = [k for k in result.missing_keys if not k.endswith("num_batches_tracked")]
+    if missing or result.unexpected_keys:
+        raise ModelError(
+            f"--weights {path} does not fit {type(model).__name__}: "
+            f"{len(missing)} missing key(s) {missing[:4]}, "
+            f"{len(result.unexpected_keys)} unexpected {result.unexpected_keys[:4]}. Save the "
+            "weights under timm's key names (model.state_dict() of the timm model).")
+
+
+def build_model(spec: ModelSpec, seed: int = 0, num_classes: int | None = None) -> nn.Module:
+    """Instantiate ``spec`` in eval mode on the CPU with its weights loaded."""
+    kwargs = dict(spec.kwargs)
+    if num_classes is not None:
+        kwargs["num_classes"] = num_classes
+    pretrained = spec.weights is None and not spec.random_init
+    torch.manual_seed(seed)  # random init must be reproducible (tests, benchmarks)
+    try:
+        model = timm.create_model(spec.name, pretrained=pretrained, **kwargs)
+    except Exception as err:  # noqa: BLE001 - hub/network errors come in many classes
+        if pretrained:
+            raise ModelError(f"could not fetch pretrained weights for {spec.name} from the model "
+                             f"hub ({type(err).__name__}: {err}). Offline, download them elsewhere "
+                             "and pass --weights FILE (a timm state dict), or use --random-init "
+                             "for a test run.") from None
+        raise ModelError(f"timm.create_model({spec.name!r}, **{kwargs}) failed: "
+                         f"{type(err).__name__}: {err} (check --model-kwargs)") from None
+    if spec.weights is not None:
+        load_weights(model, spec.weights)
+    return model.eval()
+
+
+def weights_sha256(model: nn.Module) -> str:
+    """Identity of the weights actually loaded (names, shapes, dtypes and bytes, in order)."""
+    h = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def resolve_data_config(model: nn.Module, spec: ModelSpec, preprocess: str) -> DataConfig:
+    """``model``: the model's own timm eval config; ``paper``: square resize, mean = std = 0.5."""
+    if spec.data_config is not None:
+        base = DataConfig.from_dict(spec.data_config)
+    else:
+        cfg = timm.data.resolve_model_data_config(model)
+        size = tuple(cfg["input_size"])
+        embed = getattr(model, "patch_embed", None)
+        if embed is not None and getattr(embed, "img_size", None):  # img_size= kwarg wins
+            size = (size[0], *embed.img_size)
+        first_conv = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
+        in_chans = first_conv.in_channels if first_conv is not None else size[0]
+        base = DataConfig((in_chans, *size[1:]), cfg["interpolation"], float(cfg["crop_pct"]),
+                          "squash" if cfg.get("crop_mode") == "squash" else "center",
+                          tuple(cfg["mean"]), tuple(cfg["std"]))
+    if base.interpolation not in ("bilinear", "bicubic", "nearest"):
+        raise ModelError(f"{spec.name}'s data config asks for {base.interpolation!r} "
+                         "interpolation; supported: bilinear, bicubic, nearest (or use "
+                         "--preprocess paper)")
+    if preprocess == "paper":
+        c = base.input_size[0]
+        return DataConfig(base.input_size, "bilinear", 1.0, "squash", (0.5,) * c, (0.5,) * c)
+    if preprocess != "model":
+        raise ModelError(f"--preprocess {preprocess!r}: expected 'model' or 'paper'")
+    return base

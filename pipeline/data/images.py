@@ -1,0 +1,185 @@
+"""Pixels: decode -> (optional corruption) -> resize/crop, all uint8 in the loader workers;
+float conversion and normalisation happen on the accelerator (``GpuNormalize``).
+
+Keeping images uint8 until the device quarters host->device traffic and the workers' memory
+bandwidth; the same code serves extraction, oracle training and prediction.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import warnings
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torchvision.io import ImageReadMode, decode_image, read_file
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms.v2 import functional as TF
+
+from pipeline.core.models import DataConfig
+from pipeline.data.sources import SampleList
+
+_INTERP = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
+           "nearest": InterpolationMode.NEAREST}
+
+
+class BadImageError(RuntimeError):
+    """An image file could not be decoded; the message names the file and its row index."""
+
+
+class ResizeCrop:
+    """uint8 (..., C, H, W) -> uint8 (..., C_model, H, W) following timm's eval transform
+    (``transforms_imagenet_eval``: center / squash / border crop modes) or the paper's squash.
+
+    Works on one image or a batch of same-sized images, on the CPU or the accelerator.
+    """
+
+    def __init__(self, cfg: DataConfig):
+        if cfg.crop_mode not in ("center", "squash", "border"):
+            raise ValueError(f"crop_mode {cfg.crop_mode!r}: expected center, squash or border")
+        self.cfg = cfg
+        self.interp = _INTERP[cfg.interpolation]
+
+    def resize_size(self, h: int, w: int) -> tuple[int, int]:
+        """Size before the centre crop, for an input of ``h`` x ``w`` (timm's rules)."""
+        _, th, tw = self.cfg.input_size
+        sh, sw = math.floor(th / self.cfg.crop_pct), math.floor(tw / self.cfg.crop_pct)
+        if self.cfg.crop_mode == "squash":
+            return sh, sw
+        if self.cfg.crop_mode == "center" and sh == sw:  # torchvision Resize(int): shorter side
+            short, long = (h, w) if h <= w else (w, h)
+            new_long = int(sh * long / short)
+            return (sh, new_long) if h <= w else (new_long, sh)
+        rh, rw = h / sh, w / sw  # timm ResizeKeepRatio: shorter (center) or longer (border) edge
+        ratio = max(rh, rw) if self.cfg.crop_mode == "border" else min(rh, rw)
+        return round(h / ratio), round(w / ratio)
+
+    def __call__(self, img: torch.Tensor) -> torch.Tensor:
+        c, th, tw = self.cfg.input_size
+        if img.shape[-3] != c:  # grey <-> RGB, so one dataset serves 1- and 3-channel models
+            img = img.expand(*img.shape[:-3], 3, *img.shape[-2:]) if c == 3 else \
+                TF.rgb_to_grayscale(img, 1)
+        size = self.resize_size(*img.shape[-2:])
+        if tuple(img.shape[-2:]) != size:
+            img = TF.resize(img, list(size), self.interp, antialias=True)
+        if self.cfg.crop_mode == "border" and (size[0] < th or size[1] < tw):
+            img = _pad_to(img, th, tw, [round(255 * m) for m in self.cfg.mean[:c]])
+        return TF.center_crop(img, [th, tw]).contiguous()
+
+
+def _pad_to(img: torch.Tensor, th: int, tw: int, fill: list[int]) -> torch.Tensor:
+    """Centre-pad to at least th x tw with the per-channel ``fill`` (timm CenterCropOrPad)."""
+    h, w = img.shape[-2:]
+    ph, pw = max(th - h, 0), max(tw - w, 0)
+    out = torch.empty((*img.shape[:-2], h + ph, w + pw), dtype=img.dtype, device=img.device)
+    out[...] = torch.tensor(fill, dtype=img.dtype, device=img.device).view(-1, 1, 1)
+    out[..., ph // 2: ph // 2 + h, pw // 2: pw // 2 + w] = img
+    return out
+
+
+def decode_file(path: str) -> torch.Tensor:
+    """Decode to uint8 RGB CHW with libjpeg/libpng; fall back to PIL for other formats.
+
+    A truncated or corrupt file raises (torchvision, then PIL both refuse it).  libjpeg's
+    recoverable warnings (e.g. "extraneous bytes before marker", seen in ImageNet train) are not
+    errors: PIL and timm's loader decode those files too.
+    """
+    try:
+        with warnings.catch_warnings():  # torchvision >= 0.29 deprecates its decoders (still fine)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return decode_image(read_file(path), mode=ImageReadMode.RGB)
+    except Exception:  # noqa: BLE001 - retry with PIL, which reads BMP/TIFF and reports truncation
+        from PIL import Image
+
+        with Image.open(path) as im:
+            arr = np.asarray(im.convert("RGB"))
+        return torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous()
+
+
+class ImageRows(Dataset):
+    """Row ``i`` of a split -> (uint8 image, i, valid).  Labels stay in the main process."""
+
+    def __init__(self, samples: SampleList, transform: Callable[[torch.Tensor], torch.Tensor],
+                 corrupt: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
+                 skip_bad: bool = False):
+        self.samples, self.transform, self.corrupt, self.skip_bad = samples, transform, corrupt, skip_bad
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def _load(self, i: int) -> torch.Tensor:
+        if self.samples.idx_images is not None:
+            return torch.from_numpy(np.array(self.samples.idx_images[i])).unsqueeze(0)
+        return decode_file(str(self.samples.path(i)))
+
+    def __getitem__(self, i: int):
+        try:
+            img = self._load(i)
+        except Exception as err:  # noqa: BLE001 - any decoder failure is a bad row
+            if not self.skip_bad:
+                raise BadImageError(f"cannot decode {self.samples.path(i)} (row {i}): {err}. "
+                                    "Replace the file, or re-run with --skip-bad to record it "
+                                    "as invalid") from None
+            return torch.zeros(self.transform.cfg.input_size, dtype=torch.uint8), i, 0
+        if self.corrupt is not None:
+            img = self.corrupt(img, i)
+        return self.transform(img), i, 1
+
+
+def bad_row_error(samples: SampleList, i: int) -> str:
+    return f"{samples.path(i)}: undecodable image (recorded with --skip-bad)"
+
+
+def chunk_batches(ranges: Sequence[tuple[int, int]], batch_size: int,
+                  shuffle_seed: int | None = None) -> list[list[int]]:
+    """Batches that never cross a range boundary, so each shard's batches are the same whatever
+    the number of processes.  ``shuffle_seed`` permutes rows inside each range (tests use it to
+    prove rows are placed by index, not by arrival order)."""
+    out = []
+    for start, stop in ranges:
+        rows = list(range(start, stop))
+        if shuffle_seed is not None:
+            random.Random(shuffle_seed + start).shuffle(rows)
+        out.extend(rows[i:i + batch_size] for i in range(0, len(rows), batch_size))
+    return out
+
+
+def default_workers(local_world: int = 1) -> int:
+    """Loader workers per process: the cores this process may use, shared between the local
+    ranks, leaving one core for the main process (which feeds the accelerator)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        cores = os.cpu_count() or 1
+    return max(1, min(32, cores // max(local_world, 1) - 1))
+
+
+def make_loader(dataset: Dataset, batches: list[list[int]], workers: int,
+                pin_memory: bool, collate_fn: Callable | None = None) -> DataLoader:
+    # prefetch 2 batches per worker: 16 workers x 2 x 256 x 384^2 x 3 B = 3.6 GB of shared
+    # memory at ViT@384 already; more only costs memory.
+    return DataLoader(dataset, batch_sampler=batches, num_workers=workers, pin_memory=pin_memory,
+                      collate_fn=collate_fn, prefetch_factor=2 if workers > 0 else None,
+                      persistent_workers=False, multiprocessing_context="fork" if workers else None)
+
+
+class GpuNormalize:
+    """uint8 NCHW on the host -> normalised float on ``device`` (channels_last when asked)."""
+
+    def __init__(self, cfg: DataConfig, device: torch.device, channels_last: bool = True):
+        c = cfg.input_size[0]
+        mean = torch.tensor(cfg.mean[:c], dtype=torch.float32) * 255.0
+        std = torch.tensor(cfg.std[:c], dtype=torch.float32) * 255.0
+        self.mean = mean.view(1, c, 1, 1).to(device)
+        self.inv_std = (1.0 / std).view(1, c, 1, 1).to(device)
+        self.device = device
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+
+    def __call__(self, batch: torch.Tensor) -> torch.Tensor:
+        """``batch``: uint8 (N, C, H, W) on the host (ideally pinned) or already on ``device``."""
+        x = batch.to(self.device, non_blocking=True).float()
+        x = (x - self.mean) * self.inv_std
+        return x.contiguous(memory_format=self.memory_format)

@@ -1,0 +1,191 @@
+"""``cli.py demo``: the whole pipeline on the embedded Fashion-MNIST, through the commands a user
+would type.
+
+fit-classifier vit, resnet -> extract train + test (with the flipped view) and a shifted copy of
+test (ImageNet-C-style corruption) -> train-oracle for every <oracle, classifier> pair, loss
+(CE, focal, TCP, SS, plus CE/focal in the authors' broadcasting variant) and seed -> report.
+
+Every step is a subprocess ``python cli.py ...``, printed before it runs so it can be copied.
+The commands themselves skip completed work (checkpoints, caches, runs), so a re-run is cheap and
+``--seeds 3`` after the default adds only the missing seeds.  Hyperparameters are not passed:
+they come from ``pipeline/core/presets.py``, exactly as for the bare commands.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from cache.manifest import write_json_atomic
+from cache.reader import split_tag
+from pipeline.report import tables as T
+
+CLI = Path(__file__).resolve().parents[1] / "cli.py"
+BROADCAST = "--authors-broadcast"
+
+
+class DemoError(RuntimeError):
+    """A step of the demo failed; the message names the command and its exit code."""
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    artifacts: Path                         # artifacts/<dataset>: where the commands write
+    data: str | None = None                 # None: the embedded copy
+    seeds: int = 1
+    corruption: str = "gaussian_noise"
+    severity: int = 5
+    classifiers: tuple[str, ...] = ("vit", "resnet")
+    oracles: tuple[str, ...] = ("vit", "resnet")
+    losses: tuple[str, ...] = ("ce", "focal", "tcp", "ss")
+    broadcast_losses: tuple[str, ...] = ("ce", "focal")
+    fit_args: tuple[str, ...] = ()          # appended to every fit-classifier command (tests)
+    extract_args: tuple[str, ...] = ()
+    train_args: tuple[str, ...] = ()
+    report_args: tuple[str, ...] = ()
+    progress: bool = True
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class Step:
+    stage: str                              # fit | extract | train | report
+    args: tuple[str, ...]                   # cli.py arguments
+    label: str
+
+    def command(self) -> str:
+        """What a user types in the repository root."""
+        cli = os.path.relpath(CLI) if not os.path.relpath(CLI).startswith("..") else str(CLI)
+        return shlex.join(["python", cli, *self.args])
+
+
+@dataclass
+class StepResult:
+    step: Step
+    seconds: float
+    returncode: int
+    output: list[str] = field(default_factory=list)
+
+
+def plan(cfg: DemoConfig) -> list[Step]:
+    """Every command of the demo, in order (seed-major, so seed 0 of the whole grid comes first)."""
+    data = ("--data", cfg.data) if cfg.data else ()
+    quiet = () if cfg.progress else ("--no-progress",)
+    shifted = split_tag("test", cfg.corruption, cfg.severity)
+    steps = []
+    for name in dict.fromkeys(cfg.classifiers + cfg.oracles):
+        steps.append(Step("fit", ("fit-classifier", "--classifier", name, *data, *quiet,
+                                  *cfg.fit_args), f"base classifier {name}"))
+    for name in cfg.classifiers:
+        common = ("extract", "--classifier", name, *data)
+        steps.append(Step("extract", (*common, "--split", "train", "--split", "test",
+                                      "--flip-view", *quiet, *cfg.extract_args),
+                          f"{name}: cache train + test"))
+        steps.append(Step("extract", (*common, "--split", "test", "--corruption", cfg.corruption,
+                                      "--severity", str(cfg.severity), "--flip-view", *quiet,
+                                      *cfg.extract_args), f"{name}: cache {shifted}"))
+    variants = [(loss, ()) for loss in cfg.losses]
+    variants += [(loss, (BROADCAST,)) for loss in cfg.broadcast_losses]
+    for seed in range(cfg.seeds):
+        for clf in cfg.classifiers:
+            for oracle in cfg.oracles:
+                for loss, extra in variants:
+                    label = f"<{oracle}, {clf}> {loss}{' (broadcast)' if extra else ''} seed {seed}"
+                    steps.append(Step("train", (
+                        "train-oracle", "--classifier", clf, "--oracle", oracle, "--loss", loss,
+                        *extra, "--seed", str(seed), *data, "--eval-split", shifted, *quiet,
+                        *cfg.train_args), label))
+    # the bare `report` reads artifacts/fashion-mnist/runs; another --data writes elsewhere
+    where = (("--runs-root", str(Path(cfg.artifacts) / "runs"), "--out",
+              str(Path(cfg.artifacts) / "report")) if cfg.data else ())
+    steps.append(Step("report", ("report", *where, *cfg.report_args), "tables and figures"))
+    return steps
+
+
+def run_step(step: Step, capture: bool) -> StepResult:
+    """One ``cli.py`` subprocess; its output goes to the terminal (progress bars) or is kept."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(CLI), *step.args], text=True,
+                          stdout=subprocess.PIPE if capture else None,
+                          stderr=subprocess.STDOUT if capture else None)
+    lines = proc.stdout.splitlines() if capture and proc.stdout else []
+    return StepResult(step, time.perf_counter() - t0, proc.returncode, lines)
+
+
+def run(cfg: DemoConfig, echo=print, capture: bool = False) -> dict:
+    """Run (or, with ``dry_run``, list) every step; stop at the first failure (DemoError).
+    Returns a summary; ``<artifacts>/demo.json`` records the commands and their wall times."""
+    steps = plan(cfg)
+    if cfg.dry_run:
+        for step in steps:
+            echo(step.command())
+        return {"steps": len(steps), "dry_run": True}
+    t0, results = time.perf_counter(), []
+    for i, step in enumerate(steps, 1):
+        echo(f"\n[{i}/{len(steps)}] {step.stage}: {step.label}   ({_clock(time.perf_counter() - t0)} "
+             "elapsed)")
+        echo(f"$ {step.command()}")
+        result = run_step(step, capture)
+        results.append(result)
+        for line in result.output:
+            echo(f"  {line}")
+        if result.returncode:
+            _write_log(cfg, results, time.perf_counter() - t0, failed=True)
+            raise DemoError(f"step {i}/{len(steps)} failed with exit code {result.returncode}: "
+                            f"{step.command()}\nFix the cause and re-run the demo: completed "
+                            "steps are skipped.")
+    total = time.perf_counter() - t0
+    log = _write_log(cfg, results, total, failed=False)
+    return {"steps": len(steps), "seconds": total, "log": str(log),
+            "by_stage": _by_stage(results), "report": report_summary(cfg)}
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m}m{s:02d}s"
+
+
+def _by_stage(results: list[StepResult]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for r in results:
+        out[r.step.stage] = round(out.get(r.step.stage, 0.0) + r.seconds, 1)
+    return out
+
+
+def _write_log(cfg: DemoConfig, results: list[StepResult], total: float, failed: bool) -> Path:
+    path = Path(cfg.artifacts) / "demo.json"
+    write_json_atomic(path, {
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+        "failed": failed, "seconds": round(total, 1), "by_stage": _by_stage(results),
+        "steps": [{"command": r.step.command(), "stage": r.step.stage, "label": r.step.label,
+                   "seconds": round(r.seconds, 2), "returncode": r.returncode}
+                  for r in results],
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    return path
+
+
+def report_summary(cfg: DemoConfig) -> dict:
+    """Where the report is and its main table (paper definitions, the test split)."""
+    out = _report_dir(cfg)
+    doc = json.loads((out / "report.json").read_text())
+    splits = {s["split"]: s for s in doc["splits"]}
+    main = splits.get("test") or next(iter(splits.values()))
+    table = T.build_tables(main, "paper")[0]
+    return {"dir": str(out), "markdown": str(out / "report.md"), "split": main["split"],
+            "splits": list(splits), "main_table": T.markdown_table(table)}
+
+
+def _report_dir(cfg: DemoConfig) -> Path:
+    args = list(plan_report_args(cfg))
+    if "--out" in args:    # the last --out wins, as in click
+        return Path(args[len(args) - 1 - args[::-1].index("--out") + 1])
+    return Path(cfg.artifacts) / "report"
+
+
+def plan_report_args(cfg: DemoConfig) -> tuple[str, ...]:
+    return plan(cfg)[-1].args

@@ -1,0 +1,99 @@
+"""``cli.py extract``: options -> ``ExtractConfig`` -> one ``extract`` call per split."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from cache.manifest import check_cache_root
+from cache.reader import cache_dir_for, split_tag
+from pipeline.core.options import json_option
+from pipeline.core.precision import PRECISIONS
+from pipeline.core.presets import EMBEDDED_EXTRACT
+from pipeline.data.imagenet_c import CORRUPTIONS
+from pipeline.data.sources import check_splits, default_artifacts, default_splits, embedded_data
+
+
+@click.command()
+@click.option("--classifier", default="vit", show_default=True,
+              help="Preset (vit, resnet) or any timm model name.")
+@click.option("--data", default=None, help="Dataset root (ImageNet/ImageFolder layout or the four "
+              "Fashion-MNIST idx files). Default: the embedded Fashion-MNIST.")
+@click.option("--split", "splits", multiple=True, help="Split folder(s) to extract (repeatable). "
+              "Default: every train/val/test split present.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Cache root. Default: artifacts/<dataset>/cache. Each split is written to "
+              "<out>/<classifier>/<split>[-<corruption>-<severity>].")
+@click.option("--labels", "labels_file", default=None, help="Labels file for a flat val/ folder.")
+@click.option("--batch-size", default=256, show_default=True)
+@click.option("--workers", default=None, type=click.IntRange(0), help="DataLoader worker "
+              "processes per process. Default: the usable cores / local ranks, minus one (0 for "
+              "the in-memory Fashion-MNIST without --corruption).")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True)
+@click.option("--device", default=None, help="cuda, cuda:1, cpu... Default: cuda if available.")
+@click.option("--weights", default=None, help="Local weights file instead of the hub download.")
+@click.option("--random-init", is_flag=True, help="No pretrained weights (tests, benchmarks).")
+@click.option("--model-kwargs", default=None, help='JSON for timm.create_model, e.g. \'{"depth": 2}\'.')
+@click.option("--preprocess", type=click.Choice(["model", "paper"]), default="model",
+              show_default=True, help="model: the model's timm eval config; paper: the authors' "
+              "square resize, mean = std = 0.5.")
+@click.option("--features", is_flag=True, help="Also store pooled pre-logit features (fp16).")
+@click.option("--flip-view/--no-flip-view", default=None, help="Also store outputs for the "
+              "horizontally flipped image, so oracle training can use the target of the view it "
+              "shows. Default: on for the embedded Fashion-MNIST (presets.EMBEDDED_EXTRACT, so "
+              "the bare command matches the demo's caches), off elsewhere.")
+@click.option("--skip-bad", is_flag=True, help="Record undecodable images as invalid rows "
+              "instead of stopping.")
+@click.option("--shard-size", default=3125, show_default=True, type=click.IntRange(1),
+              help="Rows per HDF5 shard, the unit of resume and of the split between torchrun "
+              "processes (ImageNet val = 16 equal shards: 1, 2, 4, 8 or 16 GPUs share it evenly).")
+@click.option("--compile", "compile_", is_flag=True, help="torch.compile the classifier.")
+@click.option("--decode", type=click.Choice(["cpu", "gpu", "mixed"]), default="cpu",
+              show_default=True, help="Where JPEGs are decoded: cpu (loader workers), gpu "
+              "(batched nvJPEG on the device, resize there too) or mixed (even rows on the device, "
+              "odd rows in the workers). Other formats always decode on the CPU.")
+@click.option("--corruption", default=None, type=click.Choice(CORRUPTIONS), help="ImageNet-C-"
+              "style corruption applied to every image before resizing (pipeline/data/corruptions.py).")
+@click.option("--severity", default=3, show_default=True, type=click.IntRange(1, 5))
+@click.option("--seed", default=0, show_default=True, help="Seed for random init and corruptions.")
+@click.option("--no-progress", is_flag=True)
+def extract(classifier, data, splits, out, labels_file, batch_size, workers, precision, device,
+            weights, random_init, model_kwargs, preprocess, features, flip_view, skip_bad,
+            shard_size, compile_, decode, corruption, severity, seed, no_progress):
+    """Stage 1: run a frozen classifier over dataset split(s) once; cache logits and targets."""
+    # The stage is imported on call: a command loads only its own stage, and `cli.py report`
+    # stays free of torch.
+    from pipeline.core import dist
+    from pipeline.extract.run import ExtractConfig, extract as run_extract
+
+    if weights and random_init:
+        raise click.UsageError("--weights and --random-init exclude each other")
+    root = out or default_artifacts(data) / "cache"
+    check_cache_root(root)
+    if flip_view is None:
+        flip_view = embedded_data(data) and EMBEDDED_EXTRACT["flip_view"]
+    kwargs = json_option(model_kwargs, "--model-kwargs")
+    splits = splits or default_splits(data)
+    check_splits(data, splits)
+    for split in splits:
+        tag = split_tag(split, corruption, severity)
+        cfg = ExtractConfig(
+            classifier=classifier, out=cache_dir_for(root, classifier, tag), data=data,
+            split=split, labels_file=labels_file, batch_size=batch_size, workers=workers,
+            precision=precision, device=device, weights=weights, random_init=random_init,
+            model_kwargs=kwargs, preprocess=preprocess, features=features, flip_view=flip_view,
+            skip_bad=skip_bad, shard_size=shard_size, compile=compile_, decode=decode,
+            corruption=corruption, severity=severity if corruption else 0, seed=seed,
+            progress=not no_progress)
+        summary = run_extract(cfg)
+        if dist.info().is_main:
+            _print_extract_summary(split, summary)
+    dist.shutdown(dist.info())
+
+
+def _print_extract_summary(split: str, s: dict) -> None:
+    state = "already complete" if s["already_complete"] else (
+        f"{s['computed_rows']} rows in {s['elapsed_s']:.1f}s ({s['img_per_s']} img/s)")
+    bad = f", {s['bad_rows']} bad row(s) recorded" if s["bad_rows"] else ""
+    click.echo(f"[{split}] {s['rows']} rows, accuracy {100 * s['accuracy']:.2f}%{bad}; "
+               f"{state}; cache: {s['out']}")

@@ -1,0 +1,263 @@
+"""Stage 1: run a frozen classifier over a split once and cache what every later stage needs.
+
+resolve config -> claim the cache directory -> loader over this rank's missing shards -> loop
+under ``torch.inference_mode()`` -> one HDF5 shard per fixed row range -> manifest (rank 0, last).
+
+Shard boundaries and the batches inside a shard depend only on the split, ``--shard-size`` and
+``--batch-size``: the cache is the same whatever the number of processes, and an interrupted run
+resumes by computing only the shards that are missing.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import timm
+import torch
+from tqdm import tqdm
+
+from cache import manifest as mf
+from cache.schema import FEATURE_COLUMN, FLIP_COLUMNS, KIND_CLASSIFIER, SCHEMA_VERSION, CacheError
+from cache.shards import read_attrs, read_columns, shard_is_complete, shard_path, shard_ranges
+from pipeline.core import dist
+from pipeline.core.models import build_model, resolve_data_config, resolve_spec, weights_sha256
+from pipeline.core.precision import autocast
+from pipeline.data.corruptions import make_corruption as corruption_fn
+from pipeline.data.decode import DeviceDecoder, collate_raw, make_dataset
+from pipeline.data.images import (GpuNormalize, ResizeCrop, chunk_batches, default_workers,
+                                  make_loader)
+from pipeline.data.prefetch import StagedPrefetch
+from pipeline.data.sources import SampleList, is_embedded, list_split
+from pipeline.extract.sink import ShardSink, closing_loop
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    classifier: str
+    out: Path
+    data: str | None = None
+    split: str = "val"
+    labels_file: str | None = None
+    batch_size: int = 256
+    workers: int | None = None        # None: default_workers() (cores per local rank - 1)
+    precision: str = "bf16"
+    device: str | None = None
+    weights: str | None = None
+    random_init: bool = False
+    model_kwargs: dict = field(default_factory=dict)
+    preprocess: str = "model"
+    features: bool = False
+    flip_view: bool = False
+    skip_bad: bool = False
+    shard_size: int = 3125            # ImageNet val = 16 equal shards; see cli.py --shard-size
+    compile: bool = False
+    decode: str = "cpu"               # cpu | gpu | mixed (pipeline.data.decode)
+    corruption: str | None = None
+    severity: int = 0
+    seed: int = 0
+    shuffle_seed: int | None = None   # tests: permute rows inside shards to prove index placement
+    progress: bool = True
+
+
+def corruption_tag(cfg: ExtractConfig) -> str:
+    return "none" if not cfg.corruption else f"{cfg.corruption}:{cfg.severity}:seed{cfg.seed}"
+
+
+def make_corruption(cfg: ExtractConfig):
+    if not cfg.corruption:
+        return None
+    return corruption_fn(cfg.corruption, cfg.severity, cfg.seed)
+
+
+def build_identity(cfg: ExtractConfig, samples: SampleList, spec, model, data_cfg) -> dict:
+    num_classes = int(model.num_classes)
+    top = int(samples.labels.max())
+    if top >= num_classes:
+        raise CacheError(f"--classifier {cfg.classifier} has {num_classes} outputs but split "
+                         f"{samples.split!r} has labels up to {top} ({len(samples.classes)} "
+                         "classes): use a classifier trained on this dataset's classes")
+    return dict(schema_version=SCHEMA_VERSION, kind=KIND_CLASSIFIER, model=spec.name,
+                model_kwargs=spec.kwargs, weights_sha256=weights_sha256(model),
+                preprocess=cfg.preprocess, data_config=data_cfg.to_dict(), dataset=samples.dataset,
+                dataset_fingerprint=samples.fingerprint, split=samples.split,
+                corruption=corruption_tag(cfg), num_rows=len(samples), num_classes=num_classes,
+                precision=cfg.precision, flip_view=cfg.flip_view, features=cfg.features,
+                shard_size=cfg.shard_size, decode=cfg.decode)
+
+
+def forward_fn(model, features: bool, compile_: bool):
+    """x -> (logits, pooled pre-logit features or None); compiled as one graph with --compile."""
+    def logits_only(x):
+        return model(x), None
+
+    def with_features(x):
+        feats = model.forward_head(model.forward_features(x), pre_logits=True)
+        return model.get_classifier()(feats), feats
+
+    fn = with_features if features else logits_only
+    return torch.compile(fn) if compile_ else fn
+
+
+def classify(fn, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-row outputs of one view; softmax columns from float32 logits before fp16 storage."""
+    logits, feats = fn(x)
+    logits = logits.float()
+    probs = logits.softmax(dim=-1)
+    pred = logits.argmax(dim=-1)
+    out = {"logits": logits.half(), "pred": pred, "correct": (pred == labels).to(torch.uint8),
+           "p_true": probs.gather(1, labels[:, None]).squeeze(1), "p_max": probs.max(dim=-1).values}
+    if feats is not None:
+        out[FEATURE_COLUMN] = feats.float().half()
+    return out
+
+
+def extract(cfg: ExtractConfig) -> dict:
+    """Run stage 1 for one split; returns the summary dict (also stored in the manifest)."""
+    info, device = dist.init(cfg.device)
+    samples = list_split(cfg.data, cfg.split, cfg.labels_file)
+    if cfg.workers is None:  # in-memory idx images: worker IPC would cost more than the work
+        cfg = replace(cfg, workers=0 if samples.idx_images is not None and not cfg.corruption
+                      else default_workers(int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
+    spec = resolve_spec(cfg.classifier, is_embedded(cfg.data) or samples.dataset == "fashion-mnist",
+                        cfg.weights, cfg.random_init, cfg.model_kwargs)
+    model = build_model(spec, seed=cfg.seed)
+    data_cfg = resolve_data_config(model, spec, cfg.preprocess)
+    dataset = make_dataset(samples, ResizeCrop(data_cfg), cfg.decode, make_corruption(cfg),
+                           cfg.skip_bad)
+    # --decode gpu/mixed: decoded in the main process; built (and self-tested) before the cache
+    # directory is claimed, so an unusable decoder leaves nothing behind
+    decoder = DeviceDecoder(samples, dataset.transform, device, cfg.skip_bad) \
+        if cfg.decode != "cpu" else None
+    identity = build_identity(cfg, samples, spec, model, data_cfg)
+    complete = _claim(cfg.out, identity, info)
+    ranges = shard_ranges(len(samples), cfg.shard_size)
+    if not complete:
+        todo = [s for s in range(info.rank, len(ranges), info.world)
+                if not shard_is_complete(shard_path(cfg.out, s), identity, *ranges[s])]
+        start = time.perf_counter()
+        timing = _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo,
+                             info, device)
+        n_done = dist.sum_int(info, timing["rows"])  # also waits until every rank is done
+        timing.update(rows=n_done, elapsed=time.perf_counter() - start)
+        if info.is_main:
+            _write_manifest(cfg, samples, identity, ranges, timing, info)
+        dist.barrier(info)
+    summary = mf.load_manifest(cfg.out)["summary"]
+    return {**summary, "out": str(cfg.out), "already_complete": complete}
+
+
+def _claim(out: Path, identity: dict, info: dist.DistInfo) -> bool:
+    """Rank 0 creates/validates the directory; the other ranks learn the outcome."""
+    err = None
+    if info.is_main:
+        try:
+            complete = mf.claim_directory(out, identity)
+        except CacheError as e:
+            err, complete = e, False
+    if not dist.all_ok(info, err is None):
+        raise err or CacheError(f"rank 0 refused cache directory {out}")
+    if not info.is_main:
+        complete = (Path(out) / mf.MANIFEST_FILE).exists()
+    return complete
+
+
+def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, info,
+                device) -> dict:
+    """Compute this rank's missing shards; returns rows computed and timings."""
+    for s in todo:  # stale temporaries of an interrupted run of this rank's shards
+        for tmp in Path(cfg.out).glob(f".{shard_path(cfg.out, s).name}.tmp-*"):
+            tmp.unlink(missing_ok=True)
+    my_ranges = [ranges[s] for s in todo]
+    batch_rows = chunk_batches(my_ranges, cfg.batch_size, cfg.shuffle_seed)
+    # --decode gpu/mixed: the batches are mostly file bytes, which nvJPEG reads from any host
+    # memory; pinning them would only add a copy of every batch
+    loader = make_loader(dataset, batch_rows, cfg.workers,
+                         pin_memory=device.type == "cuda" and decoder is None,
+                         collate_fn=collate_raw if decoder is not None else None)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed input size: let cuDNN pick its kernels
+    model = model.to(device).to(memory_format=torch.channels_last)
+    fn = forward_fn(model, cfg.features, cfg.compile)
+    normalize = GpuNormalize(data_cfg, device)
+    if device.type == "cuda" and batch_rows:
+        _warm_up(cfg, fn, normalize, data_cfg, len(batch_rows[0]), device)
+    labels_all = torch.from_numpy(dataset.samples.labels)
+    sink = ShardSink(cfg.out, identity, ranges, dataset.samples)
+    total = sum(b - a for a, b in my_ranges)
+    bar = tqdm(total=total, unit="img", disable=not (cfg.progress and info.is_main),
+               desc=f"extract {dataset.samples.split}", dynamic_ncols=True)
+    first, t_first = 0, None
+    batches = iter(loader) if decoder is None else StagedPrefetch(iter(loader), decoder.stages,
+                                                                  device)
+    with torch.inference_mode(), closing_loop(sink, batches):
+        for images, rows, valid in batches:
+            if t_first is None and first:  # the second batch: start-up (workers, compile) is over
+                t_first = time.perf_counter()
+            x = normalize(images)
+            labels = labels_all[rows].to(device, non_blocking=True)
+            with autocast(cfg.precision, device):
+                outputs = classify(fn, x, labels)
+                if cfg.flip_view:
+                    flipped = classify(fn, x.flip(-1), labels)
+                    flipped.pop(FEATURE_COLUMN, None)
+                    outputs.update({f"{k}_flip": v for k, v in flipped.items()})
+            sink.push(rows, valid, outputs)
+            first = first or len(rows)
+            bar.update(len(rows))
+    bar.close()
+    steady = time.perf_counter() - t_first if t_first else None
+    return {"rows": total, "steady_rows": total - first, "steady_s": steady}
+
+
+def _warm_up(cfg, fn, normalize, data_cfg, rows: int, device) -> None:
+    """Compile / let cuDNN pick kernels on a batch of the first batch's shape before the loader
+    workers start: otherwise they prefetch batches meanwhile (workers x 2), the first batches
+    after start-up arrive at once, and the throughput measured after the first batch is inflated
+    (up to 2x in the extraction benchmark)."""
+    x = torch.randint(0, 256, (rows, *data_cfg.input_size), dtype=torch.uint8, device=device)
+    labels = torch.zeros(rows, dtype=torch.int64, device=device)
+    with torch.inference_mode(), autocast(cfg.precision, device):
+        classify(fn, normalize(x), labels)
+        if cfg.flip_view:
+            classify(fn, normalize(x).flip(-1), labels)
+    torch.cuda.synchronize(device)
+
+
+def _summary(samples, shard_stats: tuple, timing: dict) -> dict:
+    valid, correct, bad = shard_stats
+    steady = timing.get("steady_s")
+    return {"rows": len(samples), "valid_rows": valid, "bad_rows": len(bad),
+            "accuracy": correct / valid if valid else float("nan"),
+            "elapsed_s": round(timing["elapsed"], 3), "computed_rows": timing["rows"],
+            "img_per_s": round(timing["rows"] / timing["elapsed"], 1) if timing["elapsed"] else None,
+            # throughput after the first batch (excludes worker start-up and compilation)
+            "steady_img_per_s": round(timing["steady_rows"] / steady, 1) if steady else None}
+
+
+def _write_manifest(cfg, samples, identity, ranges, timing, info) -> None:
+    shards, bad, correct, valid = [], [], 0, 0
+    for s, (a, b) in enumerate(ranges):
+        path = shard_path(cfg.out, s)
+        if not shard_is_complete(path, identity, a, b):
+            raise CacheError(f"shard {path} is missing after extraction; re-run to resume")
+        cols = read_columns(path, ["correct", "valid"])
+        valid += int(cols["valid"].sum())
+        correct += int(cols["correct"][cols["valid"] == 1].sum())
+        bad.extend(read_attrs(path)["bad_rows"])
+        shards.append({"file": path.name, "start": a, "stop": b})
+    columns = ["index", "label", "valid", "logits", "pred", "correct", "p_true", "p_max"]
+    columns += [f"{c}_flip" for c in FLIP_COLUMNS] if cfg.flip_view else []
+    columns += [FEATURE_COLUMN] if cfg.features else []
+    mf.write_json_atomic(Path(cfg.out) / mf.MANIFEST_FILE, {
+        "identity": identity, "columns": columns, "shards": shards,
+        "summary": _summary(samples, (valid, correct, bad), timing),
+        "classes": list(samples.classes), "root": samples.root,
+        "bad_rows": [{"index": i, "path": str(samples.path(i))} for i in bad],
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+        "info": {"torch": torch.__version__, "timm": timm.__version__, "host": socket.gethostname(),
+                 "python": platform.python_version(), "world_size": info.world,
+                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}})

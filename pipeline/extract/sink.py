@@ -1,0 +1,96 @@
+"""Where extracted rows go: per-shard buffers filled by global index, written when full.
+
+Device->host copies of a batch's outputs are asynchronous and consumed one batch later, so the
+accelerator already runs the next batch while the host files this one.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cache.shards import shard_path, write_shard
+from pipeline.data.sources import SampleList
+
+
+class ShardBuffer:
+    """Rows of one shard, placed by global index whatever order the loader delivers them in."""
+
+    def __init__(self, start: int, stop: int, samples: SampleList):
+        self.start, self.stop, self.filled = start, stop, 0
+        self.columns = {"index": np.arange(start, stop, dtype=np.int64),
+                        "label": samples.labels[start:stop].copy(),
+                        "valid": np.zeros(stop - start, np.uint8)}
+
+    def put(self, rows: np.ndarray, valid: np.ndarray, outputs: dict[str, torch.Tensor]) -> None:
+        pos = rows - self.start
+        for name, tensor in outputs.items():
+            value = tensor.numpy()
+            if name not in self.columns:
+                self.columns[name] = np.zeros((self.stop - self.start, *value.shape[1:]), value.dtype)
+            self.columns[name][pos] = value
+            self.columns[name][pos[valid == 0]] = 0  # undecodable rows carry no model output
+        self.columns["valid"][pos] = valid
+        self.filled += len(rows)
+
+    @property
+    def full(self) -> bool:
+        return self.filled == self.stop - self.start
+
+
+class ShardSink:
+    """Collects batches into shard buffers and writes each shard as soon as it is full.
+
+    Device->host copies are asynchronous: a batch's outputs are consumed one step later, so the
+    accelerator already runs the next batch while the host files this one.
+    """
+
+    def __init__(self, out: Path, identity: dict, ranges: list, samples: SampleList):
+        self.out, self.identity, self.ranges, self.samples = Path(out), identity, ranges, samples
+        self.shard_size, self.buffers, self.pending = identity["shard_size"], {}, None
+
+    def push(self, rows: torch.Tensor, valid: torch.Tensor, outputs: dict) -> None:
+        staged = {k: v.to("cpu", non_blocking=True) for k, v in outputs.items()}
+        event = None
+        if next(iter(outputs.values())).device.type == "cuda":
+            event = torch.cuda.Event()
+            event.record()
+        self.flush()
+        self.pending = (rows.numpy(), valid.numpy(), staged, event)
+
+    def flush(self) -> None:
+        if self.pending is None:
+            return
+        rows, valid, staged, event = self.pending
+        self.pending = None
+        if event is not None:
+            event.synchronize()
+        s = int(rows[0]) // self.shard_size
+        buf = self.buffers.get(s) or ShardBuffer(*self.ranges[s], self.samples)
+        self.buffers[s] = buf
+        buf.put(rows, valid, staged)
+        if buf.full:
+            attrs = {**self.identity, "start": buf.start, "stop": buf.stop,
+                     "bad_rows": buf.columns["index"][buf.columns["valid"] == 0].tolist()}
+            write_shard(shard_path(self.out, s), buf.columns, attrs)
+            del self.buffers[s]
+
+
+@contextmanager
+def closing_loop(sink: ShardSink, batches):
+    """File the last computed batch even when the loop stops early (bad file, interrupt), so a
+    shard it completes is kept for the resume; then stop the loader workers at once (a loader
+    iterator kept alive by the exception's traceback otherwise stalls ~5 s per worker later).
+    ``batches``: a loader iterator, or a ``StagedPrefetch`` over one (its ``close`` stops its
+    threads, then the workers)."""
+    try:
+        yield
+    finally:
+        try:
+            sink.flush()
+        finally:
+            stop = getattr(batches, "close", None) or getattr(batches, "_shutdown_workers", None)
+            if stop is not None:
+                stop()

@@ -1,0 +1,155 @@
+"""One optimizer step, validation on the held-out rows, and the training state on disk.
+
+Explicit objects in, dicts/tensors out; nothing here reads the run's config.  Losses and counts
+stay on the device between sync points, so the step never waits for the GPU.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from pipeline.core import dist, metrics as M
+from pipeline.core.precision import autocast
+from pipeline.data.images import GpuNormalize
+from pipeline.oracle.checkpoint import rng_state, save_checkpoint, set_rng_state, unwrap
+from pipeline.oracle.losses import LossConfig, broadcast_coefficients, per_sample_loss
+from pipeline.oracle.sampler import StepSchedule, derive_seed
+
+
+@dataclass
+class TrainObjects:
+    model: nn.Module                 # the plain Oracle (state dicts, evaluation)
+    step_model: nn.Module            # what a step calls: DDP- and/or compile-wrapped
+    ddp: nn.Module | None            # the DDP wrapper (for no_sync during accumulation)
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    normalize: GpuNormalize
+    loss: LossConfig
+    precision: str
+    device: torch.device
+    info: dist.DistInfo
+    tnr_logit: float                 # TNR counts z below this (logit of 0.5, or of 1/K for TCP)
+
+
+@dataclass(frozen=True)
+class TargetTable:
+    """Per-row targets of the training split (CPU tensors, indexed by global row)."""
+    correct: torch.Tensor
+    correct_flip: torch.Tensor
+    p_true: torch.Tensor
+    p_true_flip: torch.Tensor
+
+    @classmethod
+    def from_arrays(cls, t: dict[str, np.ndarray]) -> "TargetTable":
+        return cls(*(torch.from_numpy(t[k]) for k in ("correct", "correct_flip", "p_true",
+                                                      "p_true_flip")))
+
+    def lookup(self, rows: np.ndarray, flips: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """(o, TCP target) of the view actually shown: the flipped view's where flipped."""
+        r, f = torch.from_numpy(rows), torch.from_numpy(flips)
+        return (torch.where(f, self.correct_flip[r], self.correct[r]),
+                torch.where(f, self.p_true_flip[r], self.p_true[r]))
+
+
+def train_step(objs: TrainObjects, batches: Iterator, step: int, schedule: StepSchedule,
+               slices: list[slice], targets: TargetTable) -> tuple[torch.Tensor, torch.Tensor]:
+    """Optimizer step ``step`` (0-based).  Returns (this rank's mean loss, counts (4,): TP, P,
+    TN, N), both on the device and not synchronised."""
+    rows, flips = schedule.batch_rows(step), schedule.batch_flips(step)
+    o_all, pt_all = targets.lookup(rows, flips)
+    torch.manual_seed(derive_seed(schedule.seed, "torch", step, objs.info.rank))
+    objs.optimizer.zero_grad(set_to_none=True)
+    loss_sum = torch.zeros((), device=objs.device)
+    counts = torch.zeros(4, device=objs.device)
+    for a, sl in enumerate(slices):
+        images, got, _ = next(batches)
+        if not np.array_equal(got.numpy(), rows[sl]):
+            raise RuntimeError(f"step {step + 1}: loader delivered rows out of schedule")
+        dev = lambda t: t.to(objs.device, non_blocking=True)  # noqa: E731
+        o, pt, flip = dev(o_all[sl]), dev(pt_all[sl]), dev(torch.from_numpy(flips[sl]))
+        x = objs.normalize(images)
+        x = torch.where(flip[:, None, None, None], x.flip(-1), x)
+        coef = (broadcast_coefficients(objs.loss, dev(o_all), len(o)) if objs.loss.broadcast
+                else None)
+        last = a == len(slices) - 1
+        sync = nullcontext() if last or objs.ddp is None else objs.ddp.no_sync()
+        with sync:
+            with autocast(objs.precision, objs.device):
+                z = objs.step_model(x)
+            loss = per_sample_loss(objs.loss, z, o, pt, coef).mean() / len(slices)
+            objs.scaler.scale(loss).backward()
+        loss_sum += loss.detach()
+        zd = z.detach().float()
+        counts += torch.stack([((zd > 0) & (o > 0.5)).sum(), (o > 0.5).sum(),
+                               ((zd < objs.tnr_logit) & (o < 0.5)).sum(), (o < 0.5).sum()]).float()
+    objs.scaler.step(objs.optimizer)
+    objs.scaler.update()
+    objs.scheduler.step()
+    return loss_sum, counts
+
+
+def global_mean(info: dist.DistInfo, values: torch.Tensor) -> torch.Tensor:
+    """Mean over ranks (every rank has the same number of rows per step)."""
+    if info.enabled:
+        values = values.clone()
+        torch.distributed.all_reduce(values)
+        values /= info.world
+    return values
+
+
+def global_sum(info: dist.DistInfo, values: torch.Tensor) -> torch.Tensor:
+    if info.enabled:
+        values = values.clone()
+        torch.distributed.all_reduce(values)
+    return values
+
+
+def first_non_finite(losses: np.ndarray) -> int | None:
+    bad = np.flatnonzero(~np.isfinite(losses))
+    return int(bad[0]) if len(bad) else None
+
+
+def val_metrics(z: np.ndarray, correct: np.ndarray, loss: float, tnr_logit: float) -> dict:
+    """Held-out validation (pipeline.core.metrics): AUPR-Error in the standard definition (errors
+    are the positives, ranked by -score), AUPR-Success, AUC, TPR/TNR.  Scored on z, which ranks
+    exactly like sigmoid(z) without float32 saturation ties.  Undefined (one class) -> NaN."""
+    def safe(fn, *args, **kw):
+        try:
+            return float(fn(*args, **kw))
+        except M.UndefinedMetric:
+            return math.nan
+
+    o = correct.astype(bool)
+    return {"rows": int(len(o)), "accuracy": float(o.mean()), "loss": loss,
+            "aupr_error": safe(M.aupr_error, z, o, definition="standard"),
+            "aupr_success": safe(M.aupr_success, z, o), "auc": safe(M.auc, z, o),
+            "tpr": safe(M.tpr, z, o, threshold=0.0), "tnr": safe(M.tnr, z, o, threshold=tnr_logit)}
+
+
+def training_state(objs: TrainObjects, step: int, extra: dict) -> dict:
+    """Everything ``last.pt`` holds (tensors and plain values only: weights_only-loadable)."""
+    return {"model": unwrap(objs.model).state_dict(), "optimizer": objs.optimizer.state_dict(),
+            "scheduler": objs.scheduler.state_dict(), "scaler": objs.scaler.state_dict(),
+            "rng": rng_state(), "step": step, **extra}
+
+
+def save_training_state(path: Path, objs: TrainObjects, step: int, extra: dict) -> None:
+    if objs.info.is_main:
+        save_checkpoint(path, training_state(objs, step, extra))
+    dist.barrier(objs.info)
+
+
+def restore_training_state(objs: TrainObjects, ckpt: dict) -> None:
+    unwrap(objs.model).load_state_dict(ckpt["model"])
+    objs.optimizer.load_state_dict(ckpt["optimizer"])
+    objs.scheduler.load_state_dict(ckpt["scheduler"])
+    objs.scaler.load_state_dict(ckpt["scaler"])
+    set_rng_state(ckpt["rng"])

@@ -1,0 +1,98 @@
+"""Splits for oracle training and evaluation: samples + their classifier cache, checked together.
+
+A split is named by its cache tag (``train``, ``val``, ``test-defocus_blur-5``).  The cache's
+identity says which dataset split and which corruption it holds; the samples are listed again
+from ``--data`` and must have the cache's fingerprint, so pixels and targets can never be
+misaligned.  Targets are read into RAM in the calling (main) process.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+
+from cache.reader import ClassifierCache, cache_dir_for
+from cache.schema import CacheError, check_identity
+from pipeline.data.corruptions import make_corruption, parse_corruption_tag
+from pipeline.data.sources import SampleList, list_split
+
+# What must agree between the caches of one classifier across splits (train vs test vs shifted).
+CLASSIFIER_KEYS = ("model", "model_kwargs", "weights_sha256", "num_classes", "preprocess",
+                   "data_config")
+
+
+@dataclass(frozen=True)
+class Split:
+    tag: str
+    cache: ClassifierCache
+    samples: SampleList
+    corruption: tuple[str, int, int] | None     # (name, severity, seed) applied to the pixels
+
+    def corrupt_fn(self) -> Callable | None:
+        if self.corruption is None:
+            return None
+        return make_corruption(*self.corruption)
+
+
+def parse_corruption(spec: str) -> tuple[str, int, int] | None:
+    """The cache's ``corruption`` attribute "name:severity:seedN" (or "none")."""
+    if not spec or spec == "none":
+        return None
+    return parse_corruption_tag(spec)
+
+
+def open_split(data: str | None, cache_root: Path, classifier: str, tag: str,
+               labels_file: str | None = None,
+               same_classifier_as: Mapping | None = None) -> Split:
+    """Open the complete cache of ``classifier`` for ``tag`` and list its samples from ``data``.
+
+    Refuses (naming the attribute) a cache whose dataset fingerprint or row count differs from
+    the samples listed now, or — with ``same_classifier_as`` (another cache's identity) — a cache
+    of a different classifier (model, weights, preprocessing).
+    """
+    path = cache_dir_for(cache_root, classifier, tag)
+    if not path.exists():
+        raise CacheError(f"no classifier cache for split {tag!r} at {path}: run `python cli.py "
+                         f"extract --classifier {classifier} --split <split> [--corruption NAME "
+                         f"--severity N]` with the same --data first, or pass --cache ROOT")
+    cache = ClassifierCache.open(path)
+    ident = cache.identity
+    samples = list_split(data, ident["split"], labels_file)
+    check_identity(ident, {"dataset": samples.dataset, "dataset_fingerprint": samples.fingerprint,
+                           "num_rows": len(samples)}, f"cache {path}",
+                   hint=f"The split {ident['split']!r} listed from --data {data or '(embedded)'} "
+                        "is not the one this cache was extracted from: pass the same --data, or "
+                        "re-extract.")
+    if same_classifier_as is not None:
+        check_identity(ident, dict(same_classifier_as), f"cache {path}", keys=CLASSIFIER_KEYS,
+                       hint="It was extracted with another classifier than the training split's "
+                            "cache; re-extract it with the same classifier and weights.")
+    return Split(tag, cache, samples, parse_corruption(ident.get("corruption", "none")))
+
+
+def training_targets(split: Split) -> dict[str, np.ndarray]:
+    """o and the TCP target of every row, for the unflipped and (when cached) flipped view."""
+    cols = ["valid", "correct", "p_true"]
+    flip = bool(split.cache.identity.get("flip_view"))
+    if flip:
+        cols += ["correct_flip", "p_true_flip"]
+    data = split.cache.load(cols)
+    out = {"valid": data["valid"].astype(bool), "correct": data["correct"].astype(np.float32),
+           "p_true": data["p_true"].astype(np.float32)}
+    out["correct_flip"] = data["correct_flip"].astype(np.float32) if flip else out["correct"]
+    out["p_true_flip"] = data["p_true_flip"].astype(np.float32) if flip else out["p_true"]
+    return out
+
+
+def check_both_classes(correct: np.ndarray, where: str) -> tuple[int, int]:
+    """(n_incorrect, n_correct); refuses a split where every prediction is right (or wrong)."""
+    n_pos = int(correct.sum())
+    n_neg = int(len(correct) - n_pos)
+    if n_pos == 0 or n_neg == 0:
+        state = "correct" if n_neg == 0 else "incorrect"
+        raise CacheError(f"{where}: the classifier's cached predictions are ALL {state} on the "
+                         f"{len(correct)} training rows, so there is nothing to tell apart; use "
+                         "more rows (--train-limit), another split or another classifier")
+    return n_neg, n_pos

@@ -1,0 +1,10 @@
+"""Stage 3, ``cli.py report``: tables, separability, figures and post-hoc baselines from run
+directories and classifier caches.  Imports only ``cache``, core's torch-free modules and itself.
+
+command.py  the click command      run.py       plan -> evaluate in workers -> write
+inputs.py   find and check runs and caches; evaluate one output file or cache
+scoring.py  every number of one split of one score (metrics in pipeline/core/metrics.py)
+separability.py  Table A4          baselines.py  MCP, entropy, max logit, energy, DOCTOR
+tables.py   one table model, md/csv/tex/json writers   markdown.py  report.md
+figures.py  histograms (Fig. 3) and risk-coverage curves
+"""

@@ -1,0 +1,40 @@
+"""``cli.py report``: options -> ``ReportConfig`` -> one ``report`` call.  Imports no torch."""
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=str))
+@click.option("--runs-root", default=None, help="Directory searched (recursively) for run "
+              "directories. Default, when no RUN_DIR/--cache is given: artifacts/fashion-mnist/runs.")
+@click.option("--metrics", type=click.Choice(["paper", "standard", "both"]), default="both",
+              show_default=True, help="paper: the authors' definitions; standard: exact FPR95, "
+              "negated AUPR-Error, AURC/E-AURC/AUGRC; both: every table twice (docs/METRICS.md).")
+@click.option("--format", "formats", multiple=True, type=click.Choice(["md", "csv", "latex", "json"]),
+              help="Output format(s) (repeatable). Default: all four.")
+@click.option("--out", default=None, help="Report directory. Default: artifacts/<dataset>/report.")
+@click.option("--cache", "caches", multiple=True, help="Classifier cache directory or cache root "
+              "(repeatable): post-hoc baseline rows (MCP, entropy, max logit, energy, DOCTOR) and "
+              "where to find caches that moved since the runs were trained.")
+@click.option("--split", "splits", multiple=True, help="Only these split tags (repeatable).")
+@click.option("--jobs", default=0, show_default=True, type=click.IntRange(0),
+              help="Parallel worker processes (0: one per CPU core, at most one per file).")
+@click.option("--no-figures", is_flag=True, help="Skip the PNG figures.")
+def report(paths, runs_root, metrics, formats, out, caches, splits, jobs, no_figures):
+    """Stage 3: tables (paper Table 1 / A4), figures and post-hoc baselines from run directories
+    (RUN_DIR ... or a directory of runs) and classifier caches; no model is loaded."""
+    # Imported on call: a command loads only its own stage.
+    from pipeline.report.run import FORMATS, ReportConfig, report as run_report
+
+    cfg = ReportConfig(paths=tuple(paths), runs_root=runs_root, caches=tuple(caches),
+                       metrics=metrics, formats=tuple(formats) or FORMATS, out=out,
+                       splits=tuple(splits), jobs=jobs, figures=not no_figures)
+    s = run_report(cfg)
+    for skipped in s["skipped"]:
+        click.echo(f"skipped {skipped['run_dir']}: {skipped['reason']}", err=True)
+    click.echo(f"report: {s['outputs']} output file(s) from {s['runs']} run(s), {s['caches']} "
+               f"classifier cache(s), {s['groups']} table row(s) over split(s) "
+               f"{', '.join(s['splits'])} in {s['elapsed_s']:.1f}s")
+    for path in s["files"]:
+        click.echo(f"  wrote {path}")

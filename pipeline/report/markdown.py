@@ -1,0 +1,72 @@
+"""report.md: the tables of every split, figure links, and where every number came from."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.report import tables as T
+
+
+def markdown_document(doc: dict, tables: list[dict]) -> str:
+    n_runs = len({e["run_dir"] for e in doc["evaluations"] if e["run_dir"]})
+    n_out = sum(1 for e in doc["evaluations"] if e["kind"] == "oracle")
+    caches = sorted({e["cache"] for e in doc["evaluations"] if e["kind"] == "baseline"})
+    lines = ["# Trustworthiness report", "",
+             f"Generated {doc['created']} by `cli.py report`; metric definitions: "
+             f"**{doc['metrics']}** (see docs/METRICS.md). Values are mean ± sample std over "
+             "seeds (n = number of runs; no ± with one run); percentages like the paper.", "",
+             f"Sources: {n_out} oracle output file(s) from {n_runs} run(s); post-hoc baselines "
+             f"(MCP, negative entropy, max logit, energy, DOCTOR) from {len(caches)} classifier "
+             "cache(s). Every number, with the runs it came from, is in report.json.", "",
+             doc["exclusion"], ""]
+    for skipped in doc["skipped"]:
+        lines.append(f"- skipped run {skipped['run_dir']}: {skipped['reason']}")
+    for split in doc["splits"]:
+        lines += _split_section(split, [t for t in tables if t["split"] == split["split"]])
+    lines += _runs_section(doc)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _split_section(split: dict, tables: list[dict]) -> list[str]:
+    tag = split["split"]
+    excluded = sum(sum(r["excluded_rows"]) for r in split["rows"] if r["kind"] == "oracle")
+    lines = ["", f"## Split `{tag}`", ""]
+    if excluded:
+        lines += [f"{excluded} undecodable row(s) (valid == 0) excluded over this split's oracle "
+                  "outputs (per run in the Runs section).", ""]
+    for row in split["rows"]:
+        for warning in row["warnings"]:
+            lines.append(f"- warning, {row['oc']} {row['display_loss']}: {warning}")
+    for table in tables:
+        lines += [T.markdown_table(table), ""]
+    figs = split["figures"]
+    if figs["histograms"] or figs["risk_coverage"]:
+        lines += ["### Figures", ""]
+    hists = figs["histograms"]
+    if hists:
+        lines += ["TP / FN / TN / FP histograms at each loss's thresholds (paper Fig. 3 layout; "
+                  "dashed: 0.5, dotted: TCP's 1/K), lowest seed of each group:", "",
+                  f"![histograms {tag}]({hists[0]})", ""]
+    for oc, path in figs["risk_coverage"].items():
+        lines += [f"Risk–coverage, {oc}, lowest seed (AURC in the legend; dashed: post-hoc "
+                  "baselines):", "", f"![risk-coverage {oc} {tag}]({path})", ""]
+    if len(hists) > 1:
+        lines += ["The other runs of every group, same layout: "
+                  + ", ".join(f"[{Path(p).stem}]({p})" for p in hists[1:]), ""]
+    return lines
+
+
+def _runs_section(doc: dict) -> list[str]:
+    lines = ["", "## Runs", "", "| split | ⟨O,C⟩ | loss | group | seed | rows | excluded | "
+             "status | source |", "|---|---|---|---|---|---|---|---|---|"]
+    for e in doc["evaluations"]:
+        if e["kind"] != "oracle":
+            continue
+        lab = e["labels"]
+        lines.append(f"| {e['split']} | ⟨{lab['oracle']}, {lab['classifier']}⟩ | "
+                     f"{lab['loss_label']} | {lab['group']} | {lab['seed']} | {e['valid_rows']} | "
+                     f"{e['excluded_rows']} | {e.get('status') or ''} | `{e['source']}` |")
+    caches = sorted({(e["cache"], e["split"]) for e in doc["evaluations"] if e["kind"] == "baseline"})
+    if caches:
+        lines += ["", "Classifier caches (post-hoc baselines):", ""]
+        lines += [f"- `{path}` (split {tag})" for path, tag in caches]
+    return lines

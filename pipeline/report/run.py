@@ -1,0 +1,255 @@
+"""Stage 3 (`cli.py report`): the paper's tables, separability, figures and post-hoc baselines,
+computed from cached oracle outputs and classifier caches only (no model in memory).
+
+resolve inputs -> plan (main process: attributes and manifests only; mismatches refused before any
+work) -> evaluate every (run, split) output and every classifier cache in parallel (joblib) ->
+aggregate seeds per <oracle, classifier, loss, group, split> -> figures -> md / csv / tex / json.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from cache.reader import ClassifierCache, slug
+from pipeline.report import figures as F, tables as T
+from pipeline.report.figures import oc_label
+from pipeline.report.inputs import ReportError, collect, evaluate_baselines, evaluate_output, plan
+from pipeline.report.markdown import markdown_document
+
+METRIC_CHOICES = ("paper", "standard", "both")
+FORMATS = ("md", "csv", "latex", "json")
+FILES = {"md": "report.md", "csv": "report.csv", "latex": "report.tex", "json": "report.json"}
+LOSS_ORDER = {"ce": 0, "focal": 1, "tcp": 2, "ss": 3}
+BASELINE_ORDER = {"mcp": 0, "entropy": 1, "maxlogit": 2, "energy": 3, "doctor": 4}
+DEFAULT_RUNS_ROOT = Path("artifacts") / "fashion-mnist" / "runs"
+BASELINE_SPLIT = (("mcp", "entropy", "doctor"), ("maxlogit", "energy"))
+EXCLUSION_NOTE = ("Rows with valid == 0 (images that could not be decoded, recorded by "
+                  "`extract --skip-bad`) are excluded from every metric, accuracy included.")
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    paths: tuple[str, ...] = ()
+    runs_root: str | None = None
+    caches: tuple[str, ...] = ()
+    metrics: str = "both"
+    formats: tuple[str, ...] = FORMATS
+    out: str | None = None
+    splits: tuple[str, ...] = ()
+    jobs: int = 0
+    figures: bool = True
+    default_runs_root: str = str(DEFAULT_RUNS_ROOT)
+
+
+def report(cfg: ReportConfig) -> dict:
+    """Run stage 3; returns a summary (paths written, counts)."""
+    if cfg.metrics not in METRIC_CHOICES:
+        raise ValueError(f"metrics must be one of {METRIC_CHOICES}, got {cfg.metrics!r}")
+    clock = [time.perf_counter()]
+    timings = {}
+
+    def lap(name: str) -> None:
+        clock.append(time.perf_counter())
+        timings[name] = round(clock[-1] - clock[-2], 3)
+
+    src = collect(cfg.paths, cfg.runs_root, cfg.caches, Path(cfg.default_runs_root))
+    tasks, cache_tasks = plan(src, cfg.splits)
+    # absolute: joblib may reuse worker processes started in another working directory
+    out = (Path(cfg.out) if cfg.out else default_out(tasks, cache_tasks)).resolve()
+    calls = [(evaluate_output, (t,)) for t in tasks]
+    calls += [(evaluate_baselines, (replace(c, names=names),)) for c in cache_tasks
+              for names in _baseline_split(c)]
+    results = []
+    lap("plan")
+    for item in parallel(calls, cfg.jobs):
+        results.extend(item if isinstance(item, list) else [item])
+    lap("evaluate")
+    splits = aggregate(results)
+    figures = draw_figures(splits, out, cfg.jobs) if cfg.figures else {}
+    lap("figures")
+    doc = build_doc(cfg, splits, results, src.skipped, figures, out)
+    written = write_outputs(doc, splits, out, cfg)
+    lap("write")
+    return {"out": str(out), "files": written, "runs": len({t.run_dir for t in tasks}),
+            "outputs": len(tasks), "caches": len(cache_tasks), "splits": list(splits),
+            "groups": sum(len(s) for s in splits.values()), "skipped": src.skipped,
+            "elapsed_s": round(clock[-1] - clock[0], 3), "timings": timings}
+
+
+def parallel(calls: list, jobs: int = 0) -> list:
+    """joblib processes over the calls (loky); in-process when one worker is enough."""
+    n = jobs if jobs > 0 else min(os.cpu_count() or 1, len(calls))
+    if n <= 1 or len(calls) <= 1:
+        return [f(*args) for f, args in calls]
+    from joblib import Parallel, delayed
+    return Parallel(n_jobs=n, backend="loky")(delayed(f)(*args) for f, args in calls)
+
+
+def _baseline_split(task) -> tuple[tuple[str, ...], ...]:
+    """With few classes the five metric summaries (a sort of N rows each) outweigh the scores
+    (a few passes over N x K logits): split them over two workers, each recomputing the cheap
+    scores.  With many classes one task computes the scores once."""
+    k = int(ClassifierCache.open(Path(task.cache)).identity["num_classes"])
+    return BASELINE_SPLIT if k <= 32 else ((),)
+
+
+def default_out(tasks, cache_tasks) -> Path:
+    """artifacts/<dataset>/report, the dataset read from the caches (one dataset per report)."""
+    names = {ClassifierCache.open(Path(p)).identity["dataset"]
+             for p in {t.cache for t in tasks} | {c.cache for c in cache_tasks}}
+    if len(names) != 1:
+        raise ReportError(f"the inputs come from several datasets {sorted(names)}: pass --out")
+    return Path("artifacts") / slug(names.pop()) / "report"
+
+
+# ------------------------------------------------------------------------------ aggregation --
+def _split_order(tag: str) -> tuple:
+    return (0 if tag in ("test", "val") else 1 if "-" not in tag else 2, tag)
+
+
+def _row_order(row: dict) -> tuple:
+    baseline = row["kind"] == "baseline"
+    order = (BASELINE_ORDER if baseline else LOSS_ORDER).get(row["loss"], 99)
+    return (row["classifier"], baseline, row["oracle"], order, row["variant"] or "",
+            row["loss_label"], row["group"])
+
+
+def aggregate(results: list[dict]) -> dict[str, list[dict]]:
+    """{split: rows}; a row = one <kind, oracle, classifier, loss label, group> with its seeds."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in results:
+        lab = r["labels"]
+        groups[(r["split"], r["kind"], lab["oracle"], lab["classifier"], lab["loss_label"],
+                lab["group"])].append(r)
+    splits: dict[str, list[dict]] = defaultdict(list)
+    for key, members in groups.items():
+        members.sort(key=lambda m: (m["labels"]["seed"] is None, m["labels"]["seed"] or 0))
+        splits[key[0]].append(_row(members))
+    out = {}
+    for tag in sorted(splits, key=_split_order):
+        rows = sorted(splits[tag], key=_row_order)
+        clash = defaultdict(int)
+        for row in rows:
+            clash[(row["oc"], row["loss_label"])] += 1
+        for row in rows:
+            ambiguous = clash[(row["oc"], row["loss_label"])] > 1
+            row["display_loss"] = row["loss_label"] + (f" [{row['group']}]" if ambiguous else "")
+        out[tag] = rows
+    return out
+
+
+def _row(members: list[dict]) -> dict:
+    lab = members[0]["labels"]
+    seeds = [m["labels"]["seed"] for m in members]
+    row = {"kind": members[0]["kind"], "split": members[0]["split"], "oc": oc_label(lab),
+           **{k: lab[k] for k in ("oracle", "classifier", "loss", "variant", "loss_label",
+                                  "group", "num_classes")},
+           "n": len(members), "seeds": seeds, "sources": [m["source"] for m in members],
+           "excluded_rows": [m["excluded_rows"] for m in members], "agg": {}, "warnings": [],
+           "_members": members}
+    dupes = sorted({s for s in seeds if s is not None and seeds.count(s) > 1})
+    if dupes:
+        row["warnings"].append(f"seed(s) {dupes} appear more than once in this group")
+    for d in ("paper", "standard"):
+        row["agg"][d] = {"acc": _agg([(m["accuracy"], None, None) for m in members], members)}
+        for name in members[0]["metrics"][d]["values"]:
+            entries = [(m["metrics"][d]["values"][name], m["metrics"][d]["undefined"].get(name),
+                        m["metrics"][d]["notes"].get(name)) for m in members]
+            row["agg"][d][name] = _agg(entries, members)
+    return row
+
+
+def _agg(entries: list[tuple], members: list[dict]) -> dict:
+    """mean ± sample std (ddof=1) over seeds; undefined (with the reasons) if any run is."""
+    values = [e[0] for e in entries]
+    names = [Path(m["run_dir"]).name if m["run_dir"] else "" for m in members]
+    if any(v is None for v in values):
+        reasons = sorted({e[1] for e in entries if e[1]})
+        bad = [n for n, v in zip(names, values) if v is None]
+        where = "" if len(bad) == len(values) else f" (in {len(bad)} of {len(values)} runs: {bad})"
+        return {"mean": None, "std": None, "n": len(values), "values": values,
+                "undefined": "; ".join(reasons) + where, "notes": []}
+    arr = np.asarray(values, dtype=np.float64)
+    # identical seeds (e.g. every run's accuracy on one cache) give exactly 0, not rounding noise
+    std = (0.0 if (arr == arr[0]).all() else float(arr.std(ddof=1))) if len(arr) > 1 else None
+    return {"mean": float(arr.mean()), "std": std,
+            "n": len(values), "values": [float(v) for v in values], "undefined": None,
+            "notes": [f"{n}: {e[2]}" if n else e[2] for n, e in zip(names, entries) if e[2]]}
+
+
+# -------------------------------------------------------------------------------- figures ----
+def draw_figures(splits: dict[str, list[dict]], out: Path, jobs: int = 0) -> dict:
+    """Per split: the Fig. 3 histogram grid and one risk-coverage plot per <O,C>."""
+    calls, index = [], {}
+    for tag, rows in splits.items():
+        oracle_rows = [r for r in rows if r["kind"] == "oracle"]
+        entry = index[tag] = {"histograms": [], "risk_coverage": {}}
+        if oracle_rows:
+            ocs = list(dict.fromkeys(r["oc"] for r in oracle_rows))
+            losses = list(dict.fromkeys(r["display_loss"] for r in
+                                        sorted(oracle_rows, key=lambda r: _row_order(r)[3:])))
+            # grid i holds the i-th run (by seed) of every group: every run appears once, and
+            # the first grid (lowest seeds) is the paper's figure
+            for i in range(max(r["n"] for r in oracle_rows)):
+                cells = {(r["oc"], r["display_loss"]): r["_members"][i] for r in oracle_rows
+                         if r["n"] > i}
+                suffix = "" if i == 0 else f"_run{i + 1}"
+                path = out / "figures" / f"histograms_{slug(tag)}{suffix}.png"
+                which = "lowest seed of each group" if i == 0 else f"run {i + 1} of each group"
+                calls.append((F.draw_histogram_grid, (cells, ocs, losses, str(path),
+                                                      f"Confidence histograms, split {tag} ({which})")))
+                entry["histograms"].append(str(path))
+        with_oracle = {r["classifier"] for r in oracle_rows}
+        for oc in dict.fromkeys(r["oc"] for r in rows):
+            block = [r for r in rows if r["oc"] == oc]
+            clf, kind = block[0]["classifier"], block[0]["kind"]
+            if kind == "baseline" and clf in with_oracle:
+                continue  # drawn, dashed, on every <O, C> plot of this classifier
+            extra = [r for r in rows if r["kind"] == "baseline" and r["classifier"] == clf
+                     and r["oc"] != oc] if kind == "oracle" else []
+            curves = [{"label": r["display_loss"], "baseline": r["kind"] == "baseline",
+                       **r["_members"][0]["rc"]} for r in block + extra]
+            path = out / "figures" / f"risk_coverage_{slug(oc.strip('⟨⟩'))}_{slug(tag)}.png"
+            calls.append((F.draw_rc_curves, (curves, str(path),
+                                             f"Risk-coverage {oc}, split {tag} (lowest seed)")))
+            entry["risk_coverage"][oc] = str(path)
+    parallel(calls, jobs)
+    return index
+
+
+# ------------------------------------------------------------------------------- documents --
+def build_doc(cfg, splits, results, skipped, figures, out: Path) -> dict:
+    def rel(p):
+        return os.path.relpath(p, out) if p else None
+    doc_splits = []
+    for tag, rows in splits.items():
+        fig = figures.get(tag, {"histograms": [], "risk_coverage": {}})
+        doc_splits.append({
+            "split": tag, "rows": [{k: v for k, v in r.items() if k != "_members"} for r in rows],
+            "figures": {"histograms": [rel(p) for p in fig["histograms"]],
+                        "risk_coverage": {k: rel(v) for k, v in fig["risk_coverage"].items()}}})
+    return {"schema": "trust-oracles-report/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "metrics": cfg.metrics, "definitions": T.DEFINITION_TEXT, "exclusion": EXCLUSION_NOTE,
+            "config": asdict(cfg),
+            "splits": doc_splits, "skipped": skipped,
+            "evaluations": results}
+
+
+def write_outputs(doc: dict, splits: dict, out: Path, cfg: ReportConfig) -> list[str]:
+    out.mkdir(parents=True, exist_ok=True)
+    tables = [t for s in doc["splits"] for t in T.build_tables(s, cfg.metrics)]
+    texts = {"md": lambda: markdown_document(doc, tables), "csv": lambda: T.csv_text(tables),
+             "latex": lambda: T.latex_document(tables), "json": lambda: T.json_text(doc)}
+    written = []
+    for fmt in dict.fromkeys(cfg.formats):
+        path = out / FILES[fmt]
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(texts[fmt](), encoding="utf-8")
+        tmp.replace(path)
+        written.append(str(path))
+    return written
