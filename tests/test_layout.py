@@ -1,0 +1,183 @@
+"""The tree is the architecture: imports flow one way between the stage packages, without cycles,
+and `cli.py report` loads no torch.  Parsed statically with ``ast`` (plus one real report run), so
+a change that breaks the layering fails here before anyone has to notice it in review.
+
+    core  <-  data  <-  extract, classifier, oracle        report <- core (torch-free modules)
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+# What each package may import (first-party only; third-party imports are not restricted here).
+ALLOWED = {
+    "cache": {"cache"},
+    "core": {"cache", "core"},
+    "data": {"cache", "core", "data"},
+    "extract": {"cache", "core", "data", "extract"},
+    "classifier": {"cache", "core", "data", "classifier"},
+    "oracle": {"cache", "core", "data", "oracle"},
+    "report": {"cache", "core", "report"},
+    "demo": {"cache", "core", "data", "report", "demo"},   # runs the stages as subprocesses
+}
+# The only core modules `report` may use: they import no torch.
+TORCH_FREE_CORE = {"pipeline.core", "pipeline.core.metrics", "pipeline.core.presets",
+                   "pipeline.core.options"}
+TORCH = ("torch", "torchvision", "timm")
+# Where a function-level import of a first-party module is allowed: a command loads its stage on
+# call, which keeps torch out of the commands that do not need it.
+LAZY_OK = ("command.py", "cli.py")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def sources() -> dict[str, Path]:
+    files = [ROOT / "cli.py", *sorted((ROOT / "pipeline").rglob("*.py")),
+             *sorted((ROOT / "cache").rglob("*.py"))]
+    return {module_name(p): p for p in files}
+
+
+MODULES = sources()
+
+
+def resolve(name: str) -> str | None:
+    """A dotted import target -> the first-party module it loads (``pipeline.core`` for
+    ``from pipeline.core import dist`` resolves to ``pipeline.core.dist`` by the caller)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports(module: str) -> list[tuple[str, int, bool]]:
+    """(first-party module imported, line, at module level?) for every import in ``module``."""
+    tree = ast.parse(MODULES[module].read_text())
+    typing_only = {id(n) for s in tree.body if isinstance(s, ast.If) and "TYPE_CHECKING" in
+                   ast.unparse(s.test) for n in ast.walk(s)}     # never imported at run time
+    top = {id(n) for n in tree.body}
+    top |= {id(n) for s in tree.body if isinstance(s, (ast.If, ast.Try)) for n in ast.walk(s)}
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            targets = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+        for target in targets:
+            first = resolve(target)
+            if first is None and target.split(".")[0] in TORCH:
+                first = target
+            if first is not None:
+                out.append((first, node.lineno, id(node) in top))
+    return sorted(set(out))
+
+
+def package(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] == "cache":
+        return "cache"
+    return parts[1] if parts[0] == "pipeline" and len(parts) > 1 else None
+
+
+def test_every_stage_imports_only_the_layers_below_it():
+    wrong = []
+    for module in MODULES:
+        pkg = package(module)
+        if pkg is None:
+            continue
+        assert pkg in ALLOWED, f"{module}: package {pkg!r} has no place in the layering (add it)"
+        for target, line, _ in imports(module):
+            tpkg = package(target)
+            if tpkg is not None and tpkg not in ALLOWED[pkg]:
+                wrong.append(f"{MODULES[module].relative_to(ROOT)}:{line} imports {target}")
+            if pkg == "report" and tpkg == "core" and target not in TORCH_FREE_CORE:
+                wrong.append(f"{MODULES[module].relative_to(ROOT)}:{line} imports {target}, "
+                             "which loads torch")
+    assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    graph = {m: {t for t, _, _ in imports(m) if t in MODULES and t != m} for m in MODULES}
+    # a package's __init__ is imported with each of its modules: not an edge of its own
+    graph = {m: {t for t in ts if not m.startswith(t + ".")} for m, ts in graph.items()}
+    state, stack, cycles = {}, [], []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for t in sorted(graph[m]):
+            if state.get(t) == "open":
+                cycles.append(" -> ".join(stack[stack.index(t):] + [t]))
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_function_level_imports_of_the_project_only_in_commands():
+    """A function-level import that dodges a cycle hides the architecture; commands may import
+    their stage lazily (torch stays out of the commands that do not need it)."""
+    lazy = [f"{MODULES[m].relative_to(ROOT)}:{line} imports {t}"
+            for m in MODULES if not MODULES[m].name in LAZY_OK
+            for t, line, top in imports(m) if not top and package(t) is not None]
+    assert not lazy, "function-level imports of project modules:\n" + "\n".join(lazy)
+
+
+def test_cli_report_imports_no_torch_statically():
+    """Module-level imports from cli.py, plus what the report command loads on call."""
+    seen, todo = set(), ["cli", "pipeline.report.run"]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        for t, line, top in imports(m):
+            assert t.split(".")[0] not in TORCH or not top, \
+                f"`cli.py report` loads torch: {MODULES[m].relative_to(ROOT)}:{line} imports {t}"
+            if top and t in MODULES:
+                todo.append(t)
+                todo.extend(p for p in MODULES if t.startswith(p + ".") and p not in seen)
+
+
+def test_cli_report_run_loads_no_torch(tmp_path):
+    """The real command on a synthetic study (the project's own writers), in a fresh process."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "from pathlib import Path;"
+        "from bench.synthetic_runs import write_study;"
+        "runs, caches = write_study(Path(sys.argv[2]), n=200, seeds=(0,), losses=('ss',));"
+        "from click.testing import CliRunner; import cli;"
+        "r = CliRunner().invoke(cli.cli, ['report', str(runs), '--cache', str(caches), '--out',"
+        " sys.argv[2] + '/report', '--jobs', '1', '--no-figures']);"
+        "assert r.exit_code == 0, r.output;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision', 'timm')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT), str(tmp_path)], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def test_each_package_says_what_its_modules_do():
+    for init in sorted((ROOT / "pipeline").glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc.splitlines()) <= 10, f"{init}: a docstring of at most ten lines"
+        for module in sorted(init.parent.glob("*.py")):
+            if module.name != "__init__.py":
+                assert module.name in doc or module.stem in doc, \
+                    f"{init.relative_to(ROOT)} does not say what {module.name} does"
