@@ -77,7 +77,7 @@ def test_batch_resize_equals_resizecrop(cfg):
 
 
 def test_batch_resize_chunks_bound_memory(monkeypatch):
-    import pipeline.data.resize
+    import pipeline.data.resize as rz
 
     monkeypatch.setattr(rz, "_CHUNK_ELEMS", 3 * 60 * 60 * 2)  # two 60x60 images a chunk
     dcfg = DataConfig((3, 32, 32), "bicubic", 0.9, "center", MEAN, MEAN)
