@@ -1,20 +1,21 @@
 """Checksums of cache files and the one wording of "the disk is full".
 
-Every HDF5 file this project writes carries a CRC-32 of each column's bytes in its ``crc32``
-attribute (computed from the arrays before writing), so every read verifies what it returns at
-the cost of one CRC over the bytes read.  A classifier cache's manifest records, per shard, the
-file's size and SHA-256 (``sha256sum`` agrees with it): the size is checked whenever the cache is
-opened, the SHA-256 by ``cli.py extract --verify``.  See docs/DATA_CONTRACT.md.
+Every HDF5 file this project writes carries an XXH3-64 hash of each column's bytes in its
+``xxh3_64`` attribute (computed from the arrays before writing), so every read verifies what it
+returns at the cost of one hash over the bytes read (XXH3 runs near memory speed: several times
+zlib's CRC-32 and SHA-256, docs/PERFORMANCE.md).  A classifier cache's manifest records, per
+shard, the file's size and SHA-256 (``sha256sum`` agrees with it): the size is checked whenever
+the cache is opened, the SHA-256 by ``cli.py extract --verify``.  See docs/DATA_CONTRACT.md.
 """
 from __future__ import annotations
 
 import errno
 import hashlib
 import re
-import zlib
 from pathlib import Path
 
 import numpy as np
+import xxhash
 
 from cache.schema import CacheError
 
@@ -27,9 +28,9 @@ _HDF5_ERRNO = re.compile(r"errno = (\d+)")
 _CHUNK = 1 << 24
 
 
-def column_crc(array: np.ndarray) -> int:
-    """CRC-32 of an array's bytes in C order (what HDF5 stores for an unchunked dataset)."""
-    return zlib.crc32(memoryview(np.ascontiguousarray(array)).cast("B"))
+def column_hash(array: np.ndarray) -> str:
+    """XXH3-64 (hex) of an array's bytes in C order (what HDF5 stores for an unchunked dataset)."""
+    return xxhash.xxh3_64_hexdigest(memoryview(np.ascontiguousarray(array)).cast("B"))
 
 
 def file_digest(path: Path) -> dict:

@@ -65,7 +65,7 @@ class OracleOutputs:
 
 def read_outputs(path: Path, expect_classifier: Mapping[str, Any] | None = None,
                  digest: Mapping[str, Any] | None = None) -> OracleOutputs:
-    """Read a whole output file into RAM, every column checked against its CRC-32; with
+    """Read a whole output file into RAM, every column checked against its hash; with
     ``expect_classifier`` (a classifier_ref of the cache it should belong to), refuse outputs
     computed against another cache; with ``digest`` (``{"bytes", "sha256"}`` as run.json
     records it), refuse a file whose bytes changed since it was written."""

@@ -16,11 +16,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from cache.integrity import column_crc, file_digest, no_room, no_room_reason
+from cache.integrity import column_hash, file_digest, no_room, no_room_reason
 from cache.schema import (CLASSIFIER_COLUMNS, CLASSIFIER_IDENTITY, CacheError, CacheMismatch,
                           check_identity, from_attr, identity_diff, to_attr)
 
 SHARD_PATTERN = "shard-{:05d}.h5"
+HASHES = "xxh3_64"   # attribute (and manifest key): {column: XXH3-64 hex of its bytes}
 
 
 def shard_path(cache_dir: Path, shard_id: int) -> Path:
@@ -34,8 +35,8 @@ def shard_ranges(num_rows: int, shard_size: int) -> list[tuple[int, int]]:
 
 def write_shard(path: Path, columns: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
                 kept: str = "completed shards are kept and only missing ones are computed") -> None:
-    """Write all ``columns`` to ``path`` atomically (temp file + rename), with a CRC-32 of each
-    column in the ``crc32`` attribute.
+    """Write all ``columns`` to ``path`` atomically (temp file + rename), with the XXH3-64 hash
+    of each column in the ``xxh3_64`` attribute.
 
     The HDF5 file is built in memory and written with plain file I/O: a full disk then fails as
     one ``OSError`` (HDF5 writing to a full disk raises from its destructors and can leave the
@@ -48,7 +49,7 @@ def write_shard(path: Path, columns: Mapping[str, np.ndarray], attrs: Mapping[st
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     arrays = {name: np.ascontiguousarray(a) for name, a in columns.items()}
-    attrs = {**attrs, "crc32": {name: column_crc(a) for name, a in arrays.items()}}
+    attrs = {**attrs, HASHES: {name: column_hash(a) for name, a in arrays.items()}}
     try:
         with h5py.File(tmp.name, "w", driver="core", backing_store=False) as fh:  # RAM only
             for key, value in attrs.items():
@@ -97,7 +98,7 @@ def read_columns(path: Path, names: tuple[str, ...] | list[str] | None,
                  expect: Mapping[str, Any] | None = None,
                  fix: str = "delete it and re-run the command that wrote it") -> dict[str, np.ndarray]:
     """Read ``names`` (None: every column) from one file; every column read is checked against
-    its recorded CRC-32.
+    its recorded hash.
 
     ``expect``: attributes the file must have (a shard: its cache's identity and row range), so
     a file copied in from another cache is refused naming what differs.  ``fix`` ends every
@@ -123,9 +124,9 @@ def read_columns(path: Path, names: tuple[str, ...] | list[str] | None,
     except (OSError, RuntimeError, ValueError, KeyError) as err:
         raise CacheError(f"{path} is damaged: HDF5 cannot read it ({_first_line(err)}); "
                          f"{fix}") from None
-    crcs = attrs.get("crc32") or {}
+    hashes = attrs.get(HASHES) or {}
     for n in names:
-        if n in crcs and column_crc(out[n]) != crcs[n]:
+        if n in hashes and column_hash(out[n]) != hashes[n]:
             raise CacheError(f"{path} is damaged: column {n!r} does not match its checksum "
                              f"(the file changed after it was written); {fix}")
     return out
@@ -142,9 +143,9 @@ def shard_expect(identity: Mapping[str, Any], start: int, stop: int) -> dict:
 
 
 def shard_entry(path: Path, start: int, stop: int) -> dict:
-    """A manifest's record of one shard: rows, size, SHA-256 and the columns' CRC-32s."""
+    """A manifest's record of one shard: rows, size, SHA-256 and the columns' hashes."""
     return {"file": Path(path).name, "start": start, "stop": stop, **file_digest(path),
-            "crc32": read_attrs(path).get("crc32")}
+            HASHES: read_attrs(path).get(HASHES)}
 
 
 def size_problem(path: Path, entry: Mapping[str, Any]) -> str | None:
@@ -162,7 +163,7 @@ def shard_problem(path: Path, entry: Mapping[str, Any], identity: Mapping[str, A
                   full: bool = False) -> str | None:
     """What is wrong with one shard of a complete cache, or None.  Cheap: size, identity and row
     range (attributes only).  ``full``: also the SHA-256 of the whole file; a shard of a cache
-    written before checksums (none recorded) is read entirely instead (readable, CRC-32s)."""
+    written before checksums (none recorded) is read entirely instead (readable, hashes)."""
     problem = size_problem(path, entry)
     if problem:
         return problem
@@ -193,7 +194,7 @@ def load_split(cache_dir: Path, manifest: Mapping[str, Any],
 
     Before reading, every shard's size is compared with the manifest (one stat each); each shard
     read must carry the cache's identity and its row range, and every column read must match its
-    CRC-32.  Verifies that the indices are exactly 0..N-1 so rows can never be silently misaligned.
+    hash.  Verifies that the indices are exactly 0..N-1 so rows can never be silently misaligned.
     """
     cache_dir = Path(cache_dir)
     identity = manifest["identity"]

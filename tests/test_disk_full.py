@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 
+import h5py
 import pytest
 
 from conftest import ROOT, TINY_VIT, make_imagenet_tree
@@ -103,7 +104,8 @@ def test_extract_onto_a_full_tmpfs_keeps_the_complete_shards(tree, tmp_path):
 
 
 def test_train_oracle_past_the_file_size_limit(tmp_path):
-    """Before: a raw traceback from torch.save, and run.json left at status 'running'."""
+    """Before: a raw traceback from torch.save, and run.json left at status 'running'.  Then
+    (item 5) damaged oracle outputs are recomputed by the same command."""
     data = write_colour_tree(tmp_path / "colours", {"train": 8, "val": 4})
     cache, run = tmp_path / "cache", tmp_path / "run"
     extract_cli(data, cache)
@@ -117,4 +119,18 @@ def test_train_oracle_past_the_file_size_limit(tmp_path):
     assert record["status"] == "failed" and "disk full" in record["error"]
     assert not temporaries(run)
     done = run_cli(args)
-    assert json.loads((run / "run.json").read_text())["status"] == "complete", done.output
+    record = json.loads((run / "run.json").read_text())
+    assert record["status"] == "complete", done.output
+    # item 5 on the same run: run.json records each output file's size and SHA-256; a damaged
+    # output file is recomputed by the same command from the kept oracle, to the same bytes
+    from cache.integrity import file_digest
+    output = run / "outputs" / "val.h5"
+    assert record["output_files"] == {"val": file_digest(output)}
+    with h5py.File(output, "r") as fh:
+        offset = fh["z"].id.get_offset()
+    data = bytearray(output.read_bytes())
+    data[offset + 2] ^= 0x01
+    output.write_bytes(bytes(data))
+    again = run_cli(args)
+    assert "outputs already written" not in again.output
+    assert json.loads((run / "run.json").read_text())["output_files"] == record["output_files"]

@@ -70,7 +70,7 @@ def output_path(run_dir: Path, name: str) -> Path:
 
 def outputs_done(path: Path, ref: dict, record: dict, digest: dict | None = None) -> bool:
     """True if ``path`` already holds this run's outputs on this cache; refuses foreign ones.
-    A damaged file (unreadable, a column off its CRC-32, or not the size/SHA-256 ``digest`` that
+    A damaged file (unreadable, a column off its hash, or not the size/SHA-256 ``digest`` that
     run.json records) is removed, so it is recomputed."""
     if not path.exists():
         return False
