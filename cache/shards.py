@@ -134,6 +134,8 @@ def read_columns(path: Path, names: tuple[str, ...] | list[str] | None,
 
 def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
 REPAIR = "re-run the same `cli.py extract` command: it recomputes exactly the damaged shards"
 
 
@@ -169,8 +171,8 @@ def shard_problem(path: Path, entry: Mapping[str, Any], identity: Mapping[str, A
         return problem
     try:
         attrs = read_attrs(path)
-    except CacheError as err:
-        return f"is unreadable ({str(err).split('(', 1)[-1].split(')')[0]})"
+    except CacheError:
+        return "is not a readable HDF5 file"
     diffs = identity_diff(attrs, shard_expect(identity, entry["start"], entry["stop"]),
                           found_in="the shard")
     if diffs:

@@ -47,12 +47,12 @@ def file_digest(path):
     return file_digest(path)
 
 
-def test_manifest_records_size_sha256_and_column_crcs(cache_a):
+def test_manifest_records_size_sha256_and_column_hashes(cache_a):
     cfg, shards = cache_a
     assert [s["file"] for s in shards] == ["shard-00000.h5", "shard-00001.h5", "shard-00002.h5"]
     for s in shards:
         assert {k: s[k] for k in ("bytes", "sha256")} == file_digest(cfg.out / s["file"])
-        assert sorted(s["crc32"]) == sorted(COLUMNS)
+        assert sorted(s["xxh3_64"]) == sorted(COLUMNS)
     assert ClassifierCache.open(cfg.out).has_checksums
 
 
@@ -119,13 +119,13 @@ def test_flipped_bytes_fail_the_column_check_and_verify_recomputes_them(cache_a)
 
 
 def _make_pre_checksum(cache_dir):
-    """Rewrite a cache as the writer before checksums did: no crc32 attribute in the shards, no
-    bytes/sha256/crc32 in the manifest."""
+    """Rewrite a cache as the writer before checksums did: no xxh3_64 attribute in the shards,
+    no bytes/sha256/xxh3_64 in the manifest."""
     manifest = mf.load_manifest(cache_dir)
     for entry in manifest["shards"]:
         path = cache_dir / entry["file"]
         with h5py.File(path, "r") as fh:
-            attrs = {k: v for k, v in fh.attrs.items() if k != "crc32"}
+            attrs = {k: v for k, v in fh.attrs.items() if k != "xxh3_64"}
             cols = {k: fh[k][...] for k in fh}
         path.unlink()
         with h5py.File(path, "w") as fh:
