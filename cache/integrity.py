@@ -2,15 +2,16 @@
 
 Every HDF5 file this project writes carries an XXH3-64 hash of each column's bytes in its
 ``xxh3_64`` attribute (computed from the arrays before writing), so every read verifies what it
-returns at the cost of one hash over the bytes read (XXH3 runs near memory speed: several times
-zlib's CRC-32 and SHA-256, docs/PERFORMANCE.md).  A classifier cache's manifest records, per
-shard, the file's size and SHA-256 (``sha256sum`` agrees with it): the size is checked whenever
-the cache is opened, the SHA-256 by ``cli.py extract --verify``.  See docs/DATA_CONTRACT.md.
+returns at the cost of one hash over the bytes read.  A classifier cache's manifest records, per
+shard, the file's size and XXH3-128 hash (``xxhsum -H2`` agrees with it): the size is checked
+whenever the cache is opened, the hash by ``cli.py extract --verify``.  XXH3 (xxhash) rather
+than zlib's CRC-32 or SHA-256 because it runs near memory speed, which keeps checking every read
+and hashing every shard within a few per cent of extraction and report times (docs/PERFORMANCE.md);
+the threat is damage (truncation, copies, flipped bits), not forgery.  See docs/DATA_CONTRACT.md.
 """
 from __future__ import annotations
 
 import errno
-import hashlib
 import re
 from pathlib import Path
 
@@ -34,13 +35,13 @@ def column_hash(array: np.ndarray) -> str:
 
 
 def file_digest(path: Path) -> dict:
-    """``{"bytes": size, "sha256": hex}`` of a file, read in 16 MiB pieces."""
-    h, size = hashlib.sha256(), 0
+    """``{"bytes": size, "xxh3_128": hex}`` of a file, read in 16 MiB pieces."""
+    h, size = xxhash.xxh3_128(), 0
     with open(path, "rb") as fh:
         while chunk := fh.read(_CHUNK):
             h.update(chunk)
             size += len(chunk)
-    return {"bytes": size, "sha256": h.hexdigest()}
+    return {"bytes": size, "xxh3_128": h.hexdigest()}
 
 
 def no_room_reason(err: BaseException) -> str | None:

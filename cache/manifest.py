@@ -121,7 +121,7 @@ def find_damage(cache_dir: Path, identity: Mapping[str, Any], ranges: list[tuple
                 full: bool = False) -> dict[Path, str]:
     """{shard path: what is wrong} for every shard file present in ``cache_dir`` that is not a
     sound part of the cache ``identity`` (foreign, truncated, unreadable, wrong rows; ``full``:
-    also changed bytes).  Against the manifest when there is one (sizes, SHA-256), else against
+    also changed bytes).  Against the manifest when there is one (sizes, file hashes), else against
     the shards' own attributes and column checksums.  Missing shards of an incomplete cache are
     not damage (they are computed on resume)."""
     cache_dir = Path(cache_dir)
@@ -153,7 +153,7 @@ def discard(cache_dir: Path, damaged: Mapping[Path, str]) -> list[str]:
 
 
 def record_checksums(cache_dir: Path) -> None:
-    """Add size and SHA-256 of every shard to the manifest of a cache written before checksums
+    """Add size and XXH3-128 hash of every shard to the manifest of a cache written before checksums
     (the caller has just read every shard in full)."""
     manifest = load_manifest(cache_dir)
     manifest["shards"] = [shard_entry(Path(cache_dir) / e["file"], e["start"], e["stop"])

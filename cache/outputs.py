@@ -67,7 +67,7 @@ def read_outputs(path: Path, expect_classifier: Mapping[str, Any] | None = None,
                  digest: Mapping[str, Any] | None = None) -> OracleOutputs:
     """Read a whole output file into RAM, every column checked against its hash; with
     ``expect_classifier`` (a classifier_ref of the cache it should belong to), refuse outputs
-    computed against another cache; with ``digest`` (``{"bytes", "sha256"}`` as run.json
+    computed against another cache; with ``digest`` (``{"bytes", "xxh3_128"}`` as run.json
     records it), refuse a file whose bytes changed since it was written."""
     path = Path(path)
     if not path.exists():
@@ -75,8 +75,9 @@ def read_outputs(path: Path, expect_classifier: Mapping[str, Any] | None = None,
     if digest is not None:
         found = file_digest(path)
         if found != {k: digest.get(k) for k in found}:
-            raise CacheError(f"{path} is damaged: {found['bytes']} bytes with another SHA-256 than "
-                             f"the {digest.get('bytes')} bytes its run.json records; {REWRITE}")
+            raise CacheError(f"{path} is damaged: {found['bytes']} bytes with another XXH3-128 "
+                             f"hash than the {digest.get('bytes')} bytes its run.json records; "
+                             f"{REWRITE}")
     attrs = read_attrs(path)
     if attrs.get("kind") != KIND_ORACLE:
         raise CacheError(f"{path} is not an oracle output file (kind={attrs.get('kind')!r})")

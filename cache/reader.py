@@ -80,8 +80,8 @@ class ClassifierCache:
 
     @property
     def has_checksums(self) -> bool:
-        """True if the manifest records every shard's size and SHA-256 (caches written since)."""
-        return all("sha256" in s for s in self.manifest["shards"])
+        """True if the manifest records every shard's size and file hash (caches written since)."""
+        return all("xxh3_128" in s for s in self.manifest["shards"])
 
     def problems(self, full: bool = False) -> dict[str, str]:
         """{shard file: what is wrong} (cache.shards.shard_problem); empty when sound."""

@@ -50,8 +50,11 @@ def write_shard(path: Path, columns: Mapping[str, np.ndarray], attrs: Mapping[st
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     arrays = {name: np.ascontiguousarray(a) for name, a in columns.items()}
     attrs = {**attrs, HASHES: {name: column_hash(a) for name, a in arrays.items()}}
+    # one allocation for the whole image (the core driver grows in 64 KiB steps otherwise)
+    block = sum(a.nbytes for a in arrays.values()) + (1 << 16)
     try:
-        with h5py.File(tmp.name, "w", driver="core", backing_store=False) as fh:  # RAM only
+        with h5py.File(tmp.name, "w", driver="core", backing_store=False,  # RAM only
+                       block_size=block) as fh:
             for key, value in attrs.items():
                 fh.attrs[key] = to_attr(value)
             for name, array in arrays.items():
@@ -96,7 +99,8 @@ def shard_is_complete(path: Path, identity: Mapping[str, Any], start: int, stop:
 
 def read_columns(path: Path, names: tuple[str, ...] | list[str] | None,
                  expect: Mapping[str, Any] | None = None,
-                 fix: str = "delete it and re-run the command that wrote it") -> dict[str, np.ndarray]:
+                 fix: str = "delete it and re-run the command that wrote it",
+                 ) -> dict[str, np.ndarray]:
     """Read ``names`` (None: every column) from one file; every column read is checked against
     its recorded hash.
 
@@ -145,7 +149,7 @@ def shard_expect(identity: Mapping[str, Any], start: int, stop: int) -> dict:
 
 
 def shard_entry(path: Path, start: int, stop: int) -> dict:
-    """A manifest's record of one shard: rows, size, SHA-256 and the columns' hashes."""
+    """A manifest's record of one shard: rows, size, XXH3-128 hash and the columns' hashes."""
     return {"file": Path(path).name, "start": start, "stop": stop, **file_digest(path),
             HASHES: read_attrs(path).get(HASHES)}
 
@@ -164,8 +168,8 @@ def size_problem(path: Path, entry: Mapping[str, Any]) -> str | None:
 def shard_problem(path: Path, entry: Mapping[str, Any], identity: Mapping[str, Any],
                   full: bool = False) -> str | None:
     """What is wrong with one shard of a complete cache, or None.  Cheap: size, identity and row
-    range (attributes only).  ``full``: also the SHA-256 of the whole file; a shard of a cache
-    written before checksums (none recorded) is read entirely instead (readable, hashes)."""
+    range (attributes only).  ``full``: also the XXH3-128 hash of the whole file; a shard of a
+    cache written before checksums (none recorded) is read entirely instead (readable, hashes)."""
     problem = size_problem(path, entry)
     if problem:
         return problem
@@ -179,9 +183,10 @@ def shard_problem(path: Path, entry: Mapping[str, Any], identity: Mapping[str, A
         return "belongs to another cache (" + "; ".join(diffs) + ")"
     if not full:
         return None
-    if "sha256" in entry:
-        if file_digest(path)["sha256"] != entry["sha256"]:
-            return "does not match its recorded SHA-256 (its bytes changed after it was written)"
+    if "xxh3_128" in entry:
+        if file_digest(path)["xxh3_128"] != entry["xxh3_128"]:
+            return ("does not match its recorded XXH3-128 hash (its bytes changed after it was "
+                    "written)")
         return None
     try:
         read_columns(path, None)

@@ -7,11 +7,12 @@ a second `extract` into a cache in use stops at once."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -47,11 +48,11 @@ def file_digest(path):
     return file_digest(path)
 
 
-def test_manifest_records_size_sha256_and_column_hashes(cache_a):
+def test_manifest_records_size_file_hash_and_column_hashes(cache_a):
     cfg, shards = cache_a
     assert [s["file"] for s in shards] == ["shard-00000.h5", "shard-00001.h5", "shard-00002.h5"]
     for s in shards:
-        assert {k: s[k] for k in ("bytes", "sha256")} == file_digest(cfg.out / s["file"])
+        assert {k: s[k] for k in ("bytes", "xxh3_128")} == file_digest(cfg.out / s["file"])
         assert sorted(s["xxh3_64"]) == sorted(COLUMNS)
     assert ClassifierCache.open(cfg.out).has_checksums
 
@@ -112,7 +113,7 @@ def test_flipped_bytes_fail_the_column_check_and_verify_recomputes_them(cache_a)
     assert extract(cfg)["already_complete"]           # the cheap check cannot see it ...
     again = extract(cfg.__class__(**{**cfg.__dict__, "verify": True}))   # ... --verify does
     assert not again["already_complete"] and again["computed_rows"] == 6
-    assert "shard-00000.h5 does not match its recorded SHA-256" in again["notes"][0]
+    assert "shard-00000.h5 does not match its recorded XXH3-128 hash" in again["notes"][0]
     assert mf.load_manifest(cfg.out)["shards"] == shards
     verified = extract(cfg.__class__(**{**cfg.__dict__, "verify": True}))
     assert verified["already_complete"] and verified["notes"] == []
@@ -120,7 +121,7 @@ def test_flipped_bytes_fail_the_column_check_and_verify_recomputes_them(cache_a)
 
 def _make_pre_checksum(cache_dir):
     """Rewrite a cache as the writer before checksums did: no xxh3_64 attribute in the shards,
-    no bytes/sha256/xxh3_64 in the manifest."""
+    no bytes/xxh3_128/xxh3_64 in the manifest."""
     manifest = mf.load_manifest(cache_dir)
     for entry in manifest["shards"]:
         path = cache_dir / entry["file"]
@@ -152,7 +153,7 @@ def test_a_cache_written_before_checksums_stays_readable_and_extract_adopts_it(c
     again = extract(cfg)
     assert again["already_complete"] and "predates per-shard checksums" in again["notes"][0]
     shards = mf.load_manifest(cfg.out)["shards"]
-    assert all(s["sha256"] == file_digest(cfg.out / s["file"])["sha256"] for s in shards)
+    assert all(s["xxh3_128"] == file_digest(cfg.out / s["file"])["xxh3_128"] for s in shards)
     assert ClassifierCache.open(cfg.out).has_checksums
 
 
@@ -200,7 +201,7 @@ def test_lock_refusal_names_the_owner(tmp_path):
 def test_report_names_a_damaged_file_found_by_its_workers(tmp_path):
     """Flipped bytes in a cache shard are found where the baselines read the logits (a joblib
     worker); a truncated output file where it is planned; an output file that no longer has the
-    size and SHA-256 its run.json records, where it is scored."""
+    size and XXH3-128 hash its run.json records, where it is scored."""
     from click.testing import CliRunner
 
     from bench.synthetic_runs import write_study
@@ -226,7 +227,26 @@ def test_report_names_a_damaged_file_found_by_its_workers(tmp_path):
     record_path.write_text(json.dumps({**record, "output_files": {"test": file_digest(output)}}))
     with open(output, "ab") as fh:                 # still valid HDF5, same columns
         fh.write(b"\0" * 16)
-    assert re.search(rf"error: {output} is damaged: \d+ bytes with another SHA-256 than the \d+ "
-                     r"bytes its run.json records; re-run the command that wrote it", report())
+    assert re.search(rf"error: {output} is damaged: \d+ bytes with another XXH3-128 hash than "
+                     r"the \d+ bytes its run.json records; re-run the command that wrote it",
+                     report())
     output.write_bytes(output.read_bytes()[:2000])
     assert re.search(rf"error: {output} is not a readable HDF5 file \(.*truncated", report())
+
+
+@pytest.mark.slow
+def test_the_verification_benchmark_runs(tmp_path):
+    """bench/bench_integrity.py --quick: every figure of docs/PERFORMANCE.md's table comes out."""
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "bench" / "bench_integrity.py"), "--quick"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = [l for l in proc.stdout.splitlines() if l.startswith("BENCH_INTEGRITY ")][-1]
+    result = json.loads(line.split(" ", 1)[1])
+    assert set(result["shard"]["ms"]) == {"write_before", "write_checksummed", "manifest_entry",
+                                          "load_before", "load_checked", "verify_file_hash"}
+    assert all(v > 0 for v in result["shard"]["ms"].values())
+    rates = result["extract_cpu"]["img_per_s"]
+    assert rates["on"] > 0 and rates["off"] > 0
+    assert result["extract_cpu"]["ratio_cpu_on_over_off"] > 0

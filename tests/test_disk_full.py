@@ -121,7 +121,7 @@ def test_train_oracle_past_the_file_size_limit(tmp_path):
     done = run_cli(args)
     record = json.loads((run / "run.json").read_text())
     assert record["status"] == "complete", done.output
-    # item 5 on the same run: run.json records each output file's size and SHA-256; a damaged
+    # item 5 on the same run: run.json records each output file's size and XXH3-128 hash; a damaged
     # output file is recomputed by the same command from the kept oracle, to the same bytes
     from cache.integrity import file_digest
     output = run / "outputs" / "val.h5"

@@ -2,8 +2,8 @@
 
 A second ``extract`` into a cache in use stops at once (``locked``).  ``claim`` creates or
 re-opens the directory for this identity and checks every shard already there against the
-manifest (sizes, identity, row ranges; with ``--verify`` the SHA-256 of every byte): damaged or
-foreign shards are removed with a note, so the run that follows recomputes exactly them.
+manifest (sizes, identity, row ranges; with ``--verify`` the XXH3-128 hash of every byte):
+damaged or foreign shards are removed with a note, so the run that follows recomputes exactly them.
 """
 from __future__ import annotations
 
@@ -61,11 +61,11 @@ def claim(out: Path, identity: dict, ranges: list, verify: bool,
 
 def _adopt(out: Path, identity: dict, ranges: list, verified: bool) -> tuple[bool, list[str]]:
     """A cache written before checksums: read every shard once (HDF5 readable, identity, rows),
-    then record sizes and SHA-256s so later damage is caught.  Returns (complete, notes)."""
+    then record sizes and XXH3-128 hashes so later damage is caught.  Returns (complete, notes)."""
     if not verified:  # (with --verify, claim has just read every shard in full)
         damaged = mf.find_damage(out, identity, ranges, full=True)
         if damaged:
             return False, mf.discard(out, damaged)
     mf.record_checksums(out)
     return True, [f"cache {out} predates per-shard checksums: every shard was read and found "
-                  "sound; their sizes and SHA-256s are now recorded in its manifest"]
+                  "sound; their sizes and XXH3-128 hashes are now recorded in its manifest"]

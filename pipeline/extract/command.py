@@ -57,7 +57,7 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
 @click.option("--severity", default=3, show_default=True, type=click.IntRange(1, 5))
 @click.option("--seed", default=0, show_default=True, help="Seed for random init and corruptions.")
 @click.option("--verify", is_flag=True, help="On a cache already there, re-read every shard and "
-              "compare it with the SHA-256 its manifest records (without --verify: sizes, "
+              "compare it with the XXH3-128 hash its manifest records (without --verify: sizes, "
               "identity and row ranges only). Damaged shards are recomputed.")
 @click.option("--no-progress", is_flag=True)
 def extract(classifier, data, splits, out, labels_file, batch_size, workers, precision, device,

@@ -61,7 +61,7 @@ class ExtractConfig:
     corruption: str | None = None
     severity: int = 0
     seed: int = 0
-    verify: bool = False              # re-read every shard of a complete cache (SHA-256)
+    verify: bool = False              # re-read every shard of a complete cache (XXH3-128 hash)
     shuffle_seed: int | None = None   # tests: permute rows inside shards to prove index placement
     progress: bool = True
 

@@ -70,7 +70,7 @@ def output_path(run_dir: Path, name: str) -> Path:
 
 def outputs_done(path: Path, ref: dict, record: dict, digest: dict | None = None) -> bool:
     """True if ``path`` already holds this run's outputs on this cache; refuses foreign ones.
-    A damaged file (unreadable, a column off its hash, or not the size/SHA-256 ``digest`` that
+    A damaged file (unreadable, a column off its hash, or not the size/file hash ``digest`` that
     run.json records) is removed, so it is recomputed."""
     if not path.exists():
         return False
@@ -165,7 +165,7 @@ def finish_run(prep, objs, info: dist.DistInfo, device, sched: dict,
             results.append(write_split_outputs(model, split, path, prep.record, data_cfg, opts,
                                                info, device))
         outputs[split.tag] = str(path)
-        if info.is_main:   # size + SHA-256, checked by `report` and by a re-run
+        if info.is_main:   # size + XXH3-128 hash, checked by `report` and by a re-run
             digests[split.tag] = file_digest(path)
     extras = extras or {k: v for k, v in run.items() if k not in ("run", "status", "versions",
                                                                   "updated", "outputs",
