@@ -9,6 +9,7 @@ frozen config -> one call.
 from __future__ import annotations
 
 import sys
+import warnings
 
 import click
 
@@ -38,8 +39,21 @@ def _first_line_of_worker_error(err: BaseException) -> str:
     return text
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Notes the user should see (an unverified cache) as one line, other warnings as usual."""
+    from cache.reader import UnverifiedCacheWarning
+    if issubclass(category, UnverifiedCacheWarning):
+        click.echo(f"note: {message}", err=True)
+    else:
+        _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
+_SHOW_WARNING = warnings.showwarning
+
+
 class Group(click.Group):
     def invoke(self, ctx):
+        warnings.showwarning = _show_warning
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:

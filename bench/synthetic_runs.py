@@ -15,7 +15,7 @@ from cache import manifest as mf
 from cache.outputs import classifier_ref, write_outputs
 from cache.reader import ClassifierCache
 from cache.schema import KIND_CLASSIFIER, SCHEMA_VERSION
-from cache.shards import shard_path, shard_ranges, write_shard
+from cache.shards import shard_entry, shard_path, shard_ranges, write_shard
 
 LOSS_LABELS = {"ce": "CE", "focal": "Focal", "tcp": "TCP", "ss": "SS"}
 
@@ -74,7 +74,7 @@ def write_cache(cache_dir: Path, *, n: int, k: int = 10, accuracy: float = 0.8, 
         bad_here = [int(i) for i in np.flatnonzero(bad[a:b]) + a]
         write_shard(shard_path(cache_dir, s), part, {**identity, "start": a, "stop": b,
                                                      "bad_rows": bad_here})
-        shards.append({"file": shard_path(cache_dir, s).name, "start": a, "stop": b})
+        shards.append(shard_entry(shard_path(cache_dir, s), a, b))
     valid = ~bad
     mf.write_json_atomic(cache_dir / mf.MANIFEST_FILE, {
         "identity": identity, "columns": list(cols), "shards": shards,

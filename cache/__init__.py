@@ -1,1 +1,10 @@
-"""Versioned on-disk formats: classifier caches (stage 1) and oracle outputs (stage 2)."""
+"""Versioned on-disk formats: classifier caches (stage 1) and oracle outputs (stage 2).
+
+schema.py     the schema version, columns, identity attributes, CacheError
+shards.py     HDF5 shard writer/reader: column hashes, identity and size checks, load_split
+manifest.py   identity.json / manifest.json, claiming a directory, finding damaged shards
+reader.py     ClassifierCache: the API later stages read a complete cache with
+outputs.py    oracle output files (one per evaluated split of a run)
+integrity.py  checksums (XXH3) and the one "disk full" error
+lock.py       DIR/.lock: one writing process per cache or run directory
+"""

@@ -5,12 +5,13 @@ identity) or refuses it naming the differing attribute.  The manifest's presence
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from cache.integrity import no_room, no_room_reason
+from cache.shards import shard_entry, shard_path, shard_problem
 from cache.schema import CLASSIFIER_IDENTITY, CacheError, canonical, check_identity
 
 IDENTITY_FILE = "identity.json"
@@ -31,9 +32,10 @@ def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
         os.replace(tmp, path)
     except BaseException as err:
         tmp.unlink(missing_ok=True)
-        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
-            raise CacheError(f"disk full while writing {path}: free space, then re-run the same "
-                             "command; completed shards are kept") from err
+        reason = no_room_reason(err)
+        if reason:
+            raise no_room(path, reason, f"{path.name} is unchanged and everything complete "
+                          "is kept") from None
         raise
 
 
@@ -113,3 +115,47 @@ def load_manifest(cache_dir: Path) -> dict:
         raise CacheError(f"no classifier cache at {cache_dir} (no {MANIFEST_FILE}); run "
                          "`cli.py extract` first or pass the right --cache")
     return read_json(path, "cache manifest")
+
+
+def find_damage(cache_dir: Path, identity: Mapping[str, Any], ranges: list[tuple[int, int]],
+                full: bool = False) -> dict[Path, str]:
+    """{shard path: what is wrong} for every shard file present in ``cache_dir`` that is not a
+    sound part of the cache ``identity`` (foreign, truncated, unreadable, wrong rows; ``full``:
+    also changed bytes).  Against the manifest when there is one (sizes, file hashes), else against
+    the shards' own attributes and column checksums.  Missing shards of an incomplete cache are
+    not damage (they are computed on resume)."""
+    cache_dir = Path(cache_dir)
+    manifest = load_manifest(cache_dir) if (cache_dir / MANIFEST_FILE).exists() else None
+    entries = {e["file"]: e for e in manifest["shards"]} if manifest else {}
+    found = {}
+    for s, (start, stop) in enumerate(ranges):
+        path = shard_path(cache_dir, s)
+        if manifest is None and not path.exists():
+            continue
+        entry = entries.get(path.name, {"file": path.name, "start": start, "stop": stop})
+        problem = shard_problem(path, entry, identity, full)
+        if problem:
+            found[path] = problem
+    return found
+
+
+def discard(cache_dir: Path, damaged: Mapping[Path, str]) -> list[str]:
+    """Remove the manifest (the cache is no longer complete), then the damaged shards, so the
+    resume recomputes exactly them.  Returns one note per shard."""
+    if not damaged:
+        return []
+    (Path(cache_dir) / MANIFEST_FILE).unlink(missing_ok=True)
+    notes = []
+    for path, problem in damaged.items():
+        Path(path).unlink(missing_ok=True)
+        notes.append(f"shard {path} {problem}: recomputing it")
+    return notes
+
+
+def record_checksums(cache_dir: Path) -> None:
+    """Add size and XXH3-128 hash of every shard to the manifest of a cache written before checksums
+    (the caller has just read every shard in full)."""
+    manifest = load_manifest(cache_dir)
+    manifest["shards"] = [shard_entry(Path(cache_dir) / e["file"], e["start"], e["stop"])
+                          for e in manifest["shards"]]
+    write_json_atomic(Path(cache_dir) / MANIFEST_FILE, manifest)

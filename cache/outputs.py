@@ -14,7 +14,11 @@ import numpy as np
 
 from cache.schema import (KIND_ORACLE, ORACLE_COLUMNS, SCHEMA_VERSION, CacheError, CacheMismatch,
                           check_identity)
+from cache.integrity import file_digest
 from cache.shards import read_attrs, read_columns, write_shard
+
+REWRITE = ("re-run the command that wrote it (the same `cli.py train-oracle` or `cli.py "
+           "predict`): it recomputes the outputs with the kept oracle")
 
 
 def classifier_ref(cache_path: Path, identity: Mapping[str, Any]) -> dict:
@@ -40,7 +44,8 @@ def write_outputs(path: Path, columns: Mapping[str, np.ndarray], classifier: Map
              "dataset_fingerprint": classifier["dataset_fingerprint"], "num_rows": n,
              "classifier_cache": dict(classifier), "run": dict(run)}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    write_shard(path, {c: np.asarray(columns[c], ORACLE_COLUMNS[c]) for c in ORACLE_COLUMNS}, attrs)
+    write_shard(path, {c: np.asarray(columns[c], ORACLE_COLUMNS[c]) for c in ORACLE_COLUMNS}, attrs,
+                kept="the trained oracle and its checkpoints are kept")
 
 
 @dataclass(frozen=True)
@@ -58,12 +63,21 @@ class OracleOutputs:
         return self.attrs["classifier_cache"]
 
 
-def read_outputs(path: Path, expect_classifier: Mapping[str, Any] | None = None) -> OracleOutputs:
-    """Read a whole output file into RAM; with ``expect_classifier`` (a classifier_ref of the
-    cache it should belong to), refuse outputs computed against another cache."""
+def read_outputs(path: Path, expect_classifier: Mapping[str, Any] | None = None,
+                 digest: Mapping[str, Any] | None = None) -> OracleOutputs:
+    """Read a whole output file into RAM, every column checked against its hash; with
+    ``expect_classifier`` (a classifier_ref of the cache it should belong to), refuse outputs
+    computed against another cache; with ``digest`` (``{"bytes", "xxh3_128"}`` as run.json
+    records it), refuse a file whose bytes changed since it was written."""
     path = Path(path)
     if not path.exists():
         raise CacheError(f"oracle outputs not found: {path}")
+    if digest is not None:
+        found = file_digest(path)
+        if found != {k: digest.get(k) for k in found}:
+            raise CacheError(f"{path} is damaged: {found['bytes']} bytes with another XXH3-128 "
+                             f"hash than the {digest.get('bytes')} bytes its run.json records; "
+                             f"{REWRITE}")
     attrs = read_attrs(path)
     if attrs.get("kind") != KIND_ORACLE:
         raise CacheError(f"{path} is not an oracle output file (kind={attrs.get('kind')!r})")
@@ -76,4 +90,4 @@ def read_outputs(path: Path, expect_classifier: Mapping[str, Any] | None = None)
         except CacheMismatch as err:
             raise CacheMismatch(f"{err}\n(the outputs were computed against the classifier cache "
                                 f"{attrs['classifier_cache'].get('path')})") from None
-    return OracleOutputs(path, attrs, read_columns(path, list(ORACLE_COLUMNS)))
+    return OracleOutputs(path, attrs, read_columns(path, list(ORACLE_COLUMNS), fix=REWRITE))

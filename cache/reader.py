@@ -9,6 +9,7 @@ returning, so DataLoader workers forked afterwards inherit no HDF5 state.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -17,7 +18,14 @@ import numpy as np
 
 from cache.manifest import load_manifest
 from cache.schema import KIND_CLASSIFIER, SCHEMA_VERSION, CacheError, check_identity
-from cache.shards import load_split
+from cache.shards import REPAIR, load_split, shard_problem, size_problem
+
+
+class UnverifiedCacheWarning(UserWarning):
+    """A cache written before per-shard checksums: readable, but its files cannot be verified."""
+
+
+_NOTED: set[str] = set()
 
 
 def slug(text: str) -> str:
@@ -57,7 +65,32 @@ class ClassifierCache:
         ident = manifest.get("identity", {})
         check_identity(ident, {"schema_version": SCHEMA_VERSION, "kind": KIND_CLASSIFIER,
                                **(expect or {})}, f"cache {path}", hint=hint)
-        return cls(path, manifest)
+        cache = cls(path, manifest)
+        for shard in manifest["shards"]:  # the cheap check: one stat per shard
+            problem = size_problem(path / shard["file"], shard)
+            if problem:
+                raise CacheError(f"cache {path}: shard {path / shard['file']} {problem}; {REPAIR}")
+        if not cache.has_checksums and str(path.resolve()) not in _NOTED:
+            _NOTED.add(str(path.resolve()))
+            warnings.warn(f"cache {path} was written before per-shard checksums: its shards are "
+                          "checked for identity and row order but not for damage; re-run the "
+                          "same `cli.py extract` command once to check them and record checksums",
+                          UnverifiedCacheWarning, stacklevel=2)
+        return cache
+
+    @property
+    def has_checksums(self) -> bool:
+        """True if the manifest records every shard's size and file hash (caches written since)."""
+        return all("xxh3_128" in s for s in self.manifest["shards"])
+
+    def problems(self, full: bool = False) -> dict[str, str]:
+        """{shard file: what is wrong} (cache.shards.shard_problem); empty when sound."""
+        out = {}
+        for shard in self.manifest["shards"]:
+            problem = shard_problem(self.path / shard["file"], shard, self.identity, full)
+            if problem:
+                out[shard["file"]] = problem
+        return out
 
     def load(self, columns: list[str] | tuple[str, ...]) -> dict[str, np.ndarray]:
         missing = [c for c in columns if c not in self.manifest["columns"]]

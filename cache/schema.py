@@ -78,14 +78,14 @@ def canonical(value: Any) -> Any:
 
 
 def identity_diff(found: Mapping[str, Any], expected: Mapping[str, Any],
-                  keys: tuple[str, ...] | None = None) -> list[str]:
+                  keys: tuple[str, ...] | None = None, found_in: str = "cache") -> list[str]:
     """Names of the attributes whose values differ, with both values, for an error message."""
     keys = keys if keys is not None else tuple(expected)
     out = []
     for key in keys:
         a, b = canonical(found.get(key)), canonical(expected.get(key))
         if a != b:
-            out.append(f"{key}: cache has {_short(a)!s}, expected {_short(b)!s}")
+            out.append(f"{key}: {found_in} has {_short(a)!s}, expected {_short(b)!s}")
     return out
 
 

@@ -56,10 +56,13 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
               "style corruption applied to every image before resizing (pipeline/data/corruptions.py).")
 @click.option("--severity", default=3, show_default=True, type=click.IntRange(1, 5))
 @click.option("--seed", default=0, show_default=True, help="Seed for random init and corruptions.")
+@click.option("--verify", is_flag=True, help="On a cache already there, re-read every shard and "
+              "compare it with the XXH3-128 hash its manifest records (without --verify: sizes, "
+              "identity and row ranges only). Damaged shards are recomputed.")
 @click.option("--no-progress", is_flag=True)
 def extract(classifier, data, splits, out, labels_file, batch_size, workers, precision, device,
             weights, random_init, model_kwargs, preprocess, features, flip_view, skip_bad,
-            shard_size, compile_, decode, corruption, severity, seed, no_progress):
+            shard_size, compile_, decode, corruption, severity, seed, verify, no_progress):
     """Stage 1: run a frozen classifier over dataset split(s) once; cache logits and targets."""
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
     # stays free of torch.
@@ -84,9 +87,11 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
             model_kwargs=kwargs, preprocess=preprocess, features=features, flip_view=flip_view,
             skip_bad=skip_bad, shard_size=shard_size, compile=compile_, decode=decode,
             corruption=corruption, severity=severity if corruption else 0, seed=seed,
-            progress=not no_progress)
+            verify=verify, progress=not no_progress)
         summary = run_extract(cfg)
         if dist.info().is_main:
+            for note in summary["notes"]:
+                click.echo(f"note: {note}", err=True)
             _print_extract_summary(split, summary)
     dist.shutdown(dist.info())
 

@@ -22,7 +22,8 @@ from tqdm import tqdm
 
 from cache import manifest as mf
 from cache.schema import FEATURE_COLUMN, FLIP_COLUMNS, KIND_CLASSIFIER, SCHEMA_VERSION, CacheError
-from cache.shards import read_attrs, read_columns, shard_is_complete, shard_path, shard_ranges
+from cache.shards import (read_attrs, read_columns, shard_entry, shard_is_complete, shard_path,
+                          shard_ranges)
 from pipeline.core import dist
 from pipeline.core.models import build_model, resolve_data_config, resolve_spec, weights_sha256
 from pipeline.core.precision import autocast
@@ -32,6 +33,7 @@ from pipeline.data.images import (GpuNormalize, ResizeCrop, chunk_batches, defau
                                   make_loader)
 from pipeline.data.prefetch import StagedPrefetch
 from pipeline.data.sources import SampleList, is_embedded, list_split
+from pipeline.extract.claim import claim, locked
 from pipeline.extract.sink import ShardSink, closing_loop
 
 
@@ -59,6 +61,7 @@ class ExtractConfig:
     corruption: str | None = None
     severity: int = 0
     seed: int = 0
+    verify: bool = False              # re-read every shard of a complete cache (XXH3-128 hash)
     shuffle_seed: int | None = None   # tests: permute rows inside shards to prove index placement
     progress: bool = True
 
@@ -133,8 +136,17 @@ def extract(cfg: ExtractConfig) -> dict:
     decoder = DeviceDecoder(samples, dataset.transform, device, cfg.skip_bad) \
         if cfg.decode != "cpu" else None
     identity = build_identity(cfg, samples, spec, model, data_cfg)
-    complete = _claim(cfg.out, identity, info)
     ranges = shard_ranges(len(samples), cfg.shard_size)
+    with locked(cfg.out, info):
+        complete, notes = claim(cfg.out, identity, ranges, cfg.verify, info)
+        _extract_missing(cfg, complete, samples, dataset, decoder, model, data_cfg, identity,
+                         ranges, info, device)
+    summary = mf.load_manifest(cfg.out)["summary"]
+    return {**summary, "out": str(cfg.out), "already_complete": complete, "notes": notes}
+
+
+def _extract_missing(cfg, complete, samples, dataset, decoder, model, data_cfg, identity, ranges,
+                     info, device) -> None:
     if not complete:
         todo = [s for s in range(info.rank, len(ranges), info.world)
                 if not shard_is_complete(shard_path(cfg.out, s), identity, *ranges[s])]
@@ -146,23 +158,6 @@ def extract(cfg: ExtractConfig) -> dict:
         if info.is_main:
             _write_manifest(cfg, samples, identity, ranges, timing, info)
         dist.barrier(info)
-    summary = mf.load_manifest(cfg.out)["summary"]
-    return {**summary, "out": str(cfg.out), "already_complete": complete}
-
-
-def _claim(out: Path, identity: dict, info: dist.DistInfo) -> bool:
-    """Rank 0 creates/validates the directory; the other ranks learn the outcome."""
-    err = None
-    if info.is_main:
-        try:
-            complete = mf.claim_directory(out, identity)
-        except CacheError as e:
-            err, complete = e, False
-    if not dist.all_ok(info, err is None):
-        raise err or CacheError(f"rank 0 refused cache directory {out}")
-    if not info.is_main:
-        complete = (Path(out) / mf.MANIFEST_FILE).exists()
-    return complete
 
 
 def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, info,
@@ -248,7 +243,7 @@ def _write_manifest(cfg, samples, identity, ranges, timing, info) -> None:
         valid += int(cols["valid"].sum())
         correct += int(cols["correct"][cols["valid"] == 1].sum())
         bad.extend(read_attrs(path)["bad_rows"])
-        shards.append({"file": path.name, "start": a, "stop": b})
+        shards.append(shard_entry(path, a, b))
     columns = ["index", "label", "valid", "logits", "pred", "correct", "p_true", "p_max"]
     columns += [f"{c}_flip" for c in FLIP_COLUMNS] if cfg.flip_view else []
     columns += [FEATURE_COLUMN] if cfg.features else []

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from cache.integrity import no_room, no_room_reason
 from cache.schema import CacheError
 
 LAST, BEST = "last.pt", "best.pt"
@@ -31,8 +32,12 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        reason = no_room_reason(err)   # torch.save wraps the OSError in a RuntimeError
+        if reason:
+            raise no_room(path, reason, f"the previous {path.name} is kept and the run resumes "
+                          "from it") from None
         raise
 
 

@@ -14,8 +14,9 @@ import torch
 import torch.distributed as tdist
 from tqdm import tqdm
 
-from cache.outputs import classifier_ref, write_outputs
-from cache.schema import CacheMismatch, identity_diff
+from cache.integrity import file_digest
+from cache.outputs import classifier_ref, read_outputs, write_outputs
+from cache.schema import CacheError, CacheMismatch, identity_diff
 from cache.shards import read_attrs
 from pipeline.core import dist
 from pipeline.core.models import DataConfig, ModelSpec
@@ -67,9 +68,18 @@ def output_path(run_dir: Path, name: str) -> Path:
     return Path(run_dir) / OUTPUTS / f"{name}.h5"
 
 
-def outputs_done(path: Path, ref: dict, record: dict) -> bool:
-    """True if ``path`` already holds this run's outputs on this cache; refuses foreign ones."""
+def outputs_done(path: Path, ref: dict, record: dict, digest: dict | None = None) -> bool:
+    """True if ``path`` already holds this run's outputs on this cache; refuses foreign ones.
+    A damaged file (unreadable, a column off its hash, or not the size/file hash ``digest`` that
+    run.json records) is removed, so it is recomputed."""
     if not path.exists():
+        return False
+    try:
+        read_outputs(path, digest=digest)
+    except CacheMismatch:
+        raise
+    except CacheError:
+        path.unlink(missing_ok=True)
         return False
     attrs = read_attrs(path)
     keys = tuple(k for k in ref if k != "path")
@@ -144,22 +154,27 @@ def finish_run(prep, objs, info: dist.DistInfo, device, sched: dict,
     opts = dict(batch_size=prep.config["eval_batch_size"], workers=prep.config["workers"],
                 precision=prep.config["precision"], progress=prep.config["progress"])
     outputs = dict(run.get("outputs", {}))
+    digests = dict(run.get("output_files", {}))
     results = []
     for split in prep.evals:
         path = output_path(prep.run_dir, split.tag)
         ref = classifier_ref(split.cache.path, split.cache.identity)
-        if outputs_done(path, ref, prep.record):
+        if outputs_done(path, ref, prep.record, digests.get(split.tag)):
             results.append({"split": split.tag, "path": str(path), "already_complete": True})
         else:
             results.append(write_split_outputs(model, split, path, prep.record, data_cfg, opts,
                                                info, device))
         outputs[split.tag] = str(path)
+        if info.is_main:   # size + XXH3-128 hash, checked by `report` and by a re-run
+            digests[split.tag] = file_digest(path)
     extras = extras or {k: v for k, v in run.items() if k not in ("run", "status", "versions",
-                                                                  "updated", "outputs")}
+                                                                  "updated", "outputs",
+                                                                  "output_files")}
     best = best or run.get("best") or {"step": ckpt.get("step"), "val_aupr_error": ckpt.get("score")}
     if info.is_main:
         write_run_file(prep.run_dir, prep.record, "complete", step=sched["total_steps"], best=best,
-                       outputs=outputs, **{k: v for k, v in extras.items() if k not in ("best", "step")})
+                       outputs=outputs, output_files=digests,
+                       **{k: v for k, v in extras.items() if k not in ("best", "step")})
     return {"run_dir": str(prep.run_dir), "status": "complete", "best": best, "outputs": results,
             "total_steps": sched["total_steps"]}
 

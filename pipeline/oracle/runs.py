@@ -10,9 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import platform
-import socket
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -20,9 +18,10 @@ from typing import Any, Mapping
 import timm
 import torch
 
+from cache.lock import DirLock
 from cache.manifest import read_json, write_json_atomic
 from cache.reader import slug
-from cache.schema import canonical, identity_diff
+from cache.schema import CacheError, canonical, identity_diff
 
 RUN_FILE, VAL_FILE, LOG_FILE = "run.json", "val_split.json", "log.jsonl"
 CHECKPOINTS, OUTPUTS = "checkpoints", "outputs"
@@ -104,6 +103,20 @@ def write_run_file(run_dir: Path, record: Mapping[str, Any], status: str, **extr
     write_json_atomic(Path(run_dir) / RUN_FILE, payload)
 
 
+def mark_failed(run_dir: Path, error: str) -> None:
+    """Set run.json's status to ``failed`` with ``error``, if run.json exists and can be written
+    (after a full disk it may not: the run then still reads ``running``, as after a kill)."""
+    path = Path(run_dir) / RUN_FILE
+    if not path.exists():
+        return
+    try:
+        payload = read_json(path, "run file")
+        write_json_atomic(path, {**payload, "status": "failed", "error": error,
+                                 "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    except CacheError:
+        pass
+
+
 def read_run_file(run_dir: Path) -> dict:
     return read_json(Path(run_dir) / RUN_FILE, "run file")
 
@@ -138,48 +151,9 @@ def _finite(value: Any) -> Any:
     return value
 
 
-class RunLock:
+class RunLock(DirLock):
     """``RUN_DIR/.lock`` held by the process (rank 0) that trains or scores a run, so two
-    launches of the same settings never write into one directory at once.  A lock left by a
-    process that no longer runs on this host is taken over."""
+    launches of the same settings never write into one directory at once (cache.lock.DirLock,
+    which also locks classifier caches; a lock of a process gone from this host is taken over)."""
 
-    def __init__(self, run_dir: Path, enabled: bool = True):
-        self.path, self.enabled = Path(run_dir) / ".lock", enabled
-
-    def __enter__(self):
-        if not self.enabled:
-            return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        me = {"pid": os.getpid(), "host": socket.gethostname()}
-        for _ in range(2):
-            try:
-                with open(self.path, "x") as fh:
-                    json.dump(me, fh)
-                return self
-            except FileExistsError:
-                if not self._stale():
-                    raise RunError(f"{self.path.parent} is in use by another process "
-                                   f"({self.path.read_text().strip()}); wait for it, or delete "
-                                   f"{self.path} if that process is gone") from None
-                self.path.unlink(missing_ok=True)
-        raise RunError(f"could not take {self.path}")
-
-    def _stale(self) -> bool:
-        try:
-            owner = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return False          # being written right now
-        if owner.get("host") != socket.gethostname():
-            return False          # cannot tell from here
-        try:
-            os.kill(int(owner["pid"]), 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            self.path.unlink(missing_ok=True)
-        return False
+    error = RunError

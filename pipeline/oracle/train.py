@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cache.integrity import as_no_room
 from cache.manifest import write_json_atomic
 from pipeline.core import dist
 from pipeline.core.models import ModelError, ModelSpec, resolve_spec
@@ -22,7 +23,8 @@ from pipeline.oracle.losses import (LossConfig, check_loss_options, loss_label, 
                                     variant_tags)
 from pipeline.oracle.predict import finish_run
 from pipeline.oracle.runs import (VAL_FILE, RunError, RunLock, TrainingDiverged, claim_run,
-                                  default_run_dir, group_hash, run_record, write_run_file)
+                                  default_run_dir, group_hash, mark_failed, run_record,
+                                  write_run_file)
 from pipeline.oracle.sampler import StepSchedule, carve_rows
 from pipeline.oracle.targets import (CLASSIFIER_KEYS, Split, check_both_classes, open_split,
                                      training_targets)
@@ -242,6 +244,13 @@ def train(cfg: TrainConfig) -> dict:
     try:
         prep.state = _claim(prep.run_dir, prep.record, cfg.resume, info)
         return _train_claimed(cfg, prep, info, device)
+    except Exception as err:
+        full = as_no_room(err, prep.run_dir, "the run resumes from its last complete checkpoint")
+        if full is None:
+            raise
+        if info.is_main:
+            mark_failed(prep.run_dir, str(full))
+        raise full from None
     finally:
         lock.__exit__()
 

@@ -7,6 +7,7 @@ read the columns and return small dicts of numbers, so joblib ships no large arr
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from cache.manifest import IDENTITY_FILE, MANIFEST_FILE, read_json
 from cache.outputs import classifier_ref, read_outputs
-from cache.reader import ClassifierCache, slug, split_tag
+from cache.reader import ClassifierCache, UnverifiedCacheWarning, slug, split_tag
 from cache.schema import KIND_ORACLE, CacheError, CacheMismatch, canonical, check_identity
 from cache.shards import read_attrs
 from pipeline.report.baselines import (BASELINE_LABELS, BASELINES, PROBABILITY_SCORES,
@@ -251,8 +252,10 @@ def _check_against_cache(task: OutputTask, cols: dict) -> None:
 
 def evaluate_output(task: OutputTask) -> dict:
     """Worker: read one oracle output file, check it, and compute every number of the report."""
+    warnings.simplefilter("ignore", UnverifiedCacheWarning)  # noted once by the main process
+    digest = task.run_json.get("output_files", {}).get(Path(task.output).stem)
     try:
-        out = read_outputs(Path(task.output), expect_classifier=task.ref)
+        out = read_outputs(Path(task.output), expect_classifier=task.ref, digest=digest)
     except CacheMismatch as err:
         raise CacheMismatch(f"run {task.run_dir}: {err}") from None
     _check_against_cache(task, out.columns)
@@ -273,6 +276,7 @@ def evaluate_output(task: OutputTask) -> dict:
 def evaluate_baselines(task: CacheTask) -> list[dict]:
     """Worker: post-hoc baseline rows (``task.names``, default all) of one classifier cache."""
     names = task.names or BASELINES
+    warnings.simplefilter("ignore", UnverifiedCacheWarning)  # noted once by the main process
     cache = ClassifierCache.open(Path(task.cache))
     cols = cache.load(["valid", "correct", "logits"])
     try:

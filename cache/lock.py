@@ -1,0 +1,71 @@
+"""``DIR/.lock``: one writing process per cache or run directory.
+
+Taken by the process (rank 0) that writes a classifier cache (``cli.py extract``) or trains or
+scores a run, so two launches of the same settings never write into one directory at once (the
+second would redo all the work and delete the first one's temporary files).  A lock left by a
+process that no longer runs on this host is taken over.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+from cache.schema import CacheError
+
+LOCK_FILE = ".lock"
+
+
+class DirLock:
+    """Context manager holding ``directory/.lock``; ``error`` is the exception class raised when
+    another live process holds it (its message names the owner and how to clear a stale lock)."""
+
+    error: type[Exception] = CacheError
+
+    def __init__(self, directory: Path, enabled: bool = True):
+        self.path, self.enabled = Path(directory) / LOCK_FILE, enabled
+
+    def __enter__(self):
+        if not self.enabled:
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        me = {"pid": os.getpid(), "host": socket.gethostname()}
+        for _ in range(2):
+            try:
+                with open(self.path, "x") as fh:
+                    json.dump(me, fh)
+                return self
+            except FileExistsError:
+                if not self._stale():
+                    raise self.error(f"{self.path.parent} is in use by another process "
+                                     f"({self._owner_text()}); wait for it, or delete "
+                                     f"{self.path} if that process is gone") from None
+                self.path.unlink(missing_ok=True)
+        raise self.error(f"could not take {self.path}")
+
+    def _owner_text(self) -> str:
+        try:
+            return self.path.read_text().strip()
+        except OSError:
+            return "unknown owner"
+
+    def _stale(self) -> bool:
+        try:
+            owner = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return False          # being written right now
+        if owner.get("host") != socket.gethostname():
+            return False          # cannot tell from here
+        try:
+            os.kill(int(owner["pid"]), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.path.unlink(missing_ok=True)
+        return False
