@@ -60,3 +60,94 @@ def test_a_damaged_log_line_before_the_last_is_refused_naming_the_line(stage1, t
     result = run_cli(train_args(data, cache, out, "--batch-size", 4, "--val-fraction", 0),
                      expect=1)
     assert_error(result, r"log.jsonl line 2 is not JSON")
+
+
+# -------------------------------------------------------------- option ranges and devices --
+def test_every_numeric_option_of_every_command_has_a_range():
+    """A plain int/float option accepts 0, negatives, nan and inf; each must say its range."""
+    import click
+
+    unbounded = []
+    for name, command in cli.commands.items():
+        for param in command.params:
+            if isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType)) \
+                    and not isinstance(param.type, click.types._NumberRangeBase):
+                unbounded.append(f"{name} {param.opts[0]}")
+    assert not unbounded, f"numeric options without a range: {unbounded}"
+
+
+@pytest.mark.parametrize("args, option", [
+    (["extract", "--batch-size", "0"], "--batch-size"),
+    (["extract", "--batch-size", "-5"], "--batch-size"),
+    (["extract", "--seed", "-1"], "--seed"),
+    (["train-oracle", "--lr", "0"], "--lr"),
+    (["train-oracle", "--lr", "-1"], "--lr"),
+    (["train-oracle", "--lr", "nan"], "--lr"),
+    (["train-oracle", "--momentum", "-1"], "--momentum"),
+    (["train-oracle", "--momentum", "1"], "--momentum"),
+    (["train-oracle", "--weight-decay", "-0.1"], "--weight-decay"),
+    (["train-oracle", "--eval-batch-size", "0"], "--eval-batch-size"),
+    (["train-oracle", "--val-fraction", "1"], "--val-fraction"),
+    (["train-oracle", "--gamma", "inf"], "--gamma"),
+    (["train-oracle", "--alpha-pos", "0"], "--alpha-pos"),
+    (["train-oracle", "--cb-beta", "1"], "--cb-beta"),
+    (["train-oracle", "--neg-weight", "-2"], "--neg-weight"),
+    (["train-oracle", "--split-seed", "-1"], "--split-seed"),
+    (["predict", "--run", "{tmp}", "--batch-size", "0"], "--batch-size"),
+    (["predict", "--run", "{tmp}", "--name", "../../x"], "--name"),
+    (["predict", "--run", "{tmp}", "--name", "sub/x"], "--name"),
+    (["predict", "--run", "{tmp}", "--name", ".."], "--name"),
+    (["fit-classifier", "--seed", "-3"], "--seed"),
+    (["extract", "--device", "gpu0"], "--device"),
+    (["train-oracle", "--device", "cuda:x"], "--device"),
+    (["predict", "--run", "{tmp}", "--device", "gpu0"], "--device"),
+    (["fit-classifier", "--device", "tpu"], "--device"),
+])
+def test_out_of_range_options_are_usage_errors_before_any_work(tmp_path, monkeypatch, args,
+                                                               option):
+    monkeypatch.chdir(tmp_path)                                  # default artifacts/ go here
+    result = CliRunner().invoke(cli, [a.format(tmp=tmp_path) for a in args])
+    assert_error(result, rf"Invalid value for '{option}", code=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []      # nothing created
+
+
+def test_devices_this_machine_lacks_are_refused_before_any_work(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    missing = "cuda" if not torch.cuda.is_available() else f"cuda:{torch.cuda.device_count()}"
+    for command in (["extract"], ["train-oracle"], ["fit-classifier"]):
+        result = CliRunner().invoke(cli, [*command, "--device", missing])
+        assert_error(result, rf"Invalid value for '--device'.*{missing}", code=2)
+    if not torch.cuda.is_available():
+        result = CliRunner().invoke(cli, ["extract", "--decode", "gpu", "--device", "cpu"])
+        assert_error(result, r"--decode gpu.*CUDA device.*--decode cpu", code=2)
+        result = CliRunner().invoke(cli, ["extract", "--decode", "mixed"])   # default device
+        assert_error(result, r"--decode mixed.*CUDA device", code=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_failed_start_leaves_no_empty_run_folder(stage1, tmp_path):
+    data, cache = stage1
+    out = tmp_path / "runs" / "r"
+    args = train_args(data, cache, out, "--batch-size", 4)
+    i = args.index("--model-kwargs")
+    args[i + 1] = json.dumps({"no_such_kwarg": 1})              # fails when the oracle is built
+    assert_error(run_cli(args, expect=None), r"timm.create_model.*no_such_kwarg")
+    assert not out.exists()
+
+
+def test_a_failed_extract_start_leaves_no_claimed_cache_folder(tmp_path):
+    from conftest import TINY_VIT, make_imagenet_tree
+    from pipeline.data.labels import imagenet_synsets
+
+    syn = imagenet_synsets()
+    tree = make_imagenet_tree(tmp_path / "d", list(syn[:2]), per_class=3, splits=("val",))
+    victim = tree / "val" / syn[0] / f"{syn[0]}_0.JPEG"          # row 0: the first shard fails
+    victim.write_bytes(victim.read_bytes()[:100])
+    args = ["extract", "--classifier", TINY_VIT[0], "--model-kwargs", json.dumps(TINY_VIT[1]),
+            "--random-init", "--device", "cpu", "--precision", "fp32", "--workers", 0,
+            "--batch-size", 4, "--shard-size", 6, "--no-progress", "--data", tree, "--split",
+            "val", "--out", tmp_path / "c"]
+    assert_error(run_cli(args, expect=None), r"cannot decode .*_0.JPEG \(row 0\)")
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == []

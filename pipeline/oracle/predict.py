@@ -19,6 +19,7 @@ from cache.schema import CacheMismatch, identity_diff
 from cache.shards import read_attrs
 from pipeline.core import dist
 from pipeline.core.models import DataConfig, ModelSpec
+from pipeline.core.options import check_output_name
 from pipeline.core.precision import autocast
 from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, make_loader
 from pipeline.data.sources import is_embedded
@@ -193,6 +194,8 @@ def predict(cfg: PredictConfig) -> list[dict]:
                 progress=cfg.progress)
     if cfg.name and len(cfg.splits) != 1:
         raise RunError("--name names one output file: give exactly one --split with it")
+    if cfg.name and check_output_name(cfg.name):   # never a path out of the run folder
+        raise RunError(f"--name {check_output_name(cfg.name)}")
     results = []
     for tag in cfg.splits:
         split = open_split(cfg.data, cfg.cache, record["classifier"], tag, cfg.labels_file,
