@@ -151,3 +151,33 @@ def test_a_failed_extract_start_leaves_no_claimed_cache_folder(tmp_path):
             "val", "--out", tmp_path / "c"]
     assert_error(run_cli(args, expect=None), r"cannot decode .*_0.JPEG \(row 0\)")
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == []
+
+
+# ----------------------------------------------------------------------- report: seeds --
+def test_repeated_runs_of_one_seed_are_collapsed_with_a_note_not_averaged(tmp_path):
+    """The same command run twice into two --out folders: one seed, not two (n = 1, no std)."""
+    import shutil
+
+    from bench.synthetic_runs import write_cache, write_run
+
+    cache = write_cache(tmp_path / "cache" / "vit" / "test", n=300, model="vit")
+    runs = tmp_path / "runs"
+    for seed, sep in ((0, 1.0), (1, 2.0)):
+        write_run(runs / f"a_seed{seed}", cache, oracle="vit", classifier="vit", loss="ss",
+                  seed=seed, group="g1", separation=sep)
+    shutil.copytree(runs / "a_seed0", runs / "b_seed0_again")       # a repeated run of seed 0
+    result = CliRunner().invoke(cli, ["report", "--runs-root", runs, "--out", tmp_path / "rep",
+                                      "--no-figures", "--format", "json", "--format", "md"])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"note: .*2 runs of seed 0.*counted once.*b_seed0_again", result.output), \
+        result.output
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    row = next(r for r in doc["splits"][0]["rows"] if r["kind"] == "oracle")
+    assert row["n"] == 2 and row["seeds"] == [0, 1]
+    assert row["sources"] == [str(runs / "a_seed0" / "outputs" / "test.h5"),
+                              str(runs / "a_seed1" / "outputs" / "test.h5")]
+    auroc = row["agg"]["standard"]["auc"]
+    assert auroc["n"] == 2 and len(auroc["values"]) == 2 and auroc["std"] > 0
+    assert any("counted once" in w for w in row["warnings"])
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "counted once" in md and "not counted (repeat of seed 0)" in md
