@@ -110,3 +110,93 @@ def test_a_batch_mixing_16bit_and_8bit_images_extracts_as_their_8bit_versions(tm
         logits[name] = cache.load(["logits", "valid"])
         assert logits[name]["valid"].all()
     assert np.array_equal(logits["deep"]["logits"], logits["flat"]["logits"])
+
+
+# ----------------------------------------------------- the classifier's classes vs the data's --
+def _tiny_weights(path: Path, num_classes: int, seed: int = 0) -> Path:
+    import timm
+
+    torch.manual_seed(seed)
+    model = timm.create_model(TINY_VIT[0], **TINY_VIT[1], num_classes=num_classes)
+    torch.save(model.state_dict(), path)          # what a fine-tuning script saves
+    return path
+
+
+def _extract_args(tree, out, *extra):
+    args = [a for a in TINY if a != "--random-init"]
+    return ["extract", *args, "--data", tree, "--split", "val", "--out", out, *extra]
+
+
+def test_the_number_of_classes_is_read_from_the_weights_file(tmp_path):
+    from cache.reader import ClassifierCache
+    from pipeline.core.models import build_model, resolve_spec, weights_sha256
+
+    tree = make_imagenet_tree(tmp_path / "pets", ["cat", "dog", "fox"], per_class=2, splits=("val",))
+    weights = _tiny_weights(tmp_path / "w.pth", 3)
+    result = run(*_extract_args(tree, tmp_path / "c", "--weights", weights))
+    assert result.exit_code == 0, result.output
+    ident = ClassifierCache.open(tmp_path / "c" / TINY_VIT[0] / "val").identity
+    model = build_model(resolve_spec(TINY_VIT[0], False, str(weights), kwargs=TINY_VIT[1]))
+    assert ident["num_classes"] == 3 == model.num_classes
+    assert ident["weights_sha256"] == weights_sha256(model)
+
+
+def test_a_classifier_of_another_number_of_classes_is_refused(tmp_path):
+    tree = make_imagenet_tree(tmp_path / "pets", ["cat", "dog", "fox"], per_class=2, splits=("val",))
+    result = run("extract", *TINY, "--data", tree, "--split", "val", "--out", tmp_path / "c")
+    assert_error(result, r"has 1000 outputs but .*pets has 3 classes \(cat, dog, fox")
+    weights = _tiny_weights(tmp_path / "w5.pth", 5)
+    result = run(*_extract_args(tree, tmp_path / "c", "--weights", weights))
+    assert_error(result, r"has 5 outputs but .*3 classes")
+    assert not (tmp_path / "c").exists() or not list((tmp_path / "c").rglob("*.json"))
+
+
+def test_wnid_folders_use_the_class_order_of_classes_txt(tmp_path):
+    """Three ImageNet wnids that are not ImageNet's first three: a 3-class classifier is refused
+    under ImageNet's indices (naming classes.txt), and classes.txt gives the user's own order."""
+    from cache.reader import ClassifierCache
+    from pipeline.data.sources import list_split
+
+    own = [SYN[500], SYN[10], SYN[300]]
+    tree = make_imagenet_tree(tmp_path / "sub", own, per_class=2, splits=("val",))
+    weights = _tiny_weights(tmp_path / "w.pth", 3)
+    result = run(*_extract_args(tree, tmp_path / "c", "--weights", weights))
+    assert_error(result, r"has 3 outputs but .*labels up to 500.*ImageNet.*classes.txt")
+    (tree / "classes.txt").write_text("\n".join(own) + "\n")
+    samples = list_split(str(tree), "val")
+    assert samples.classes == tuple(own) and samples.dataset == "sub"
+    assert samples.labels[[samples.names.index(f"{w}/{w}_0.JPEG") for w in own]].tolist() == [0, 1, 2]
+    result = run(*_extract_args(tree, tmp_path / "c", "--weights", weights))
+    assert result.exit_code == 0, result.output
+    assert ClassifierCache.open(tmp_path / "c" / TINY_VIT[0] / "val").identity["num_classes"] == 3
+
+
+def test_imagenet_wnid_folders_with_a_first_k_classes_model_get_a_note(tmp_path):
+    tree = make_imagenet_tree(tmp_path / "first", list(SYN[:3]), per_class=2, splits=("val",))
+    result = run(*_extract_args(tree, tmp_path / "c", "--weights", _tiny_weights(tmp_path / "w", 3)))
+    assert result.exit_code == 0, result.output
+    assert re.search(r"note: .*3 outputs.*ImageNet's first 3 classes.*classes.txt", result.output)
+
+
+# ------------------------------------------------------------- files given on the command line --
+def test_a_text_file_given_as_weights_says_so(tmp_path):
+    tree = make_imagenet_tree(tmp_path / "d", list(SYN[:3]), per_class=1, splits=("val",))
+    notes = tmp_path / "notes.txt"
+    notes.write_text("lr 0.01, 3 epochs\n")
+    result = run(*_extract_args(tree, tmp_path / "c", "--weights", notes))
+    assert_error(result, r"--weights .*notes.txt is a text file, not a weights file")
+    assert "(101)" not in result.output
+    junk = tmp_path / "junk.pth"
+    junk.write_bytes(bytes(range(256)) * 4)
+    result = run(*_extract_args(tree, tmp_path / "c", "--weights", junk))
+    assert_error(result, r"--weights .*junk.pth is not a PyTorch .* or safetensors file")
+    result = run(*_extract_args(tree, tmp_path / "c", "--weights", tmp_path))
+    assert_error(result, r"--weights .* is a directory")
+
+
+def test_a_labels_file_that_does_not_exist_is_refused(tmp_path):
+    tree = make_imagenet_tree(tmp_path / "d", list(SYN[:3]), per_class=1, splits=("val",))
+    result = run("extract", *TINY, "--data", tree, "--split", "val", "--out", tmp_path / "c",
+                 "--labels", tmp_path / "val_labels.txt")
+    assert_error(result, r"--labels .*val_labels.txt: file not found")
+    assert not (tmp_path / "c").exists()

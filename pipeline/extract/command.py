@@ -98,6 +98,8 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
             _unclaim_if_nothing_written(cfg.out, existed, dist.info().world)
             raise
         if dist.info().is_main:
+            for note in summary["notes"]:
+                click.echo(f"note: {note}", err=True)
             _print_extract_summary(split, summary)
     dist.shutdown(dist.info())
 
