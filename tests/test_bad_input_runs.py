@@ -181,3 +181,30 @@ def test_repeated_runs_of_one_seed_are_collapsed_with_a_note_not_averaged(tmp_pa
     assert any("counted once" in w for w in row["warnings"])
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "counted once" in md and "not counted (repeat of seed 0)" in md
+
+
+# --------------------------------------------------------------------- hints that fit the run --
+@pytest.mark.parametrize("precision, suggested", [("fp32", False), ("bf16", True)])
+def test_the_nan_hint_suggests_fp32_only_to_a_run_not_in_fp32(stage1, tmp_path, precision,
+                                                               suggested):
+    data, cache = stage1
+    args = train_args(data, cache, tmp_path / "nan", "--lr", 1e30, "--batch-size", 4,
+                      "--val-fraction", 0)
+    args[args.index("--precision") + 1] = precision
+    result = run_cli(args, expect=1)
+    assert "the loss became nan" in result.output and "Lower --lr" in result.output
+    assert ("--precision fp32" in result.output) == suggested, result.output
+
+
+def test_an_edited_num_rows_in_the_manifest_is_blamed_on_the_cache_not_on_data(stage1, tmp_path):
+    import shutil
+
+    data, cache = stage1
+    copy = shutil.copytree(cache, tmp_path / "cache")
+    manifest = copy / CLASSIFIER / "train" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["identity"]["num_rows"] += 1
+    manifest.write_text(json.dumps(doc))
+    result = run_cli(train_args(data, copy, tmp_path / "r", "--batch-size", 4), expect=1)
+    assert_error(result, r"manifest.json.*num_rows.*damaged or edited.*re-run .*extract")
+    assert "pass the same --data" not in result.output
