@@ -129,7 +129,8 @@ def _file_kind(path: Path) -> str:
         head = fh.read(512)
     if head[:4] == b"PK\x03\x04" or head[:1] == b"\x80":
         return "PyTorch"
-    if len(head) > 8 and head[8:9] == b"{" or path.suffix == ".safetensors":
+    header = int.from_bytes(head[:8], "little") if len(head) > 8 else 0
+    if path.suffix == ".safetensors" or (head[8:9] == b"{" and 8 + header <= path.stat().st_size):
         return "safetensors"
     try:
         text = head.decode("utf-8")
