@@ -104,7 +104,8 @@ def test_a_batch_mixing_16bit_and_8bit_images_extracts_as_their_8bit_versions(tm
         Image.fromarray((arr >> 8).astype(np.uint8)).save(trees["flat"] / "val" / wnid / "deep.png")
     logits = {}
     for name, tree in trees.items():
-        result = run("extract", *TINY, "--data", tree, "--split", "val", "--out", tmp_path / f"c{name}")
+        result = run("extract", *TINY, "--data", tree, "--split", "val",
+                     "--out", tmp_path / f"c{name}")
         assert result.exit_code == 0, result.output
         cache = ClassifierCache.open(tmp_path / f"c{name}" / TINY_VIT[0] / "val")
         logits[name] = cache.load(["logits", "valid"])
@@ -131,7 +132,7 @@ def test_the_number_of_classes_is_read_from_the_weights_file(tmp_path):
     from cache.reader import ClassifierCache
     from pipeline.core.models import build_model, resolve_spec, weights_sha256
 
-    tree = make_imagenet_tree(tmp_path / "pets", ["cat", "dog", "fox"], per_class=2, splits=("val",))
+    tree = make_imagenet_tree(tmp_path / "pets", ["cat", "dog", "fox"], 2, splits=("val",))
     weights = _tiny_weights(tmp_path / "w.pth", 3)
     result = run(*_extract_args(tree, tmp_path / "c", "--weights", weights))
     assert result.exit_code == 0, result.output
@@ -142,7 +143,7 @@ def test_the_number_of_classes_is_read_from_the_weights_file(tmp_path):
 
 
 def test_a_classifier_of_another_number_of_classes_is_refused(tmp_path):
-    tree = make_imagenet_tree(tmp_path / "pets", ["cat", "dog", "fox"], per_class=2, splits=("val",))
+    tree = make_imagenet_tree(tmp_path / "pets", ["cat", "dog", "fox"], 2, splits=("val",))
     result = run("extract", *TINY, "--data", tree, "--split", "val", "--out", tmp_path / "c")
     assert_error(result, r"has 1000 outputs but .*pets has 3 classes \(cat, dog, fox")
     weights = _tiny_weights(tmp_path / "w5.pth", 5)
@@ -165,7 +166,8 @@ def test_wnid_folders_use_the_class_order_of_classes_txt(tmp_path):
     (tree / "classes.txt").write_text("\n".join(own) + "\n")
     samples = list_split(str(tree), "val")
     assert samples.classes == tuple(own) and samples.dataset == "sub"
-    assert samples.labels[[samples.names.index(f"{w}/{w}_0.JPEG") for w in own]].tolist() == [0, 1, 2]
+    rows = [samples.names.index(f"{w}/{w}_0.JPEG") for w in own]
+    assert samples.labels[rows].tolist() == [0, 1, 2]
     result = run(*_extract_args(tree, tmp_path / "c", "--weights", weights))
     assert result.exit_code == 0, result.output
     assert ClassifierCache.open(tmp_path / "c" / TINY_VIT[0] / "val").identity["num_classes"] == 3
@@ -173,7 +175,8 @@ def test_wnid_folders_use_the_class_order_of_classes_txt(tmp_path):
 
 def test_imagenet_wnid_folders_with_a_first_k_classes_model_get_a_note(tmp_path):
     tree = make_imagenet_tree(tmp_path / "first", list(SYN[:3]), per_class=2, splits=("val",))
-    result = run(*_extract_args(tree, tmp_path / "c", "--weights", _tiny_weights(tmp_path / "w", 3)))
+    weights = _tiny_weights(tmp_path / "w", 3)
+    result = run(*_extract_args(tree, tmp_path / "c", "--weights", weights))
     assert result.exit_code == 0, result.output
     assert re.search(r"note: .*3 outputs.*ImageNet's first 3 classes.*classes.txt", result.output)
 

@@ -58,7 +58,8 @@ def _num_classes_option(ctx, param, value):
               help="Default: bf16 on CUDA, fp32 on CPU.")
 @click.option("--device", default=None, callback=device_option,
               help="cuda, cuda:1, cpu... Default: cuda if available.")
-@click.option("--seed", default=0, show_default=True, type=SEED, help="Init, held-out rows, order, augmentation.")
+@click.option("--seed", default=0, show_default=True, type=SEED,
+              help="Init, held-out rows, order, augmentation.")
 @click.option("--force", is_flag=True, help="Retrain even if the checkpoint exists.")
 @click.option("--no-progress", is_flag=True)
 def fit_classifier(classifier, data, split, out, labels_file, num_classes, model_kwargs, weights,

@@ -150,10 +150,12 @@ def state_dict_from_file(path: str) -> dict[str, torch.Tensor]:
     return {k.removeprefix("module."): v for k, v in obj.items()}
 
 
-def load_weights(model: nn.Module, path: str) -> None:
-    """Load a state dict strictly, except BatchNorm's ``num_batches_tracked`` counters (unused in
-    eval mode and absent from many exported files); every mismatch is a ModelError."""
-    state = state_dict_from_file(path)
+def load_weights(model: nn.Module, path: str,
+                 state: dict[str, torch.Tensor] | None = None) -> None:
+    """Load a state dict (``state``, else read from ``path``) strictly, except BatchNorm's
+    ``num_batches_tracked`` counters (unused in eval mode and absent from many exported files);
+    every mismatch is a ModelError naming ``path``."""
+    state = state_dict_from_file(path) if state is None else state
     try:
         result = model.load_state_dict(state, strict=False)
     except RuntimeError as err:  # shape mismatches
@@ -187,10 +189,11 @@ def build_model(spec: ModelSpec, seed: int = 0, num_classes: int | None = None) 
         raise ModelError(f"timm.create_model({spec.name!r}, **{kwargs}) failed: "
                          f"{type(err).__name__}: {err} (check --model-kwargs)") from None
     if spec.weights is not None:
-        stored = stored_num_classes(model, state_dict_from_file(spec.weights))
+        state = state_dict_from_file(spec.weights)
+        stored = stored_num_classes(model, state)
         if stored is not None and stored != model.num_classes and "num_classes" not in kwargs:
             model.reset_classifier(stored)   # e.g. resnet18 fine-tuned on a 3-class folder
-        load_weights(model, spec.weights)
+        load_weights(model, spec.weights, state)
     return model.eval()
 
 

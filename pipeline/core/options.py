@@ -76,8 +76,8 @@ class DeviceError(ValueError):
 def check_device(device_arg: str | None):
     """The torch.device ``--device`` names (default: cuda if available, else cpu), checked before
     any work: a device string torch parses, of a kind this project runs on, present on this
-    machine.  (Here rather than in dist.py so that the option callback below needs no function-
-    level project import; torch itself is imported on call, which keeps `cli.py report` free of it.)"""
+    machine.  (Here rather than in dist.py so that the option callback below needs no
+    function-level project import; torch is imported on call: `cli.py report` stays free of it.)"""
     import os
 
     import torch

@@ -56,7 +56,8 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
 @click.option("--corruption", default=None, type=click.Choice(CORRUPTIONS), help="ImageNet-C-"
               "style corruption applied to every image before resizing (pipeline/data/corruptions.py).")
 @click.option("--severity", default=3, show_default=True, type=click.IntRange(1, 5))
-@click.option("--seed", default=0, show_default=True, type=SEED, help="Seed for random init and corruptions.")
+@click.option("--seed", default=0, show_default=True, type=SEED,
+              help="Seed for random init and corruptions.")
 @click.option("--no-progress", is_flag=True)
 def extract(classifier, data, splits, out, labels_file, batch_size, workers, precision, device,
             weights, random_init, model_kwargs, preprocess, features, flip_view, skip_bad,

@@ -72,9 +72,12 @@ def _run_stage2(fn, *args):
               "class. Default by oracle: ViT 3, ResNet 5.")
 @click.option("--class-balanced", is_flag=True, help="ce/focal/ss: Cui et al. effective-number "
               "weights from the training rows' correctness.")
-@click.option("--cb-beta", type=positive(max_open_one=True), default=None, help="Class-balanced beta (default 0.999).")
-@click.option("--pos-weight", type=positive(), default=None, help="ce/focal/ss: weight of correct rows.")
-@click.option("--neg-weight", type=positive(), default=None, help="ce/focal/ss: weight of incorrect rows.")
+@click.option("--cb-beta", type=positive(max_open_one=True), default=None,
+              help="Class-balanced beta (default 0.999).")
+@click.option("--pos-weight", type=positive(), default=None,
+              help="ce/focal/ss: weight of correct rows.")
+@click.option("--neg-weight", type=positive(), default=None,
+              help="ce/focal/ss: weight of incorrect rows.")
 @click.option("--authors-broadcast", "broadcast", is_flag=True, help="ce/focal: reproduce the "
               "authors' shape bug ((B,1) outputs x (B,) labels -> mean over all BxB pairs).")
 @click.option("--lr", type=positive(), default=None, help="Peak LR. Defaults of this and of the "
@@ -96,11 +99,13 @@ def _run_stage2(fn, *args):
 @click.option("--flip/--no-flip", default=True, show_default=True, help="Random horizontal flip.")
 @click.option("--train-limit", type=click.IntRange(0), default=None, help="[preset] Use a "
               "seeded subset of N training rows; 0 = every row.")
-@click.option("--val-fraction", default=0.05, show_default=True, type=FRACTION, help="Held-out rows carved "
+@click.option("--val-fraction", default=0.05, show_default=True, type=FRACTION,
+              help="Held-out rows carved "
               "from the training split to choose the checkpoint (0: keep the final model).")
 @click.option("--val-every", type=click.IntRange(1), default=None, help="[preset] Validate "
               "every N steps (default: 4 times per run) and at the end.")
-@click.option("--split-seed", default=0, show_default=True, type=SEED, help="Seed of --train-limit and "
+@click.option("--split-seed", default=0, show_default=True, type=SEED,
+              help="Seed of --train-limit and "
               "the held-out rows (shared by every --seed).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default=None, help="[preset]")
 @click.option("--channels-last/--no-channels-last", default=True, show_default=True)
@@ -190,7 +195,8 @@ def _print_output(o: dict) -> None:
 @click.option("--cache", type=click.Path(path_type=Path), default=None, help="Cache root of "
               "--data (its classifier cache gives correctness). Default: artifacts/<dataset>/cache.")
 @click.option("--labels", "labels_file", default=None, help="Labels file for a flat val/ folder.")
-@click.option("--name", default=None, callback=output_name_option, help="Output file stem (outputs/<name>.h5) for one --split. "
+@click.option("--name", default=None, callback=output_name_option,
+              help="Output file stem (outputs/<name>.h5) for one --split. "
               "Default: the split tag (prefixed by the dataset name for other datasets).")
 @click.option("--batch-size", default=256, show_default=True, type=BATCH)
 @click.option("--workers", default=None, type=click.IntRange(0))

@@ -169,8 +169,9 @@ def collapse_repeats(members: list[dict]) -> tuple[list[dict], list[str]]:
         alike = "identical numbers" if all(v == values[0] for v in values) else \
             "their numbers differ (a non-deterministic run?)"
         what = f"seed {seed}" if seed is not None else "this classifier cache"
+        others = ", ".join(m["source"] for m in same[1:])
         notes.append(f"{len(same)} runs of {what} in this group ({alike}): counted once, from "
-                     f"{same[0]['source']}; not counted: {', '.join(m['source'] for m in same[1:])}")
+                     f"{same[0]['source']}; not counted: {others}")
     return kept, notes
 
 
