@@ -208,3 +208,15 @@ def test_an_edited_num_rows_in_the_manifest_is_blamed_on_the_cache_not_on_data(s
     result = run_cli(train_args(data, copy, tmp_path / "r", "--batch-size", 4), expect=1)
     assert_error(result, r"manifest.json.*num_rows.*damaged or edited.*re-run .*extract")
     assert "pass the same --data" not in result.output
+
+
+def test_no_output_name_leaves_the_outputs_folder(tmp_path):
+    """The last guard, whoever built the name (--name, a split tag, a data root's name)."""
+    from pipeline.oracle.predict import output_path
+    from pipeline.oracle.runs import RunError
+
+    tag = "val-defocus_blur-5"
+    assert output_path(tmp_path, tag) == tmp_path / "outputs" / f"{tag}.h5"
+    for name in ("../../x", "a/b", "..", ".hidden", "a\\b", ""):
+        with pytest.raises(RunError, match="would not be a file inside"):
+            output_path(tmp_path, name)

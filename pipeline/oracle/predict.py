@@ -65,6 +65,11 @@ def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig
 
 
 def output_path(run_dir: Path, name: str) -> Path:
+    """RUN/outputs/<name>.h5; a name that would leave outputs/ (a split tag or --name with a
+    path separator or a leading '.') is refused, whoever built it."""
+    if "/" in name or "\\" in name or name.startswith(".") or not name:
+        raise RunError(f"output name {name!r} would not be a file inside {Path(run_dir) / OUTPUTS}"
+                       " (path separators or a leading '.'); pass --name with a plain file name")
     return Path(run_dir) / OUTPUTS / f"{name}.h5"
 
 
