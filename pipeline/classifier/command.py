@@ -5,7 +5,8 @@ from pathlib import Path
 
 import click
 
-from pipeline.core.options import json_option
+from pipeline.core.options import (FRACTION, NON_NEGATIVE, SEED, FiniteFloatRange,
+                                   device_option, json_option, positive)
 from pipeline.core.precision import PRECISIONS
 
 
@@ -42,21 +43,23 @@ def _num_classes_option(ctx, param, value):
               help="Hyperparameter defaults: pipeline/core/presets.py (EMBEDDED_FIT for the embedded "
               "vit/resnet, DEFAULT_FIT otherwise).")
 @click.option("--batch-size", type=click.IntRange(1), default=None)
-@click.option("--lr", type=click.FloatRange(0, min_open=True), default=None, help="AdamW peak LR.")
-@click.option("--weight-decay", type=click.FloatRange(0), default=None)
-@click.option("--warmup-epochs", type=click.FloatRange(0), default=None)
+@click.option("--lr", type=positive(), default=None, help="AdamW peak LR.")
+@click.option("--weight-decay", type=NON_NEGATIVE, default=None)
+@click.option("--warmup-epochs", type=NON_NEGATIVE, default=None)
 @click.option("--pad", type=click.IntRange(0), default=None, help="Random-crop padding (px).")
 @click.option("--flip/--no-flip", default=None, help="Random horizontal flip.")
-@click.option("--label-smoothing", type=click.FloatRange(0, 1, max_open=True), default=None)
-@click.option("--val-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+@click.option("--label-smoothing", type=FRACTION, default=None)
+@click.option("--val-fraction", type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
               default=None, help="Seeded share of the split held out and scored.")
 @click.option("--max-samples", type=click.IntRange(2), default=None,
               help="Fit on a seeded subset of N images of the split.")
 @click.option("--workers", type=click.IntRange(0), default=None, help="DataLoader workers.")
 @click.option("--precision", type=click.Choice(PRECISIONS), default=None,
               help="Default: bf16 on CUDA, fp32 on CPU.")
-@click.option("--device", default=None, help="cuda, cuda:1, cpu... Default: cuda if available.")
-@click.option("--seed", default=0, show_default=True, help="Init, held-out rows, order, augmentation.")
+@click.option("--device", default=None, callback=device_option,
+              help="cuda, cuda:1, cpu... Default: cuda if available.")
+@click.option("--seed", default=0, show_default=True, type=SEED,
+              help="Init, held-out rows, order, augmentation.")
 @click.option("--force", is_flag=True, help="Retrain even if the checkpoint exists.")
 @click.option("--no-progress", is_flag=True)
 def fit_classifier(classifier, data, split, out, labels_file, num_classes, model_kwargs, weights,

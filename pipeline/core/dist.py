@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as tdist
 
+from pipeline.core.options import check_device
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -34,10 +36,7 @@ def init(device_arg: str | None) -> tuple[DistInfo, torch.device]:
     ``cuda:LOCAL_RANK`` under torchrun on GPUs, else ``--device`` or the best available."""
     me = info()
     world = me.world
-    if device_arg:
-        device = torch.device(device_arg)
-    else:
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = check_device(device_arg)
     if device.type == "cuda":
         index = me.local_rank if world > 1 else (device.index or 0)
         device = torch.device("cuda", index)

@@ -99,13 +99,44 @@ def _load_file(path: str):
     path = Path(path)
     if not path.exists():
         raise ModelError(f"--weights {path}: file not found")
+    if path.is_dir():
+        raise ModelError(f"--weights {path} is a directory; pass the weights file itself")
+    kind = _file_kind(path)
+    if kind == "text":
+        raise ModelError(f"--weights {path} is a text file, not a weights file: expected a "
+                         f"{WEIGHT_FORMATS}")
     try:
-        if path.suffix == ".safetensors":
+        if kind == "safetensors":
             from safetensors.torch import load_file
             return load_file(str(path))
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - report any unpickling/format error with the path
-        raise ModelError(f"--weights {path}: cannot read ({err})") from None
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        if kind == "unknown":
+            raise ModelError(f"--weights {path} is not a PyTorch (torch.save) or safetensors "
+                             f"file: expected a {WEIGHT_FORMATS}") from None
+        raise ModelError(f"--weights {path}: cannot read it as a {kind} file ({first})") from None
+
+
+WEIGHT_FORMATS = ("state dict saved with torch.save (.pth/.pt), a safetensors file, or a "
+                  "fit-classifier checkpoint")
+
+
+def _file_kind(path: Path) -> str:
+    """What the first bytes say: torch.save's zip or legacy pickle, safetensors (a little-endian
+    header length then a JSON header), text, or unknown."""
+    with open(path, "rb") as fh:
+        head = fh.read(512)
+    if head[:4] == b"PK\x03\x04" or head[:1] == b"\x80":
+        return "PyTorch"
+    header = int.from_bytes(head[:8], "little") if len(head) > 8 else 0
+    if path.suffix == ".safetensors" or (head[8:9] == b"{" and 8 + header <= path.stat().st_size):
+        return "safetensors"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "unknown"
+    return "text" if head and all(c.isprintable() or c in "\n\r\t" for c in text) else "unknown"
 
 
 def state_dict_from_file(path: str) -> dict[str, torch.Tensor]:
@@ -119,10 +150,12 @@ def state_dict_from_file(path: str) -> dict[str, torch.Tensor]:
     return {k.removeprefix("module."): v for k, v in obj.items()}
 
 
-def load_weights(model: nn.Module, path: str) -> None:
-    """Load a state dict strictly, except BatchNorm's ``num_batches_tracked`` counters (unused in
-    eval mode and absent from many exported files); every mismatch is a ModelError."""
-    state = state_dict_from_file(path)
+def load_weights(model: nn.Module, path: str,
+                 state: dict[str, torch.Tensor] | None = None) -> None:
+    """Load a state dict (``state``, else read from ``path``) strictly, except BatchNorm's
+    ``num_batches_tracked`` counters (unused in eval mode and absent from many exported files);
+    every mismatch is a ModelError naming ``path``."""
+    state = state_dict_from_file(path) if state is None else state
     try:
         result = model.load_state_dict(state, strict=False)
     except RuntimeError as err:  # shape mismatches
@@ -156,8 +189,24 @@ def build_model(spec: ModelSpec, seed: int = 0, num_classes: int | None = None) 
         raise ModelError(f"timm.create_model({spec.name!r}, **{kwargs}) failed: "
                          f"{type(err).__name__}: {err} (check --model-kwargs)") from None
     if spec.weights is not None:
-        load_weights(model, spec.weights)
+        state = state_dict_from_file(spec.weights)
+        stored = stored_num_classes(model, state)
+        if stored is not None and stored != model.num_classes and "num_classes" not in kwargs:
+            model.reset_classifier(stored)   # e.g. resnet18 fine-tuned on a 3-class folder
+        load_weights(model, spec.weights, state)
     return model.eval()
+
+
+def stored_num_classes(model: nn.Module, state: dict[str, torch.Tensor]) -> int | None:
+    """The number of outputs of the classifier head stored in ``state`` (the first dimension of
+    the weight of ``model.get_classifier()``, found under its module name), or None when the
+    model has no single linear/1x1-conv head or the file does not hold it."""
+    head = model.get_classifier() if hasattr(model, "get_classifier") else None
+    if not isinstance(head, (nn.Linear, nn.Conv2d)):
+        return None
+    name = next((n for n, m in model.named_modules() if m is head), None)
+    weight = state.get(f"{name}.weight") if name else None
+    return int(weight.shape[0]) if weight is not None and weight.ndim >= 2 else None
 
 
 def weights_sha256(model: nn.Module) -> str:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import shlex
 
 import click
@@ -43,3 +45,91 @@ def names_option(choices: tuple[str, ...] | None):
 def args_option(ctx, param, value):
     """A quoted string of extra command-line options -> a tuple of arguments."""
     return tuple(shlex.split(value)) if value else ()
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click.FloatRange that also refuses nan and inf (every comparison with nan is False, so
+    FloatRange lets ``--lr nan`` through)."""
+
+    def convert(self, value, param, ctx):
+        out = super().convert(value, param, ctx)
+        if not math.isfinite(out):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return out
+
+
+def positive(max_open_one: bool = False) -> FiniteFloatRange:
+    """> 0 (learning rates, loss weights and slopes), or in (0, 1) with ``max_open_one``."""
+    return FiniteFloatRange(0, 1 if max_open_one else None, min_open=True, max_open=max_open_one)
+
+
+NON_NEGATIVE = FiniteFloatRange(0)                          # weight decay, focal gamma
+FRACTION = FiniteFloatRange(0, 1, max_open=True)            # momentum, held-out share: [0, 1)
+SEED = click.IntRange(0)                                    # numpy refuses negative seeds
+BATCH = click.IntRange(1)
+
+
+class DeviceError(ValueError):
+    """``--device`` names no device, or one this machine does not have."""
+
+
+def check_device(device_arg: str | None):
+    """The torch.device ``--device`` names (default: cuda if available, else cpu), checked before
+    any work: a device string torch parses, of a kind this project runs on, present on this
+    machine.  (Here rather than in dist.py so that the option callback below needs no
+    function-level project import; torch is imported on call: `cli.py report` stays free of it.)"""
+    import os
+
+    import torch
+
+    if not device_arg:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(device_arg)
+    except (RuntimeError, ValueError):
+        raise DeviceError(f"{device_arg!r} is not a device: expected cpu, cuda or cuda:N "
+                          "(N = GPU index)") from None
+    if device.type not in ("cpu", "cuda"):
+        raise DeviceError(f"{device_arg!r}: this project runs on cpu or cuda[:N], not on "
+                          f"{device.type}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(f"{device_arg!r}: no CUDA GPU is usable here (torch "
+                              f"{torch.__version__}, CUDA build {torch.version.cuda or 'none'}); "
+                              "use --device cpu")
+        count = torch.cuda.device_count()
+        single = int(os.environ.get("WORLD_SIZE", "1")) == 1   # torchrun maps to LOCAL_RANK
+        if device.index is not None and device.index >= count and single:
+            raise DeviceError(f"{device_arg!r}: this machine has {count} GPU(s), cuda:0 to "
+                              f"cuda:{count - 1}")
+    return device
+
+
+def device_option(ctx, param, value):
+    """--device checked at parse time, before any work (``check_device``)."""
+    if value is None:
+        return None
+    try:
+        check_device(value)
+    except DeviceError as err:
+        raise click.BadParameter(str(err), ctx, param) from None
+    return value
+
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+
+
+def check_output_name(name: str) -> str | None:
+    """Why ``name`` cannot be a file stem inside a run's outputs/ folder (None: it can): letters,
+    digits, '.', '_' and '-', not starting with '.', so it never leaves the folder."""
+    if not _NAME.fullmatch(name):
+        return (f"{name!r} is not a plain file name: use letters, digits, '.', '_' and '-' (no "
+                "path separators, no leading '.'); the file is written as outputs/<name>.h5 in "
+                "the run directory")
+    return None
+
+
+def output_name_option(ctx, param, value):
+    if value is not None and check_output_name(value):
+        raise click.BadParameter(check_output_name(value), ctx, param)
+    return value

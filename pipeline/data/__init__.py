@@ -1,8 +1,8 @@
 """Datasets -> uint8 pixel rows, shared by extract, classifier and oracle.  Imports core, cache.
 
-sources.py      which samples a split holds (ImageNet layouts, ImageFolder, Fashion-MNIST), labels
-labels.py       label files of flat validation folders (devkit, Kaggle csv, "filename label")
-errors.py       DataError: a user's data problem, printed without a traceback
+sources.py      which samples a split holds (ImageNet layouts, ImageFolder, Fashion-MNIST), labels;
+                classes.py: does a classifier's output k mean the dataset's class k
+labels.py       label files of flat validation folders; errors.py: DataError (no traceback)
 images.py       decode -> corrupt -> resize/crop in loader workers; normalisation on the device
 decode.py       nvJPEG decoding on the accelerator (extract --decode gpu|mixed)
 resize.py       batched resize + crop of differently sized images

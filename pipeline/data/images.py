@@ -85,18 +85,40 @@ def decode_file(path: str) -> torch.Tensor:
 
     A truncated or corrupt file raises (torchvision, then PIL both refuse it).  libjpeg's
     recoverable warnings (e.g. "extraneous bytes before marker", seen in ImageNet train) are not
-    errors: PIL and timm's loader decode those files too.
+    errors: PIL and timm's loader decode those files too.  16-bit images (PNG, TIFF) keep their
+    8 most significant bits, as an 8-bit export of them would; pixel formats whose range cannot be
+    known (32-bit integer or float samples) raise naming the format.
     """
     try:
         with warnings.catch_warnings():  # torchvision >= 0.29 deprecates its decoders (still fine)
             warnings.simplefilter("ignore", DeprecationWarning)
-            return decode_image(read_file(path), mode=ImageReadMode.RGB)
+            img = decode_image(read_file(path), mode=ImageReadMode.RGB)
     except Exception:  # noqa: BLE001 - retry with PIL, which reads BMP/TIFF and reports truncation
-        from PIL import Image
+        return _decode_pil(path)
+    if img.dtype == torch.uint16:  # libpng's 16-bit output: the model expects 0..255
+        img = TF.to_dtype(img, torch.uint8, scale=True)
+    return img
 
-        with Image.open(path) as im:
-            arr = np.asarray(im.convert("RGB"))
-        return torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous()
+
+# PIL modes whose samples are wider than 8 bits: 16-bit greys keep their high byte; the range of
+# 32-bit integer ("I") and float ("F") samples is not known, so they are refused.
+_PIL_16BIT = ("I;16", "I;16L", "I;16B", "I;16N")
+_PIL_UNKNOWN_RANGE = {"I": "32-bit integer", "F": "32-bit float"}
+
+
+def _decode_pil(path: str) -> torch.Tensor:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        if im.mode in _PIL_UNKNOWN_RANGE:
+            raise ValueError(f"unsupported pixel format ({_PIL_UNKNOWN_RANGE[im.mode]} samples, "
+                             f"PIL mode {im.mode!r}) whose value range is unknown; convert the "
+                             "image to 8 or 16 bits per channel")
+        if im.mode in _PIL_16BIT:
+            grey = (np.asarray(im).astype(np.uint16) >> 8).astype(np.uint8)
+            return torch.from_numpy(grey).expand(3, -1, -1).contiguous()
+        arr = np.asarray(im.convert("RGB"))
+    return torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous()
 
 
 class ImageRows(Dataset):
@@ -118,6 +140,8 @@ class ImageRows(Dataset):
     def __getitem__(self, i: int):
         try:
             img = self._load(i)
+            if img.dtype != torch.uint8:  # a batch must never mix dtypes (or scales)
+                raise ValueError(f"decoded to {img.dtype}, expected uint8")
         except Exception as err:  # noqa: BLE001 - any decoder failure is a bad row
             if not self.skip_bad:
                 raise BadImageError(f"cannot decode {self.samples.path(i)} (row {i}): {err}. "

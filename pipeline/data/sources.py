@@ -3,6 +3,8 @@
 Three kinds of source, one result (``SampleList``):
 * ImageNet layout: ``ROOT/train/<wnid>/*.JPEG``; ``ROOT/val/`` in wnid folders, or flat with a
   labels file (see ``pipeline.data.labels``).  Class order = timm's ImageNet synsets (sorted wnids).
+* ``ROOT/classes.txt``, when present, gives the class order of class-folder data (one name per
+  line, in the order of the classifier's outputs), wnid folders included: pipeline/data/classes.py.
 * Any ImageFolder-style tree ``ROOT/<split>/<class>/*.<ext>`` (ImageNet-C's
   ``defocus_blur/5/<wnid>/`` too: ``--data .../defocus_blur --split 5``).
 * The embedded default, Fashion-MNIST's four idx files (Debian ``dataset-fashion-mnist``).
@@ -65,6 +67,8 @@ def is_embedded(data: str | None) -> bool:
 
 def list_split(data: str | None, split: str, labels_file: str | None = None) -> SampleList:
     """Resolve ``--data``/``--split`` to a SampleList, or raise DataError saying how to fix it."""
+    if labels_file and not Path(labels_file).expanduser().is_file():
+        raise DataError(f"--labels {labels_file}: file not found")
     if is_embedded(data):
         return fashion_mnist(FMNIST_DIR, split)
     root = Path(data).expanduser()
@@ -177,7 +181,11 @@ def _images_in(path: Path) -> list[str]:
 
 def folder_classes(root: Path, split_dirs: list[str],
                    where: Path | None = None) -> tuple[tuple[str, ...], str]:
-    """Class list and dataset name: ImageNet's synsets when every folder is a known wnid."""
+    """Class list and dataset name: ``ROOT/classes.txt`` (the user's order) when present, else
+    ImageNet's synsets when every folder is a known wnid, else the sorted folders of train/."""
+    classes_file = root / "classes.txt"
+    if classes_file.exists():
+        return _read_classes(classes_file), root.name
     synsets = labelfiles.imagenet_synsets()
     known = [d for d in split_dirs if d in synsets]
     if split_dirs and len(known) == len(split_dirs):
@@ -187,11 +195,18 @@ def folder_classes(root: Path, split_dirs: list[str],
         raise DataError(f"{where or root}: class folder(s) {unknown[:5]} are not ImageNet "
                         f"synsets (wnids like {synsets[0]}) while {len(known)} others are; remove "
                         "or rename them")
-    classes_file = root / "classes.txt"
-    if classes_file.exists():
-        return tuple(l.strip() for l in classes_file.read_text().splitlines() if l.strip()), root.name
     source = root / "train" if (root / "train").is_dir() else None
     return tuple(_subdirs(source) if source else split_dirs), root.name
+
+
+def _read_classes(path: Path) -> tuple[str, ...]:
+    classes = tuple(l.strip() for l in path.read_text().splitlines() if l.strip())
+    repeated = sorted({c for c in classes if classes.count(c) > 1})
+    if not classes or repeated:
+        raise DataError(f"{path}: " + (f"class(es) {repeated[:5]} listed more than once" if repeated
+                                       else "empty") + "; list every class once, one per line, "
+                        "in the order of the classifier's outputs")
+    return classes
 
 
 def image_folder(root: Path, split: str, labels_file: str | None) -> SampleList:

@@ -7,7 +7,7 @@ import click
 
 from cache.manifest import check_cache_root
 from cache.reader import cache_dir_for, split_tag
-from pipeline.core.options import json_option
+from pipeline.core.options import BATCH, SEED, check_device, device_option, json_option
 from pipeline.core.precision import PRECISIONS
 from pipeline.core.presets import EMBEDDED_EXTRACT
 from pipeline.data.imagenet_c import CORRUPTIONS
@@ -25,12 +25,13 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
               help="Cache root. Default: artifacts/<dataset>/cache. Each split is written to "
               "<out>/<classifier>/<split>[-<corruption>-<severity>].")
 @click.option("--labels", "labels_file", default=None, help="Labels file for a flat val/ folder.")
-@click.option("--batch-size", default=256, show_default=True)
+@click.option("--batch-size", default=256, show_default=True, type=BATCH)
 @click.option("--workers", default=None, type=click.IntRange(0), help="DataLoader worker "
               "processes per process. Default: the usable cores / local ranks, minus one (0 for "
               "the in-memory Fashion-MNIST without --corruption).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True)
-@click.option("--device", default=None, help="cuda, cuda:1, cpu... Default: cuda if available.")
+@click.option("--device", default=None, callback=device_option,
+              help="cuda, cuda:1, cpu... Default: cuda if available.")
 @click.option("--weights", default=None, help="Local weights file instead of the hub download.")
 @click.option("--random-init", is_flag=True, help="No pretrained weights (tests, benchmarks).")
 @click.option("--model-kwargs", default=None, help='JSON for timm.create_model, e.g. \'{"depth": 2}\'.')
@@ -55,7 +56,8 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
 @click.option("--corruption", default=None, type=click.Choice(CORRUPTIONS), help="ImageNet-C-"
               "style corruption applied to every image before resizing (pipeline/data/corruptions.py).")
 @click.option("--severity", default=3, show_default=True, type=click.IntRange(1, 5))
-@click.option("--seed", default=0, show_default=True, help="Seed for random init and corruptions.")
+@click.option("--seed", default=0, show_default=True, type=SEED,
+              help="Seed for random init and corruptions.")
 @click.option("--verify", is_flag=True, help="On a cache already there, re-read every shard and "
               "compare it with the XXH3-128 hash its manifest records (without --verify: sizes, "
               "identity and row ranges only). Damaged shards are recomputed.")
@@ -71,6 +73,11 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
 
     if weights and random_init:
         raise click.UsageError("--weights and --random-init exclude each other")
+    if decode != "cpu" and check_device(device).type != "cuda":
+        # the Python API still runs the device decoder on the CPU (tests); the CLI never records
+        # a cache as gpu-decoded when no GPU decoded it
+        raise click.UsageError(f"--decode {decode} decodes JPEGs on a CUDA device; this run's "
+                               f"device is {check_device(device)}: use --decode cpu")
     root = out or default_artifacts(data) / "cache"
     check_cache_root(root)
     if flip_view is None:
@@ -88,7 +95,12 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
             skip_bad=skip_bad, shard_size=shard_size, compile=compile_, decode=decode,
             corruption=corruption, severity=severity if corruption else 0, seed=seed,
             verify=verify, progress=not no_progress)
-        summary = run_extract(cfg)
+        existed = cfg.out.exists()
+        try:
+            summary = run_extract(cfg)
+        except BaseException:
+            _unclaim_if_nothing_written(cfg.out, existed, dist.info().world)
+            raise
         if dist.info().is_main:
             for note in summary["notes"]:
                 click.echo(f"note: {note}", err=True)
@@ -102,3 +114,20 @@ def _print_extract_summary(split: str, s: dict) -> None:
     bad = f", {s['bad_rows']} bad row(s) recorded" if s["bad_rows"] else ""
     click.echo(f"[{split}] {s['rows']} rows, accuracy {100 * s['accuracy']:.2f}%{bad}; "
                f"{state}; cache: {s['out']}")
+
+
+def _unclaim_if_nothing_written(out: Path, existed: bool, world: int) -> None:
+    """A start that failed before any shard was written (a bad first image, a model that does
+    not fit the device...) leaves no claimed cache folder behind: identity.json goes, and the
+    folders this run created if they are then empty.  Single process only: under torchrun another
+    rank may still be writing."""
+    from cache.manifest import IDENTITY_FILE
+
+    if existed or world > 1 or not out.is_dir() or any(out.glob("*.h5")):
+        return
+    (out / IDENTITY_FILE).unlink(missing_ok=True)
+    for folder in (out, out.parent):   # <root>/<classifier>/<split tag>
+        try:
+            folder.rmdir()              # only if empty
+        except OSError:
+            return

@@ -27,6 +27,7 @@ from cache.shards import (read_attrs, read_columns, shard_entry, shard_is_comple
 from pipeline.core import dist
 from pipeline.core.models import build_model, resolve_data_config, resolve_spec, weights_sha256
 from pipeline.core.precision import autocast
+from pipeline.data.classes import check_num_classes
 from pipeline.data.corruptions import make_corruption as corruption_fn
 from pipeline.data.decode import DeviceDecoder, collate_raw, make_dataset
 from pipeline.data.images import (GpuNormalize, ResizeCrop, chunk_batches, default_workers,
@@ -77,12 +78,7 @@ def make_corruption(cfg: ExtractConfig):
 
 
 def build_identity(cfg: ExtractConfig, samples: SampleList, spec, model, data_cfg) -> dict:
-    num_classes = int(model.num_classes)
-    top = int(samples.labels.max())
-    if top >= num_classes:
-        raise CacheError(f"--classifier {cfg.classifier} has {num_classes} outputs but split "
-                         f"{samples.split!r} has labels up to {top} ({len(samples.classes)} "
-                         "classes): use a classifier trained on this dataset's classes")
+    num_classes = int(model.num_classes)   # checked against the classes by check_num_classes
     return dict(schema_version=SCHEMA_VERSION, kind=KIND_CLASSIFIER, model=spec.name,
                 model_kwargs=spec.kwargs, weights_sha256=weights_sha256(model),
                 preprocess=cfg.preprocess, data_config=data_cfg.to_dict(), dataset=samples.dataset,
@@ -135,14 +131,16 @@ def extract(cfg: ExtractConfig) -> dict:
     # directory is claimed, so an unusable decoder leaves nothing behind
     decoder = DeviceDecoder(samples, dataset.transform, device, cfg.skip_bad) \
         if cfg.decode != "cpu" else None
+    class_notes = check_num_classes(int(model.num_classes), samples, cfg.classifier)
     identity = build_identity(cfg, samples, spec, model, data_cfg)
     ranges = shard_ranges(len(samples), cfg.shard_size)
     with locked(cfg.out, info):
-        complete, notes = claim(cfg.out, identity, ranges, cfg.verify, info)
+        complete, claim_notes = claim(cfg.out, identity, ranges, cfg.verify, info)
         _extract_missing(cfg, complete, samples, dataset, decoder, model, data_cfg, identity,
                          ranges, info, device)
     summary = mf.load_manifest(cfg.out)["summary"]
-    return {**summary, "out": str(cfg.out), "already_complete": complete, "notes": notes}
+    return {**summary, "out": str(cfg.out), "already_complete": complete,
+            "notes": class_notes + claim_notes}
 
 
 def _extract_missing(cfg, complete, samples, dataset, decoder, model, data_cfg, identity, ranges,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from pipeline.core.options import json_option, preset_text
+from pipeline.core.options import (BATCH, FRACTION, NON_NEGATIVE, SEED, device_option,
+                                   json_option, output_name_option, positive, preset_text)
 from pipeline.core.precision import PRECISIONS
 from pipeline.data.sources import default_artifacts
 
@@ -55,7 +56,7 @@ def _run_stage2(fn, *args):
 @click.option("--eval-split", "eval_splits", multiple=True, help="Extra cache tag(s) to score "
               "after training (repeatable), e.g. test-defocus_blur-5. The dataset's test "
               "(embedded) / val split is always scored.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", default=0, show_default=True, type=SEED)
 @click.option("--weights", default=None, help="Oracle backbone weights file instead of the hub.")
 @click.option("--random-init", is_flag=True, help="Random oracle backbone (tests, benchmarks).")
 @click.option("--model-kwargs", default=None, help="JSON for the oracle's timm.create_model.")
@@ -63,25 +64,29 @@ def _run_stage2(fn, *args):
               help="Oracle preprocessing. Default: the classifier cache's.")
 @click.option("--z", "z_head", type=click.Choice(["hyperplane", "linear"]), default=None,
               help="SS only: signed distance (w.x+b)/(|w|+1e-7) (default) or plain w.x+b.")
-@click.option("--gamma", type=float, default=None, help="Focal only. Default 2 (0.5 with "
+@click.option("--gamma", type=NON_NEGATIVE, default=None, help="Focal only. Default 2 (0.5 with "
               "--class-balanced, as the paper's class-balanced runs).")
-@click.option("--alpha-pos", type=float, default=None, help="SS only: slope of the correct "
+@click.option("--alpha-pos", type=positive(), default=None, help="SS only: slope of the correct "
               "class. Default by oracle: ViT 1, ResNet 2.")
-@click.option("--alpha-neg", type=float, default=None, help="SS only: slope of the incorrect "
+@click.option("--alpha-neg", type=positive(), default=None, help="SS only: slope of the incorrect "
               "class. Default by oracle: ViT 3, ResNet 5.")
 @click.option("--class-balanced", is_flag=True, help="ce/focal/ss: Cui et al. effective-number "
               "weights from the training rows' correctness.")
-@click.option("--cb-beta", type=float, default=None, help="Class-balanced beta (default 0.999).")
-@click.option("--pos-weight", type=float, default=None, help="ce/focal/ss: weight of correct rows.")
-@click.option("--neg-weight", type=float, default=None, help="ce/focal/ss: weight of incorrect rows.")
+@click.option("--cb-beta", type=positive(max_open_one=True), default=None,
+              help="Class-balanced beta (default 0.999).")
+@click.option("--pos-weight", type=positive(), default=None,
+              help="ce/focal/ss: weight of correct rows.")
+@click.option("--neg-weight", type=positive(), default=None,
+              help="ce/focal/ss: weight of incorrect rows.")
 @click.option("--authors-broadcast", "broadcast", is_flag=True, help="ce/focal: reproduce the "
               "authors' shape bug ((B,1) outputs x (B,) labels -> mean over all BxB pairs).")
-@click.option("--lr", type=float, default=None, help="Peak LR. Defaults of this and of the "
+@click.option("--lr", type=positive(), default=None, help="Peak LR. Defaults of this and of the "
               "options marked [preset]: the paper's protocol, pipeline/core/presets.py PAPER_ORACLE "
               f"({preset_text('PAPER_ORACLE')}); on the embedded Fashion-MNIST EMBEDDED_ORACLE "
               f"({preset_text('EMBEDDED_ORACLE')}). run.json records the resolved values.")
-@click.option("--weight-decay", type=float, default=None, help="[preset]")
-@click.option("--momentum", type=float, default=None, help="[preset]")
+@click.option("--weight-decay", type=NON_NEGATIVE, default=None, help="[preset]")
+@click.option("--momentum", type=FRACTION, default=None, help="[preset] SGD momentum, "
+              "0 <= m < 1.")
 @click.option("--warmup-steps", type=click.IntRange(0), default=None, help="[preset] OneCycle "
               "warm-up (capped at 30%% of short runs).")
 @click.option("--cycle-momentum", is_flag=True, help="OneCycleLR's momentum cycling 0.85-0.95, "
@@ -94,19 +99,22 @@ def _run_stage2(fn, *args):
 @click.option("--flip/--no-flip", default=True, show_default=True, help="Random horizontal flip.")
 @click.option("--train-limit", type=click.IntRange(0), default=None, help="[preset] Use a "
               "seeded subset of N training rows; 0 = every row.")
-@click.option("--val-fraction", default=0.05, show_default=True, help="Held-out rows carved "
+@click.option("--val-fraction", default=0.05, show_default=True, type=FRACTION,
+              help="Held-out rows carved "
               "from the training split to choose the checkpoint (0: keep the final model).")
 @click.option("--val-every", type=click.IntRange(1), default=None, help="[preset] Validate "
               "every N steps (default: 4 times per run) and at the end.")
-@click.option("--split-seed", default=0, show_default=True, help="Seed of --train-limit and "
+@click.option("--split-seed", default=0, show_default=True, type=SEED,
+              help="Seed of --train-limit and "
               "the held-out rows (shared by every --seed).")
 @click.option("--precision", type=click.Choice(PRECISIONS), default=None, help="[preset]")
 @click.option("--channels-last/--no-channels-last", default=True, show_default=True)
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the training step.")
-@click.option("--device", default=None, help="cuda, cuda:1, cpu... Default: cuda if available.")
+@click.option("--device", default=None, callback=device_option,
+              help="cuda, cuda:1, cpu... Default: cuda if available.")
 @click.option("--workers", default=None, type=click.IntRange(0), help="DataLoader workers per "
               "process. Default: the usable cores / local ranks, minus one.")
-@click.option("--eval-batch-size", default=256, show_default=True)
+@click.option("--eval-batch-size", default=256, show_default=True, type=BATCH)
 @click.option("--ckpt-every", default=2000, show_default=True, type=click.IntRange(1))
 @click.option("--log-every", default=10, show_default=True, type=click.IntRange(1))
 @click.option("--stop-at-step", type=click.IntRange(1), default=None, help="Stop cleanly after "
@@ -187,12 +195,14 @@ def _print_output(o: dict) -> None:
 @click.option("--cache", type=click.Path(path_type=Path), default=None, help="Cache root of "
               "--data (its classifier cache gives correctness). Default: artifacts/<dataset>/cache.")
 @click.option("--labels", "labels_file", default=None, help="Labels file for a flat val/ folder.")
-@click.option("--name", default=None, help="Output file stem (outputs/<name>.h5) for one --split. "
+@click.option("--name", default=None, callback=output_name_option,
+              help="Output file stem (outputs/<name>.h5) for one --split. "
               "Default: the split tag (prefixed by the dataset name for other datasets).")
-@click.option("--batch-size", default=256, show_default=True)
+@click.option("--batch-size", default=256, show_default=True, type=BATCH)
 @click.option("--workers", default=None, type=click.IntRange(0))
 @click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True)
-@click.option("--device", default=None)
+@click.option("--device", default=None, callback=device_option,
+              help="cuda, cuda:1, cpu... Default: cuda if available.")
 @click.option("--no-progress", is_flag=True)
 def predict(run_dir, data, splits, cache, labels_file, name, batch_size, workers, precision,
             device, no_progress):

@@ -182,9 +182,10 @@ def _sync(prep, objs: TrainObjects, state: LoopState, window: list, counts: torc
     if bad is not None:
         where = (f"the last good checkpoint is {prep.run_dir / CHECKPOINTS / LAST} (step "
                  f"{state.last_ckpt_step})" if state.last_ckpt_step else "no checkpoint was written")
+        fp32 = "" if objs.precision == "fp32" else "use --precision fp32, "  # not to an fp32 run
         raise TrainingDiverged(f"the loss became {losses[bad]} at step {first + bad} of "
                                f"{prep.schedule.total_steps}; training stopped and {where}. Lower "
-                               "--lr, use --precision fp32, or check the targets.")
+                               f"--lr, {fp32}or check the targets.")
     now = time.perf_counter()
     img_s = len(window) * prep.schedule.batch_size / max(now - t0, 1e-9)
     tp, p, tn, n = state.counts

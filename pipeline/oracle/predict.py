@@ -20,6 +20,7 @@ from cache.schema import CacheError, CacheMismatch, identity_diff
 from cache.shards import read_attrs
 from pipeline.core import dist
 from pipeline.core.models import DataConfig, ModelSpec
+from pipeline.core.options import check_output_name
 from pipeline.core.precision import autocast
 from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, make_loader
 from pipeline.data.sources import is_embedded
@@ -65,6 +66,11 @@ def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig
 
 
 def output_path(run_dir: Path, name: str) -> Path:
+    """RUN/outputs/<name>.h5; a name that would leave outputs/ (a split tag or --name with a
+    path separator or a leading '.') is refused, whoever built it."""
+    if "/" in name or "\\" in name or name.startswith(".") or not name:
+        raise RunError(f"output name {name!r} would not be a file inside {Path(run_dir) / OUTPUTS}"
+                       " (path separators or a leading '.'); pass --name with a plain file name")
     return Path(run_dir) / OUTPUTS / f"{name}.h5"
 
 
@@ -208,6 +214,8 @@ def predict(cfg: PredictConfig) -> list[dict]:
                 progress=cfg.progress)
     if cfg.name and len(cfg.splits) != 1:
         raise RunError("--name names one output file: give exactly one --split with it")
+    if cfg.name and check_output_name(cfg.name):   # never a path out of the run folder
+        raise RunError(f"--name {check_output_name(cfg.name)}")
     results = []
     for tag in cfg.splits:
         split = open_split(cfg.data, cfg.cache, record["classifier"], tag, cfg.labels_file,

@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -132,14 +133,35 @@ class StepLog:
             return
         lines = []
         if resume_step is not None and self.path.exists():
-            lines = [l for l in self.path.read_text().splitlines()
-                     if l.strip() and json.loads(l).get("step", 0) <= resume_step]
+            lines = [l for l, entry in read_log(self.path) if entry.get("step", 0) <= resume_step]
         self.path.write_text("".join(l + "\n" for l in lines))
 
     def write(self, entry: Mapping[str, Any]) -> None:
         if self.enabled:
             with open(self.path, "a") as fh:
                 fh.write(json.dumps(_finite(dict(entry)), sort_keys=True) + "\n")
+
+
+def read_log(path: Path) -> list[tuple[str, dict]]:
+    """(line, entry) of every line of log.jsonl.  A last line that is not JSON is the trace of a
+    write cut short (full disk, kill -9): it is dropped with a note, and the run resumes from its
+    checkpoint, which is older.  A damaged line before the last is not explained by that and
+    is refused naming the line."""
+    out = []
+    lines = Path(path).read_text(errors="replace").splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((line, json.loads(line)))
+        except json.JSONDecodeError as err:
+            if number < len(lines):
+                raise RunError(f"{path} line {number} is not JSON ({err}); the log is damaged: "
+                               "delete the run directory to start over") from None
+            print(f"note: {path}: dropped a torn last line ({len(line)} characters, not JSON: "
+                  "a write cut short by a crash or a full disk); the run resumes from its "
+                  "last checkpoint", file=sys.stderr, flush=True)
+    return out
 
 
 def _finite(value: Any) -> Any:

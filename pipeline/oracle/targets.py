@@ -60,6 +60,14 @@ def open_split(data: str | None, cache_root: Path, classifier: str, tag: str,
     cache = ClassifierCache.open(path)
     ident = cache.identity
     samples = list_split(data, ident["split"], labels_file)
+    if ident.get("dataset_fingerprint") == samples.fingerprint and \
+            ident.get("num_rows") != len(samples):
+        # the fingerprint hashes exactly the listed rows: the data is the same, the cache is not
+        raise CacheError(f"cache {path}: its manifest.json says num_rows {ident.get('num_rows')}, "
+                         f"but its dataset fingerprint is that of the {len(samples)} rows listed "
+                         "from --data: the manifest is damaged or edited. Delete "
+                         f"{path / 'manifest.json'} and re-run the same `cli.py extract` command "
+                         "(it checks the shards and writes the manifest again)")
     check_identity(ident, {"dataset": samples.dataset, "dataset_fingerprint": samples.fingerprint,
                            "num_rows": len(samples)}, f"cache {path}",
                    hint=f"The split {ident['split']!r} listed from --data {data or '(embedded)'} "

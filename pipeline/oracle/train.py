@@ -234,6 +234,7 @@ def train(cfg: TrainConfig) -> dict:
     """Run stage 2 for one (oracle, classifier, loss, seed); returns a summary dict."""
     info, device = dist.init(cfg.device)
     prep = prepare(cfg, info)
+    existed = prep.run_dir.exists()
     lock, err = RunLock(prep.run_dir, info.is_main), None
     try:
         lock.__enter__()
@@ -253,6 +254,15 @@ def train(cfg: TrainConfig) -> dict:
         raise full from None
     finally:
         lock.__exit__()
+        if info.is_main and not existed:   # a failed start leaves no empty run folder
+            _remove_if_empty(prep.run_dir)
+
+
+def _remove_if_empty(run_dir: Path) -> None:
+    try:
+        run_dir.rmdir()
+    except OSError:   # not empty (the run wrote something) or already gone
+        pass
 
 
 def _train_claimed(cfg: TrainConfig, prep: Prepared, info: dist.DistInfo, device) -> dict:

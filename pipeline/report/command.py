@@ -33,6 +33,8 @@ def report(paths, runs_root, metrics, formats, out, caches, splits, jobs, no_fig
     s = run_report(cfg)
     for skipped in s["skipped"]:
         click.echo(f"skipped {skipped['run_dir']}: {skipped['reason']}", err=True)
+    for note in s["notes"]:
+        click.echo(f"note: {note}", err=True)
     click.echo(f"report: {s['outputs']} output file(s) from {s['runs']} run(s), {s['caches']} "
                f"classifier cache(s), {s['groups']} table row(s) over split(s) "
                f"{', '.join(s['splits'])} in {s['elapsed_s']:.1f}s")

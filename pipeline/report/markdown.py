@@ -64,9 +64,15 @@ def _runs_section(doc: dict) -> list[str]:
         lab = e["labels"]
         lines.append(f"| {e['split']} | ⟨{lab['oracle']}, {lab['classifier']}⟩ | "
                      f"{lab['loss_label']} | {lab['group']} | {lab['seed']} | {e['valid_rows']} | "
-                     f"{e['excluded_rows']} | {e.get('status') or ''} | `{e['source']}` |")
+                     f"{e['excluded_rows']} | {_status(e)} | `{e['source']}` |")
     caches = sorted({(e["cache"], e["split"]) for e in doc["evaluations"] if e["kind"] == "baseline"})
     if caches:
         lines += ["", "Classifier caches (post-hoc baselines):", ""]
         lines += [f"- `{path}` (split {tag})" for path, tag in caches]
     return lines
+
+
+def _status(evaluation: dict) -> str:
+    if evaluation.get("repeat_of"):
+        return f"not counted (repeat of seed {evaluation['labels']['seed']})"
+    return evaluation.get("status") or ""

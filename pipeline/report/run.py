@@ -78,6 +78,8 @@ def report(cfg: ReportConfig) -> dict:
     return {"out": str(out), "files": written, "runs": len({t.run_dir for t in tasks}),
             "outputs": len(tasks), "caches": len(cache_tasks), "splits": list(splits),
             "groups": sum(len(s) for s in splits.values()), "skipped": src.skipped,
+            "notes": [f"split {tag}, {row['oc']} {row['display_loss']}: {w}"
+                      for tag, rows in splits.items() for row in rows for w in row["warnings"]],
             "elapsed_s": round(clock[-1] - clock[0], 3), "timings": timings}
 
 
@@ -128,8 +130,11 @@ def aggregate(results: list[dict]) -> dict[str, list[dict]]:
                 lab["group"])].append(r)
     splits: dict[str, list[dict]] = defaultdict(list)
     for key, members in groups.items():
+        members, notes = collapse_repeats(members)
         members.sort(key=lambda m: (m["labels"]["seed"] is None, m["labels"]["seed"] or 0))
-        splits[key[0]].append(_row(members))
+        row = _row(members)
+        row["warnings"] += notes
+        splits[key[0]].append(row)
     out = {}
     for tag in sorted(splits, key=_split_order):
         rows = sorted(splits[tag], key=_row_order)
@@ -143,6 +148,33 @@ def aggregate(results: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
+def collapse_repeats(members: list[dict]) -> tuple[list[dict], list[str]]:
+    """One member per seed of a group: repeated runs of one (group, seed) -- the same command
+    with two --out folders, a copied run directory, a cache given twice -- are one sample, not
+    independent seeds, so averaging them would shrink the std and inflate n.  The member kept is
+    a complete run first, then the first source path; the others are marked ``repeat_of`` (the
+    Runs section shows them as not counted) and a note says so."""
+    by_seed: dict = defaultdict(list)
+    for m in members:
+        by_seed[m["labels"]["seed"]].append(m)
+    kept, notes = [], []
+    for seed, same in by_seed.items():
+        same.sort(key=lambda m: (m.get("status") not in (None, "complete"), m["source"]))
+        kept.append(same[0])
+        if len(same) == 1:
+            continue
+        for m in same[1:]:
+            m["repeat_of"] = same[0]["source"]
+        values = [m["metrics"]["standard"]["values"] for m in same]
+        alike = "identical numbers" if all(v == values[0] for v in values) else \
+            "their numbers differ (a non-deterministic run?)"
+        what = f"seed {seed}" if seed is not None else "this classifier cache"
+        others = ", ".join(m["source"] for m in same[1:])
+        notes.append(f"{len(same)} runs of {what} in this group ({alike}): counted once, from "
+                     f"{same[0]['source']}; not counted: {others}")
+    return kept, notes
+
+
 def _row(members: list[dict]) -> dict:
     lab = members[0]["labels"]
     seeds = [m["labels"]["seed"] for m in members]
@@ -152,9 +184,6 @@ def _row(members: list[dict]) -> dict:
            "n": len(members), "seeds": seeds, "sources": [m["source"] for m in members],
            "excluded_rows": [m["excluded_rows"] for m in members], "agg": {}, "warnings": [],
            "_members": members}
-    dupes = sorted({s for s in seeds if s is not None and seeds.count(s) > 1})
-    if dupes:
-        row["warnings"].append(f"seed(s) {dupes} appear more than once in this group")
     for d in ("paper", "standard"):
         row["agg"][d] = {"acc": _agg([(m["accuracy"], None, None) for m in members], members)}
         for name in members[0]["metrics"][d]["values"]:
