@@ -52,8 +52,9 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
               show_default=True, help="Where JPEGs are decoded: cpu (loader workers), gpu "
               "(batched nvJPEG on the device, resize there too) or mixed (even rows on the device, "
               "odd rows in the workers). Other formats always decode on the CPU.")
-@click.option("--corruption", default=None, type=click.Choice(CORRUPTIONS), help="ImageNet-C-"
-              "style corruption applied to every image before resizing (pipeline/data/corruptions.py).")
+@click.option("--corruption", default=None, type=click.Choice(CORRUPTIONS), help="One of "
+              "ImageNet-C's 19 corruptions, applied to every image before resizing, seeded per "
+              "row by --seed (pipeline/data/corruptions.py; docs/DEMO_DATA.md).")
 @click.option("--severity", default=3, show_default=True, type=click.IntRange(1, 5))
 @click.option("--seed", default=0, show_default=True, help="Seed for random init and corruptions.")
 @click.option("--no-progress", is_flag=True)
