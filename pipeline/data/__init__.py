@@ -7,7 +7,6 @@ images.py       decode -> corrupt -> resize/crop in loader workers; normalisatio
 decode.py       nvJPEG decoding on the accelerator (extract --decode gpu|mixed)
 resize.py       batched resize + crop of differently sized images
 prefetch.py     a chain of background stages a few batches ahead of each other
-corruptions.py  ImageNet-C's 19 corruptions (8 built in, 11 through the imagecorruptions package)
-imagenet_c.py   their names, groups and built-in parameters (torch-free)
-imagecorruptions_compat.py  the imagecorruptions package on numpy 2, seeded per call, fast glass blur
+corruptions.py  ImageNet-C's 19 corruptions; imagenet_c.py: names, parameters (torch-free);
+imagecorruptions_compat.py: the imagecorruptions package on numpy 2, seeded per call
 """

@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.data.errors import DataError  # noqa: F401
+from pipeline.data.imagecorruptions_compat import corrupt_hwc   # imports the package on first use
 from pipeline.data.imagenet_c import (CORRUPTIONS, PACKAGE_NATIVE_SCALE, PARAMS, REFERENCE_SIZE,
                                       SEVERITIES, corruption_choices_help)
 _SPATIAL = {"defocus_blur", "gaussian_blur"}
@@ -178,7 +179,6 @@ def _package_corruption(name: str, severity: int, img: torch.Tensor,
                         seed: np.random.SeedSequence) -> torch.Tensor:
     """uint8 (C, H, W) -> float64 (C, H, W) in [0, 1] through the package (3 channels there; a
     1-channel image goes in as grey RGB and comes back as PIL's luma of the result)."""
-    from pipeline.data.imagecorruptions_compat import corrupt_hwc
     x = img.expand(3, -1, -1) if img.shape[0] == 1 else img
     x, back = (x, lambda out: out) if name in PACKAGE_NATIVE_SCALE else _to_reference_scale(x)
     out = corrupt_hwc(name, severity, x.permute(1, 2, 0).contiguous().numpy(), seed)

@@ -83,7 +83,7 @@ def _import_package():
     finally:
         if stub is not None and sys.modules.get("pkg_resources") is stub:
             del sys.modules["pkg_resources"]
-    version = getattr(sys.modules.get("imagecorruptions"), "__version__", None) or _version()
+    version = getattr(sys.modules.get("imagecorruptions"), "__version__", None) or installed_version()
     if version != IMAGECORRUPTIONS_VERSION:
         raise ImportError(f"imagecorruptions {version} is installed; the compatibility layer "
                           f"knows {IMAGECORRUPTIONS_VERSION} only: pip install "
@@ -96,7 +96,7 @@ def _import_package():
 _LIB = None
 
 
-def _version() -> str | None:
+def installed_version() -> str | None:
     from importlib.metadata import PackageNotFoundError, version
     try:
         return version("imagecorruptions")
