@@ -5,8 +5,7 @@ labels.py       label files of flat validation folders (devkit, Kaggle csv, "fil
 errors.py       DataError: a user's data problem, printed without a traceback
 images.py       decode -> corrupt -> resize/crop in loader workers; normalisation on the device
 decode.py       nvJPEG decoding on the accelerator (extract --decode gpu|mixed)
-resize.py       batched resize + crop of differently sized images
-prefetch.py     a chain of background stages a few batches ahead of each other
+resize.py, prefetch.py  batched resize + crop of mixed sizes; background stages ahead of use
 corruptions.py  ImageNet-C's 19 corruptions; imagenet_c.py: names, parameters (torch-free);
 imagecorruptions_compat.py: the imagecorruptions package on numpy 2, seeded per call
 """
