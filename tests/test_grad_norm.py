@@ -76,7 +76,7 @@ def test_logged_norm_equals_direct_autograd_on_a_fixed_batch(head, loss, accum, 
     assert logged == pytest.approx(direct, rel=1e-4)
 
 
-def test_train_oracle_logs_grad_norm_per_window_and_the_run_mean(tmp_path):
+def test_train_oracle_logs_grad_norm_and_both_stages_time_their_inference(tmp_path):
     from oracle_fixtures import extract, write_colour_tree
 
     data = write_colour_tree(tmp_path / "colours", {"train": 8, "val": 4})
@@ -93,3 +93,9 @@ def test_train_oracle_logs_grad_norm_per_window_and_the_run_mean(tmp_path):
     # windows are equally long here: the run mean is the mean of the window means
     assert g["mean"] == pytest.approx(np.mean([e["grad_norm"] for e in logged]), rel=1e-9)
     assert "x_out" in g["definition"]
+    # inference time: the classifier's in the cache manifest, the oracle's beside its outputs
+    clf = json.loads(next((tmp_path / "cache").rglob("val/manifest.json")).read_text())
+    orc = json.loads((out / "outputs" / "val.timing.json").read_text())
+    for t, views in ((clf["summary"]["inference"], 2), (orc, 1)):   # --flip-view: 2 per image
+        assert t["model_ms_per_img"] > 0 and t["device"] == "cpu" and t["precision"] == "fp32"
+        assert t["timed_images"] == 12 * views and t["batch_size"] > 0

@@ -98,3 +98,7 @@ def _print_extract_summary(split: str, s: dict) -> None:
     bad = f", {s['bad_rows']} bad row(s) recorded" if s["bad_rows"] else ""
     click.echo(f"[{split}] {s['rows']} rows, accuracy {100 * s['accuracy']:.2f}%{bad}; "
                f"{state}; cache: {s['out']}")
+    t = s.get("inference") or {}
+    if not s["already_complete"] and t.get("model_ms_per_img") is not None:
+        click.echo(f"[{split}] classifier inference {t['model_ms_per_img']:.4f} ms/img per view "
+                   f"(forward only, {t['device']}, batch {t['batch_size']}, {t['precision']})")
