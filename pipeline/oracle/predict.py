@@ -68,7 +68,9 @@ def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig
 
 
 def output_path(run_dir: Path, name: str) -> Path:
-    return Path(run_dir) / OUTPUTS / f"{name}.h5"
+    """``outputs/<name>.h5``; a split of an ImageNet-C-layout tree (``defocus_blur/5``) becomes
+    ``defocus_blur_5.h5``: one flat folder, one distinct file stem (the report's split tag)."""
+    return Path(run_dir) / OUTPUTS / f"{name.replace('/', '_')}.h5"
 
 
 def outputs_done(path: Path, ref: dict, record: dict) -> bool:
