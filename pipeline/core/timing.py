@@ -1,10 +1,11 @@
 """Model-only inference time (``extract`` and ``predict`` time themselves).
 
-``ModelTimer`` measures the forward passes alone — device-side normalisation + the model under the
-run's precision, excluding data loading, decoding and host->device copies — with CUDA events on a
-GPU (recorded on the stream: the loop never waits for the device) and ``perf_counter`` on a CPU.
-The first ``skip`` batches (warm-up: cuDNN autotuning, compilation, lazy initialisation) are left
-out, unless there are no others (then ``includes_warmup`` is true).  The figure is milliseconds per image and view, comparable with the paper's appendix
+``ModelTimer`` measures the forward passes alone — the uint8 batch's copy to the device, its
+normalisation there and the model under the run's precision; not data loading or decoding — with
+CUDA events on a GPU (recorded on the stream: the loop never waits for the device) and
+``perf_counter`` on a CPU.  The first ``skip`` batches (warm-up: cuDNN autotuning, compilation,
+lazy initialisation) are left out, unless there are no others (then ``includes_warmup`` is
+true).  The figure is milliseconds per image and view, comparable with the paper's appendix
 ("oracle 1.53 ms/img vs classifier 1.64 ms/img").
 """
 from __future__ import annotations
@@ -56,5 +57,5 @@ class ModelTimer:
                 "timed_images": images, "includes_warmup": warm and bool(spans),
                 "batch_size": self.batch_size,
                 "device": device_name(self.device), "precision": precision,
-                "what": "forward only (normalisation + model on the device), per image and view; "
-                        f"excludes data loading and the first {self.skip} batch(es)"}
+                "what": "forward only (uint8 batch to the device, normalisation, model), per image "
+                        f"and view; excludes data loading and the first {self.skip} batch(es)"}

@@ -136,9 +136,10 @@ def inference_table(inference: list[dict]) -> list[str]:
     if not inference:
         return []
     lines = ["", "## Inference time (paper appendix: oracle 1.53 vs classifier 1.64 ms/img)", "",
-             "Forward passes only (normalisation + model on the device, per image and view; data "
-             "loading and the first batch excluded), as extract and predict measured them; "
-             "figures from different devices or batch sizes are not comparable.", "",
+             "Forward passes only (uint8 batch to the device, normalisation, model; per image "
+             "and view; data loading and the first batch excluded), as extract and predict "
+             "measured them; figures from different devices or batch sizes are not comparable.",
+             "",
              "| ⟨O,C⟩ | split | classifier ms/img | oracle ms/img | classifier device, batch, "
              "precision | oracle device, batch, precision |", "|---|---|---|---|---|---|"]
     for e in inference:
