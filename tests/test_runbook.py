@@ -2,7 +2,8 @@
 generated ImageNet-layout tree (3 wnids, colour-coded classes), a generated ImageNet-C tree and
 tiny models (tests/runbook_shim.py stands in for `python` / `torchrun`: tiny project
 checkpoints instead of hub downloads, torchrun as 2 gloo processes). Only the settings change
-(paths, and a smaller grid: one seed, one loss per loop, one ImageNet-C corruption).
+(paths, and a smaller grid: one seed, one loss per loop, one ImageNet-C corruption, a generated
+Stylized-ImageNet val).
 The disk figures of the runbook are checked against the cache schema."""
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def test_settings_block_comes_first_and_names_every_placeholder():
                 assert re.match(r"\s*(\$LAUNCH|python) cli\.py ", line), line
 
 
-@pytest.mark.slow  # ~90 s: 18 cli.py processes (each imports torch + timm) on 2 cores
+@pytest.mark.slow  # ~2 min, estimated: 27 cli.py processes, each importing torch + timm
 def test_runbook_runs_as_written(world):
     out = world["tmp"] / "out"
     blocks = bash_blocks()[1:]
