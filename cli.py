@@ -14,6 +14,7 @@ import warnings
 import click
 
 from pipeline.classifier.command import fit_classifier
+from pipeline.corrupt.command import corrupt
 from pipeline.demo.command import demo
 from pipeline.extract.command import extract
 from pipeline.oracle.command import predict, train_oracle
@@ -70,7 +71,7 @@ def cli():
     """Trustworthiness oracles (Luo et al., NeurIPS 2021): extract -> train-oracle -> report."""
 
 
-for command in (extract, train_oracle, predict, report, fit_classifier, demo):
+for command in (extract, train_oracle, predict, report, fit_classifier, demo, corrupt):
     cli.add_command(command)
 
 

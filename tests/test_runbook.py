@@ -2,7 +2,8 @@
 generated ImageNet-layout tree (3 wnids, colour-coded classes), a generated ImageNet-C tree and
 tiny models (tests/runbook_shim.py stands in for `python` / `torchrun`: tiny project
 checkpoints instead of hub downloads, torchrun as 2 gloo processes). Only the settings change
-(paths, and a smaller grid: one seed, one loss per loop, one ImageNet-C corruption).
+(paths, and a smaller grid: one seed, one loss per loop, one ImageNet-C corruption, a generated
+Stylized-ImageNet val).
 The disk figures of the runbook are checked against the cache schema."""
 from __future__ import annotations
 
@@ -85,12 +86,13 @@ def world(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("runbook")
     write_colour_tree(tmp / "imagenet", {"train": 45, "val": 8})   # 3 steps of 40 after 5% held out
     write_colour_tree(tmp / "imagenet-c" / "defocus_blur", {"5": 6}, seed=1)
+    write_colour_tree(tmp / "stylized-imagenet", {"val": 4}, seed=2)   # Stylized-ImageNet's layout
     write_tiny_checkpoints(tmp / "tiny")
     (tmp / "weights").mkdir()
     for name, file in OFFLINE_NAMES.items():
         shutil.copy(tmp / "tiny" / f"{name}.pth", tmp / "weights" / file)
     return {"tmp": tmp, "IMAGENET": tmp / "imagenet", "IMAGENET_C": tmp / "imagenet-c",
-            "WEIGHTS": tmp / "weights", "TINY": tmp / "tiny"}
+            "STYLIZED": tmp / "stylized-imagenet", "WEIGHTS": tmp / "weights", "TINY": tmp / "tiny"}
 
 
 def run_script(world: dict, body: str, settings: dict, name: str) -> subprocess.CompletedProcess:
@@ -111,7 +113,7 @@ def run_script(world: dict, body: str, settings: dict, name: str) -> subprocess.
 
 def small_grid(world: dict, out: Path, **extra) -> dict:
     return {"IMAGENET": world["IMAGENET"], "IMAGENET_C": world["IMAGENET_C"],
-            "WEIGHTS": world["WEIGHTS"], "OUT": out, "SEEDS": "0", "ORACLES": "vit",
+            "STYLIZED": world["STYLIZED"], "WEIGHTS": world["WEIGHTS"], "OUT": out, "SEEDS": "0", "ORACLES": "vit",
             "LOSSES": "ss", "BROADCAST_LOSSES": "ce", "CORRUPTIONS_C": "defocus_blur", **extra}
 
 
@@ -128,7 +130,7 @@ def test_settings_block_comes_first_and_names_every_placeholder():
                 assert re.match(r"\s*(\$LAUNCH|python) cli\.py ", line), line
 
 
-@pytest.mark.slow  # ~90 s: 18 cli.py processes (each imports torch + timm) on 2 cores
+@pytest.mark.slow  # ~2 min, estimated: 27 cli.py processes, each importing torch + timm
 def test_runbook_runs_as_written(world):
     out = world["tmp"] / "out"
     blocks = bash_blocks()[1:]
@@ -141,6 +143,12 @@ def test_runbook_runs_as_written(world):
             assert bool(cache.identity["flip_view"]) == (tag != "val-defocus_blur-5")
         c = ClassifierCache.open(prep / "cache-c" / "defocus_blur" / clf / "5")
         assert c.num_rows == 18 and c.identity["corruption"] == "none"
+        s = ClassifierCache.open(prep / "cache-stylized" / clf / "val")
+        assert s.num_rows == 12 and s.identity["dataset"] == "imagenet"
+    # section 4's tree for users without the ImageNet-C download: val's 24 images, 224-px JPEGs
+    local = sorted((out / "imagenet-c-local" / "defocus_blur" / "5").rglob("*.JPEG"))
+    assert len(local) == 24 and {p.parent.name for p in local} == \
+        {p.name for p in (world["IMAGENET"] / "val").iterdir()}
     runs = sorted(p.name for p in (prep / "runs").iterdir())
     # the grid (2 classifiers x vit oracle x {ss, ce broadcast}) + section 5's offline run
     assert len(runs) == 5, runs
@@ -151,7 +159,8 @@ def test_runbook_runs_as_written(world):
         record = json.loads((prep / "runs" / run / "run.json").read_text())
         assert record["status"] == "complete"
         assert record["run"]["config"]["lr"] == 1e-5 and record["run"]["config"]["batch_size"] == 40
-        expected = {"val", "val-defocus_blur-5"} | ({"defocus_blur_5"} if run not in offline else set())
+        expected = {"val", "val-defocus_blur-5", "stylized-val"} | \
+            ({"defocus_blur_5"} if run not in offline else set())
         assert {p.stem for p in (prep / "runs" / run / "outputs").glob("*.h5")} == expected
     # predict's ImageNet-C outputs are aligned with their classifier's cache
     for run in runs:
@@ -164,12 +173,20 @@ def test_runbook_runs_as_written(world):
         np.testing.assert_array_equal(outs.columns["correct"], cache.load(["correct"])["correct"])
     report = json.loads((prep / "report" / "report.json").read_text())
     splits = {s["split"]: s for s in report["splits"]}
-    assert set(splits) == {"val", "val-defocus_blur-5", "defocus_blur_5"}
-    # the last report (section 4) predates section 5's run: 4 grid runs + 5 baselines x 2 classifiers
+    assert set(splits) == {"val", "val-defocus_blur-5", "defocus_blur_5", "stylized-val"}
+    # the last report (section 6): 4 grid runs + section 5's offline run (which has no ImageNet-C
+    # set: predicted in section 4, before it existed) + 5 baselines x 2 classifiers
     oracle_rows = [r for r in splits["val"]["rows"] if r["kind"] == "oracle"]
-    assert len(oracle_rows) == 4 and all(len(s["rows"]) == 4 + 2 * 5 for s in splits.values())
+    assert len(oracle_rows) == 5
+    assert {t: len(s["rows"]) for t, s in splits.items()} == {
+        "val": 5 + 10, "val-defocus_blur-5": 5 + 10, "defocus_blur_5": 4 + 10, "stylized-val": 5 + 10}
     assert {r["loss_label"] for r in oracle_rows} == {"SS", "CE (broadcast)"}
-    assert (prep / "report" / "report.md").exists()
+    md = (prep / "report" / "report.md").read_text()
+    # the appendix's ImageNet-C table: one block per corruption and severity (both sources here)
+    table = md.split("## Shifted splits (paper appendix ImageNet-C layout)")[1].split("\n## ")[0]
+    assert "| defocus_blur | 5 | `defocus_blur_5` |" in table
+    assert "| defocus_blur | 5 | `val-defocus_blur-5` |" in table
+    assert "## Gradient magnitudes" in md and "## Inference time" in md
     assert "+ cli.py train-oracle" in proc.stdout
 
 

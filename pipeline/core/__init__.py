@@ -6,5 +6,5 @@ precision.py  bf16/fp16/fp32 chosen once: autocast context, GradScaler on or off
 dist.py       torchrun / DDP plumbing
 presets.py    named models, the paper's protocol and the embedded dataset's settings
 metrics.py    trustworthiness metrics, pure numpy (oracle validation and report)
-options.py    click helpers shared by the commands
+options.py    click helpers shared by the commands; timing.py  model-only inference time
 """

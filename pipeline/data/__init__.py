@@ -5,7 +5,7 @@ sources.py      which samples a split holds (ImageNet layouts, ImageFolder, Fash
 labels.py       label files of flat validation folders; errors.py: DataError (no traceback)
 images.py       decode -> corrupt -> resize/crop in loader workers; normalisation on the device
 decode.py       nvJPEG decoding on the accelerator (extract --decode gpu|mixed)
-resize.py       batched resize + crop of differently sized images
-prefetch.py     a chain of background stages a few batches ahead of each other
-corruptions.py  ImageNet-C-style corruptions; imagenet_c.py: their names and parameters (torch-free)
+resize.py, prefetch.py  batched resize + crop of mixed sizes; background stages ahead of use
+corruptions.py  ImageNet-C's 19 corruptions; imagenet_c.py: names, parameters (torch-free);
+imagecorruptions_compat.py: the imagecorruptions package on numpy 2, seeded per call
 """

@@ -1,16 +1,27 @@
-"""ImageNet-C-style corruptions (Hendrycks & Dietterich, ICLR 2019) as a dataset option.
+"""ImageNet-C's corruptions (Hendrycks & Dietterich, ICLR 2019) as a dataset option: all 19.
 
 ``make_corruption(name, severity, seed)`` returns a picklable callable ``corrupt(img, index)`` that
 the loader workers apply to each decoded uint8 CHW image (1 or 3 channels) BEFORE resize/crop
 (``pipeline.data.images.ImageRows``); it returns uint8 CHW of the same shape.
 
-* Severity parameters are ImageNet-C's published ones (``PARAMS``; hendrycks/robustness,
+Eight are built in (``imagenet_c.BUILT_IN``, written in torch below, kept so that caches made
+before the other eleven arrived keep their pixels); the other eleven run the ``imagecorruptions``
+package's functions (``imagenet_c.PACKAGE``; ``imagecorruptions_compat``).
+
+* Built-in severity parameters are ImageNet-C's published ones (``PARAMS``; hendrycks/robustness,
   ``make_imagenet_c.py``), on the same [0, 1] intensity scale.
 * Spatial parameters (blur radius / sigma, in pixels of ImageNet-C's 224-px crop) are multiplied
   by ``min(H, W) / 224``, so a kernel covers the same fraction of the image's shorter side as in
   ImageNet-C, whatever the image size: 1.25 px for defocus severity 5 on 28-px Fashion-MNIST
   (close to CIFAR-10-C's own hand-picked 32-px values), 16.7 px on a 375-px ImageNet photo.
   Per-pixel noise, contrast, brightness and JPEG quality are not size-dependent.
+* The package's corruptions have their parameters in pixels of the 224-px crop too (motion
+  radius, snow flakes, frost texture, ...), but inside its code: except the per-pixel and
+  size-relative ones (``PACKAGE_NATIVE_SCALE``) they run at ImageNet-C's scale instead — the image
+  is resampled so its shorter side is 224 px (an integer upscale, e.g. 28 -> 224, by pixel
+  repetition), corrupted, and resampled back (an integer upscale is undone exactly by block
+  averaging).  Same outcome: the corruption covers the same fraction of the image as in
+  ImageNet-C.
 * Random draws are a pure function of ``(seed, global index)`` (numpy ``SeedSequence([seed,
   index])``): the classifier's extraction and every later evaluation of the same split see the
   identical corrupted pixels, in any worker, in any order.  All severities of one corruption share
@@ -31,7 +42,9 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.data.errors import DataError  # noqa: F401
-from pipeline.data.imagenet_c import CORRUPTIONS, PARAMS, REFERENCE_SIZE, SEVERITIES  # noqa: F401
+from pipeline.data.imagecorruptions_compat import corrupt_hwc   # imports the package on first use
+from pipeline.data.imagenet_c import (CORRUPTIONS, PACKAGE_NATIVE_SCALE, PARAMS, REFERENCE_SIZE,
+                                      SEVERITIES, corruption_choices_help)
 _SPATIAL = {"defocus_blur", "gaussian_blur"}
 _FFT_MIN_KERNEL = 8     # direct conv below this kernel size, FFT above (10x faster at 35 px)
 _TAG = re.compile(r"^(?P<name>[a-z_]+):(?P<severity>-?\d+):seed(?P<seed>\d+)$")
@@ -140,6 +153,41 @@ _FUNCS = {"gaussian_noise": _gaussian_noise, "shot_noise": _shot_noise,
           "gaussian_blur": _gaussian_blur, "contrast": _contrast, "brightness": _brightness}
 
 
+# ------------------------------------------------------------------ the imagecorruptions package --
+_LUMA = torch.tensor([0.299, 0.587, 0.114], dtype=torch.float64)   # PIL's RGB -> L weights
+
+
+def _to_reference_scale(img: torch.Tensor):
+    """uint8 (3, H, W) -> (uint8 image with shorter side REFERENCE_SIZE, function mapping a
+    float (3, H', W') result back to (3, H, W))."""
+    h, w = img.shape[-2:]
+    short = min(h, w)
+    if short == REFERENCE_SIZE:
+        return img, lambda out: out
+    if REFERENCE_SIZE % short == 0:          # integer upscale: repeat pixels, average blocks back
+        k = REFERENCE_SIZE // short
+        up = img.repeat_interleave(k, dim=-2).repeat_interleave(k, dim=-1)
+        return up, lambda out: F.avg_pool2d(out[None], k)[0]
+    size = (round(h * REFERENCE_SIZE / short), round(w * REFERENCE_SIZE / short))
+    resized = F.interpolate(img[None].float(), size=size, mode="bilinear", antialias=True,
+                            align_corners=False)[0].clamp(0, 255).round().to(torch.uint8)
+    return resized, lambda out: F.interpolate(out[None].float(), size=(h, w), mode="bilinear",
+                                              antialias=True, align_corners=False)[0].double()
+
+
+def _package_corruption(name: str, severity: int, img: torch.Tensor,
+                        seed: np.random.SeedSequence) -> torch.Tensor:
+    """uint8 (C, H, W) -> float64 (C, H, W) in [0, 1] through the package (3 channels there; a
+    1-channel image goes in as grey RGB and comes back as PIL's luma of the result)."""
+    x = img.expand(3, -1, -1) if img.shape[0] == 1 else img
+    x, back = (x, lambda out: out) if name in PACKAGE_NATIVE_SCALE else _to_reference_scale(x)
+    out = corrupt_hwc(name, severity, x.permute(1, 2, 0).contiguous().numpy(), seed)
+    out = back(torch.from_numpy(out).permute(2, 0, 1))
+    if img.shape[0] == 1:
+        out = (out * _LUMA[:, None, None]).sum(dim=0, keepdim=True)
+    return out / 255.0
+
+
 # ------------------------------------------------------------------------------------- API --
 @dataclass(frozen=True)
 class Corruption:
@@ -151,7 +199,8 @@ class Corruption:
 
     @property
     def param(self):
-        return PARAMS[self.name][self.severity - 1]
+        """The built-in corruption's parameter (None for the package's: they live in its code)."""
+        return PARAMS[self.name][self.severity - 1] if self.name in PARAMS else None
 
     @property
     def tag(self) -> str:
@@ -164,18 +213,22 @@ class Corruption:
                             f"{img.dtype} of shape {tuple(img.shape)}")
         if self.name == "jpeg_compression":
             return _jpeg_compression(img, self.param)
-        rng = np.random.default_rng(np.random.SeedSequence([self.seed, int(index)]))
-        scale = min(img.shape[-2:]) / REFERENCE_SIZE if self.name in _SPATIAL else 1.0
-        out = _FUNCS[self.name](img.float() / 255.0, self.param, rng, scale)
+        seed = np.random.SeedSequence([self.seed, int(index)])
+        if self.name not in PARAMS:
+            out = _package_corruption(self.name, self.severity, img, seed)
+        else:
+            scale = min(img.shape[-2:]) / REFERENCE_SIZE if self.name in _SPATIAL else 1.0
+            out = _FUNCS[self.name](img.float() / 255.0, self.param,
+                                    np.random.default_rng(seed), scale)
         return (out.clamp(0.0, 1.0) * 255.0).round_().to(torch.uint8)
 
 
 def make_corruption(name: str, severity: int, seed: int = 0) -> Corruption:
     """Validated ``Corruption``; an unknown name or a severity outside 1..5 raises DataError
     listing the choices."""
-    if name not in PARAMS:
-        raise DataError(f"--corruption {name!r}: unknown corruption; choose one of "
-                        f"{', '.join(CORRUPTIONS)}")
+    if name not in CORRUPTIONS:
+        raise DataError(f"--corruption {name!r}: unknown corruption; choose one of ImageNet-C's "
+                        f"19 ({corruption_choices_help()})")
     if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) \
             or severity not in SEVERITIES:
         raise DataError(f"--severity {severity!r}: expected an integer from 1 to 5 "

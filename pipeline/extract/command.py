@@ -53,8 +53,9 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
               show_default=True, help="Where JPEGs are decoded: cpu (loader workers), gpu "
               "(batched nvJPEG on the device, resize there too) or mixed (even rows on the device, "
               "odd rows in the workers). Other formats always decode on the CPU.")
-@click.option("--corruption", default=None, type=click.Choice(CORRUPTIONS), help="ImageNet-C-"
-              "style corruption applied to every image before resizing (pipeline/data/corruptions.py).")
+@click.option("--corruption", default=None, type=click.Choice(CORRUPTIONS), help="One of "
+              "ImageNet-C's 19 corruptions, applied to every image before resizing, seeded per "
+              "row by --seed (pipeline/data/corruptions.py; docs/DEMO_DATA.md).")
 @click.option("--severity", default=3, show_default=True, type=click.IntRange(1, 5))
 @click.option("--seed", default=0, show_default=True, type=SEED,
               help="Seed for random init and corruptions.")
@@ -114,6 +115,10 @@ def _print_extract_summary(split: str, s: dict) -> None:
     bad = f", {s['bad_rows']} bad row(s) recorded" if s["bad_rows"] else ""
     click.echo(f"[{split}] {s['rows']} rows, accuracy {100 * s['accuracy']:.2f}%{bad}; "
                f"{state}; cache: {s['out']}")
+    t = s.get("inference") or {}
+    if not s["already_complete"] and t.get("model_ms_per_img") is not None:
+        click.echo(f"[{split}] classifier inference {t['model_ms_per_img']:.4f} ms/img per view "
+                   f"(forward only, {t['device']}, batch {t['batch_size']}, {t['precision']})")
 
 
 def _unclaim_if_nothing_written(out: Path, existed: bool, world: int) -> None:

@@ -28,6 +28,7 @@ from pipeline.core import dist
 from pipeline.core.models import build_model, resolve_data_config, resolve_spec, weights_sha256
 from pipeline.core.precision import autocast
 from pipeline.data.classes import check_num_classes
+from pipeline.core.timing import ModelTimer
 from pipeline.data.corruptions import make_corruption as corruption_fn
 from pipeline.data.decode import DeviceDecoder, collate_raw, make_dataset
 from pipeline.data.images import (GpuNormalize, ResizeCrop, chunk_batches, default_workers,
@@ -184,15 +185,17 @@ def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, 
     bar = tqdm(total=total, unit="img", disable=not (cfg.progress and info.is_main),
                desc=f"extract {dataset.samples.split}", dynamic_ncols=True)
     first, t_first = 0, None
+    timer = ModelTimer(device)
     batches = iter(loader) if decoder is None else StagedPrefetch(iter(loader), decoder.stages,
                                                                   device)
     with torch.inference_mode(), closing_loop(sink, batches):
         for images, rows, valid in batches:
             if t_first is None and first:  # the second batch: start-up (workers, compile) is over
                 t_first = time.perf_counter()
-            x = normalize(images)
             labels = labels_all[rows].to(device, non_blocking=True)
-            with autocast(cfg.precision, device):
+            with timer.time(len(rows), views=2 if cfg.flip_view else 1), \
+                    autocast(cfg.precision, device):
+                x = normalize(images)
                 outputs = classify(fn, x, labels)
                 if cfg.flip_view:
                     flipped = classify(fn, x.flip(-1), labels)
@@ -203,7 +206,8 @@ def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, 
             bar.update(len(rows))
     bar.close()
     steady = time.perf_counter() - t_first if t_first else None
-    return {"rows": total, "steady_rows": total - first, "steady_s": steady}
+    return {"rows": total, "steady_rows": total - first, "steady_s": steady,
+            "model": timer.result(cfg.precision)}
 
 
 def _warm_up(cfg, fn, normalize, data_cfg, rows: int, device) -> None:
@@ -228,7 +232,11 @@ def _summary(samples, shard_stats: tuple, timing: dict) -> dict:
             "elapsed_s": round(timing["elapsed"], 3), "computed_rows": timing["rows"],
             "img_per_s": round(timing["rows"] / timing["elapsed"], 1) if timing["elapsed"] else None,
             # throughput after the first batch (excludes worker start-up and compilation)
-            "steady_img_per_s": round(timing["steady_rows"] / steady, 1) if steady else None}
+            "steady_img_per_s": round(timing["steady_rows"] / steady, 1) if steady else None,
+            # this process's forward passes alone (pipeline/core/timing.py)
+            "inference": {**timing.get("model", {}), "wall_ms_per_img": round(
+                1000.0 * steady / timing["steady_rows"], 4) if steady and timing["steady_rows"]
+                else None, "wall_what": "steady wall time per image incl. data loading"}}
 
 
 def _write_manifest(cfg, samples, identity, ranges, timing, info) -> None:

@@ -184,6 +184,10 @@ def _print_output(o: dict) -> None:
     click.echo(f"  [{o['split']}] {o['rows']} rows, classifier accuracy {100 * o['accuracy']:.2f}%"
                f", mean confidence correct {o['mean_confidence_correct']:.3f} / incorrect "
                f"{o['mean_confidence_incorrect']:.3f}: {o['path']}")
+    t = o.get("inference") or {}
+    if t.get("model_ms_per_img") is not None:
+        click.echo(f"  [{o['split']}] oracle inference {t['model_ms_per_img']:.4f} ms/img "
+                   f"(forward only, {t['device']}, batch {t['batch_size']}, {t['precision']})")
 
 
 @click.command()

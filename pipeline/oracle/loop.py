@@ -33,6 +33,10 @@ from pipeline.oracle.step import (TargetTable, TrainObjects, first_non_finite, g
                                   train_step, val_metrics)
 
 MAX_WARMUP_FRACTION = 0.3      # OneCycleLR's own default pct_start
+GRAD_NORM_DEFINITION = (
+    "mean over training samples of ||dL/dx_out_i||_2: x_out_i = sample i's pooled backbone "
+    "output (the head's input), L = the optimizer step's loss (mean over the global batch, as "
+    "optimised); x batch size = the per-sample-loss gradient (paper App., 'Analysis of Gradients')")
 
 
 def schedule_info(config: dict, total_steps: int, steps_per_epoch: int, world: int) -> dict:
@@ -88,9 +92,17 @@ class LoopState:
     best_score: float | None = None
     best_step: int | None = None
     last_ckpt_step: int | None = None
+    grads: np.ndarray = field(default_factory=lambda: np.zeros(2))    # sum of norms, samples
+
+    def grad_norm(self) -> dict:
+        """run.json's ``grad_norm``: the run mean of the per-sample head-input gradient norm."""
+        total, n = self.grads
+        return {"mean": float(total / n) if n else None, "samples": int(n),
+                "definition": GRAD_NORM_DEFINITION}
 
     def extra(self, prep) -> dict:
-        return {"counts": self.counts.tolist(), "best_score": self.best_score,
+        return {"counts": self.counts.tolist(), "grads": self.grads.tolist(),
+                "best_score": self.best_score,
                 "best_step": self.best_step, "group": prep.record["group"],
                 "config": prep.config}
 
@@ -140,6 +152,7 @@ def fit(prep, objs: TrainObjects, data_cfg: DataConfig, state: LoopState,
                disable=not (s.progress and info.is_main), dynamic_ncols=True)
     window: list[torch.Tensor] = []
     counts = torch.zeros(4, device=objs.device)
+    grads = torch.zeros(2, device=objs.device)
     t0 = time.perf_counter()
     with StopSignals() as stop:
         dataset = ImageRows(prep.train.samples, ResizeCrop(data_cfg), prep.train.corrupt_fn())
@@ -147,18 +160,19 @@ def fit(prep, objs: TrainObjects, data_cfg: DataConfig, state: LoopState,
                              pin_memory=objs.device.type == "cuda")
         batches = iter(loader)
         while state.step < total:
-            loss, c = train_step(objs, batches, state.step, schedule, slices, table)
+            loss, c, g = train_step(objs, batches, state.step, schedule, slices, table)
             state.step += 1
             window.append(loss)
             counts += c
+            grads += g
             step = state.step
             val_now = s.val_every is not None and (step % s.val_every == 0 or step == total)
             ckpt_now = step % s.ckpt_every == 0 or step == total or step == s.stop_at_step
             if not (step % s.log_every == 0 or val_now or ckpt_now or step == total
                     or (stop.requested and not info.enabled)):
                 continue
-            t0 = _sync(prep, objs, state, window, counts, log, bar, t0)
-            window, counts = [], torch.zeros(4, device=objs.device)
+            t0 = _sync(prep, objs, state, window, counts, grads, log, bar, t0)
+            window, counts, grads = [], torch.zeros(4, device=objs.device), torch.zeros_like(grads)
             if val_now:
                 validate(prep, objs, data_cfg, state, log, s)
             signalled = not dist.all_ok(info, not stop.requested)
@@ -173,10 +187,12 @@ def fit(prep, objs: TrainObjects, data_cfg: DataConfig, state: LoopState,
 
 
 def _sync(prep, objs: TrainObjects, state: LoopState, window: list, counts: torch.Tensor,
-          log: StepLog, bar, t0: float) -> float:
+          grads: torch.Tensor, log: StepLog, bar, t0: float) -> float:
     """Check the window's global losses for NaN/inf, then log them; returns the new t0."""
     losses = global_mean(objs.info, torch.stack(window)).cpu().numpy().astype(np.float64)
     state.counts += global_sum(objs.info, counts).cpu().numpy()
+    g_sum, g_n = global_sum(objs.info, grads).cpu().numpy().astype(np.float64)
+    state.grads += (g_sum, g_n)
     first = state.step - len(window) + 1
     bad = first_non_finite(losses)
     if bad is not None:
@@ -194,7 +210,8 @@ def _sync(prep, objs: TrainObjects, state: LoopState, window: list, counts: torc
     for i, value in enumerate(losses):
         entry = {"step": first + i, "loss": float(value)}
         if i == len(losses) - 1:
-            entry.update(lr=lr, img_per_s=round(img_s, 1), tpr=tpr, tnr=tnr)
+            entry.update(lr=lr, img_per_s=round(img_s, 1), tpr=tpr, tnr=tnr,
+                         grad_norm=float(g_sum / g_n) if g_n else None)
         log.write(entry)
     bar.update(len(window))
     bar.set_postfix(loss=f"{losses.mean():.4f}", img_s=f"{img_s:.0f}", tpr=f"{tpr:.3f}",
@@ -238,7 +255,8 @@ def resume_state(run_dir: Path, objs: TrainObjects, prep) -> LoopState:
                        f"not {prep.record['group']}; delete the run directory to start over")
     restore_training_state(objs, ckpt)
     state = LoopState(int(ckpt["step"]), np.asarray(ckpt["counts"], np.float64),
-                      ckpt["best_score"], ckpt["best_step"], int(ckpt["step"]))
+                      ckpt["best_score"], ckpt["best_step"], int(ckpt["step"]),
+                      np.asarray(ckpt.get("grads", (0.0, 0.0)), np.float64))
     best = run_dir / CHECKPOINTS / BEST
     if objs.info.is_main and best.exists() and load_checkpoint(best).get("step") != state.best_step:
         best.unlink()

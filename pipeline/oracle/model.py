@@ -34,6 +34,15 @@ class ScalarHead(nn.Module):
             z = z / (self.linear.weight.norm() + HYPERPLANE_EPS)
         return z
 
+    @torch.no_grad()
+    def input_grad_norms(self, z_grad: torch.Tensor) -> torch.Tensor:
+        """Per-sample ||dL/dfeats_i|| from dL/dz_i: z is linear in the features, dz_i/dfeats_i
+        = w (or w / (||w|| + eps) for the hyperplane) for every sample, so the norm is
+        |dL/dz_i| * ||dz/dfeats|| — the head's input gradient without a second backward."""
+        w = self.linear.weight.detach().float().norm()
+        jac = w / (w + HYPERPLANE_EPS) if self.normalised else w
+        return z_grad.detach().float().abs() * jac
+
 
 class Oracle(nn.Module):
     """backbone(x) -> pooled features -> head -> z of shape (B,)."""

@@ -6,6 +6,7 @@ stage 1) -> loader over the valid rows, this rank's contiguous share -> loop und
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import torch.distributed as tdist
 from tqdm import tqdm
 
 from cache.integrity import file_digest
+from cache.manifest import write_json_atomic
 from cache.outputs import classifier_ref, read_outputs, write_outputs
 from cache.schema import CacheError, CacheMismatch, identity_diff
 from cache.shards import read_attrs
@@ -22,6 +24,7 @@ from pipeline.core import dist
 from pipeline.core.models import DataConfig, ModelSpec
 from pipeline.core.options import check_output_name
 from pipeline.core.precision import autocast
+from pipeline.core.timing import ModelTimer
 from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, make_loader
 from pipeline.data.sources import is_embedded
 from pipeline.oracle.checkpoint import BEST, load_checkpoint, unwrap
@@ -32,7 +35,8 @@ from pipeline.oracle.targets import Split, open_split
 
 def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig, *,
              batch_size: int, workers: int, precision: str, device: torch.device,
-             info: dist.DistInfo, progress: bool = False, desc: str = "") -> np.ndarray:
+             info: dist.DistInfo, progress: bool = False, desc: str = "",
+             timer: ModelTimer | None = None) -> np.ndarray:
     """z of ``rows`` (any order), shape (len(rows),) float32, identical on every rank.
 
     Each rank scores a contiguous share; the shares are summed with all_reduce (every other
@@ -50,7 +54,7 @@ def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig
                dynamic_ncols=True, leave=False)
     with torch.inference_mode():
         for images, _, _ in loader:
-            with autocast(precision, device):
+            with timer.time(len(images)) if timer else nullcontext(), autocast(precision, device):
                 z = model(normalize(images))
             n = len(images)
             out[share[pos]:share[pos] + n] = z.float()
@@ -66,9 +70,11 @@ def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig
 
 
 def output_path(run_dir: Path, name: str) -> Path:
-    """RUN/outputs/<name>.h5; a name that would leave outputs/ (a split tag or --name with a
-    path separator or a leading '.') is refused, whoever built it."""
-    if "/" in name or "\\" in name or name.startswith(".") or not name:
+    """RUN/outputs/<name>.h5.  A split of an ImageNet-C-layout tree (``defocus_blur/5``) becomes
+    ``defocus_blur_5.h5``: one flat folder, one distinct file stem (the report's split tag).  A
+    name that would still leave outputs/ (a backslash, a leading '.') is refused, whoever built it."""
+    name = name.replace("/", "_")
+    if "\\" in name or name.startswith(".") or not name:
         raise RunError(f"output name {name!r} would not be a file inside {Path(run_dir) / OUTPUTS}"
                        " (path separators or a leading '.'); pass --name with a plain file name")
     return Path(run_dir) / OUTPUTS / f"{name}.h5"
@@ -104,8 +110,10 @@ def write_split_outputs(model: Oracle, split: Split, path: Path, record: dict,
     """Score every valid row of ``split`` and write the output file (rank 0).  Returns a summary."""
     cols = split.cache.load(["valid", "correct", "label", "pred"])
     rows = np.flatnonzero(cols["valid"] == 1)
+    timer = ModelTimer(device)
     z_rows = oracle_z(model, split, rows, data_cfg, info=info, device=device,
-                      desc=f"predict {split.tag}", **run_opts)
+                      desc=f"predict {split.tag}", timer=timer, **run_opts)
+    inference = timer.result(run_opts["precision"])
     n = split.cache.num_rows
     z = np.zeros(n, np.float32)
     conf = np.zeros(n, np.float32)
@@ -116,12 +124,19 @@ def write_split_outputs(model: Oracle, split: Split, path: Path, record: dict,
         write_outputs(path, {"index": np.arange(n, dtype=np.int64), "valid": cols["valid"],
                              "z": z, "confidence": conf, "correct": cols["correct"],
                              "label": cols["label"], "pred": cols["pred"]}, ref, record)
+        write_json_atomic(timing_path(path), inference)
     dist.barrier(info)
     o = cols["correct"][rows].astype(bool)
     return {"split": split.tag, "rows": int(len(rows)), "path": str(path),
             "accuracy": float(o.mean()) if len(o) else float("nan"),
             "mean_confidence_correct": float(conf[rows][o].mean()) if o.any() else float("nan"),
-            "mean_confidence_incorrect": float(conf[rows][~o].mean()) if (~o).any() else float("nan")}
+            "mean_confidence_incorrect": float(conf[rows][~o].mean()) if (~o).any() else float("nan"),
+            "inference": inference}
+
+
+def timing_path(output: Path) -> Path:
+    """``outputs/<name>.timing.json``: the oracle's inference time on that split (rank 0's)."""
+    return Path(output).with_suffix(".timing.json")
 
 
 def load_trained_oracle(run_dir: Path, run: dict) -> tuple[Oracle, DataConfig, dict]:

@@ -60,15 +60,17 @@ class TargetTable:
 
 
 def train_step(objs: TrainObjects, batches: Iterator, step: int, schedule: StepSchedule,
-               slices: list[slice], targets: TargetTable) -> tuple[torch.Tensor, torch.Tensor]:
+               slices: list[slice], targets: TargetTable
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Optimizer step ``step`` (0-based).  Returns (this rank's mean loss, counts (4,): TP, P,
-    TN, N), both on the device and not synchronised."""
+    TN, N, gradient sums (2,): see ``grad_norm_sums``), on the device, not synchronised."""
     rows, flips = schedule.batch_rows(step), schedule.batch_flips(step)
     o_all, pt_all = targets.lookup(rows, flips)
     torch.manual_seed(derive_seed(schedule.seed, "torch", step, objs.info.rank))
     objs.optimizer.zero_grad(set_to_none=True)
     loss_sum = torch.zeros((), device=objs.device)
     counts = torch.zeros(4, device=objs.device)
+    grads = torch.zeros(2, device=objs.device)
     for a, sl in enumerate(slices):
         images, got, _ = next(batches)
         if not np.array_equal(got.numpy(), rows[sl]):
@@ -84,8 +86,10 @@ def train_step(objs: TrainObjects, batches: Iterator, step: int, schedule: StepS
         with sync:
             with autocast(objs.precision, objs.device):
                 z = objs.step_model(x)
+            z.retain_grad()        # dL/dz: the head's input gradient follows (logging only)
             loss = per_sample_loss(objs.loss, z, o, pt, coef).mean() / len(slices)
             objs.scaler.scale(loss).backward()
+        grads += grad_norm_sums(objs, z.grad)
         loss_sum += loss.detach()
         zd = z.detach().float()
         counts += torch.stack([((zd > 0) & (o > 0.5)).sum(), (o > 0.5).sum(),
@@ -93,7 +97,18 @@ def train_step(objs: TrainObjects, batches: Iterator, step: int, schedule: StepS
     objs.scaler.step(objs.optimizer)
     objs.scaler.update()
     objs.scheduler.step()
-    return loss_sum, counts
+    return loss_sum, counts, grads
+
+
+def grad_norm_sums(objs: TrainObjects, z_grad: torch.Tensor) -> torch.Tensor:
+    """(sum over this micro-batch of ||dL/dx_out_i||_2, number of samples), x_out the backbone's
+    pooled output (the head's input) and L the optimizer step's loss: the mean per-sample loss
+    over the global batch (every rank and accumulation slice), unscaled from the GradScaler.
+    Steps the GradScaler skips (inf/NaN gradients) are left out."""
+    scale = objs.scaler._get_scale_async() if objs.scaler.is_enabled() else 1.0  # no host sync
+    norms = unwrap(objs.model).head.input_grad_norms(z_grad) / (scale * objs.info.world)
+    finite = torch.isfinite(norms)
+    return torch.stack([torch.where(finite, norms, 0.0).sum(), finite.sum().float()])
 
 
 def global_mean(info: dist.DistInfo, values: torch.Tensor) -> torch.Tensor:

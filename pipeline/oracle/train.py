@@ -292,6 +292,7 @@ def _train_claimed(cfg: TrainConfig, prep: Prepared, info: dist.DistInfo, device
                            **extras)
         raise
     best = {"step": state.best_step, "val_aupr_error": state.best_score}
+    extras["grad_norm"] = {**state.grad_norm(), "global_batch": prep.schedule.batch_size}
     if outcome in ("stopped", "interrupted"):
         if info.is_main:
             write_run_file(prep.run_dir, prep.record, outcome, step=state.step, best=best,

@@ -7,4 +7,5 @@ scoring.py  every number of one split of one score (metrics in pipeline/core/met
 separability.py  Table A4          baselines.py  MCP, entropy, max logit, energy, DOCTOR
 tables.py   one table model, md/csv/tex/json writers   markdown.py  report.md
 figures.py  histograms (Fig. 3) and risk-coverage curves
+appendix.py  ImageNet-C blocks, gradient magnitudes, inference time (paper appendix)
 """

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.report import tables as T
+from pipeline.report import appendix, tables as T
 
 
 def markdown_document(doc: dict, tables: list[dict]) -> str:
@@ -22,6 +22,7 @@ def markdown_document(doc: dict, tables: list[dict]) -> str:
         lines.append(f"- skipped run {skipped['run_dir']}: {skipped['reason']}")
     for split in doc["splits"]:
         lines += _split_section(split, [t for t in tables if t["split"] == split["split"]])
+    lines += appendix.markdown(doc)       # ImageNet-C blocks, gradients, inference time
     lines += _runs_section(doc)
     return "\n".join(lines).rstrip() + "\n"
 

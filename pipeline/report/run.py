@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from cache.reader import ClassifierCache, slug
-from pipeline.report import figures as F, tables as T
+from pipeline.report import appendix, figures as F, tables as T
 from pipeline.report.figures import oc_label
 from pipeline.report.inputs import ReportError, collect, evaluate_baselines, evaluate_output, plan
 from pipeline.report.markdown import markdown_document
@@ -265,7 +265,7 @@ def build_doc(cfg, splits, results, skipped, figures, out: Path) -> dict:
     return {"schema": "trust-oracles-report/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "metrics": cfg.metrics, "definitions": T.DEFINITION_TEXT, "exclusion": EXCLUSION_NOTE,
             "config": asdict(cfg),
-            "splits": doc_splits, "skipped": skipped,
+            "splits": doc_splits, "skipped": skipped, "appendix": appendix.collect(results),
             "evaluations": results}
 
 

@@ -1,0 +1,170 @@
+"""The paper's appendix analyses, from what the stages recorded: the ImageNet-C table (every
+shifted split, one block per corruption and severity), gradient magnitudes (run.json's
+``grad_norm``) and inference time (the cache manifest's ``summary.inference``, the oracle's
+``outputs/<name>.timing.json``).  Plain dicts in, markdown lines out; no torch."""
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.report import tables as T
+
+_NAME = re.compile(r"^[a-z][a-z_]*$")
+APPENDIX_METRICS = ("acc", "fpr95", "aupr_err", "aupr_succ", "auc", "tpr", "tnr")
+
+
+def corruption_of(identity: dict, root: str = "") -> tuple[str, int] | None:
+    """(corruption, severity) of a classifier cache, None for a clean split.  Three sources:
+    ``extract --corruption`` (identity corruption "name:severity:seedN"), an ImageNet-C-layout
+    tree read as ``--split <corruption>/<severity>`` (downloaded, or written by cli.py corrupt),
+    and one read as ``--data .../<corruption> --split <severity>`` (the data root's name)."""
+    tag = identity.get("corruption") or "none"
+    if tag != "none":
+        name, severity = tag.split(":")[:2]
+        return name, int(severity)
+    parts = str(identity.get("split", "")).split("/")
+    if len(parts) >= 2 and _NAME.match(parts[-2]) and parts[-1] in "12345" and parts[-1]:
+        return parts[-2], int(parts[-1])
+    name = Path(root).name if root else ""
+    if parts[-1] and parts[-1] in "12345" and _NAME.match(name):
+        return name, int(parts[-1])
+    return None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def collect(results: list[dict]) -> dict:
+    """{'shifts': {split: [corruption, severity]}, 'gradients': [...], 'inference': [...]} for
+    report.json (one entry per shifted split / run / <O,C> and split)."""
+    shifts = {}
+    for r in results:
+        if r["split"] not in shifts:
+            manifest = _read_json(Path(r["cache"]) / "manifest.json")
+            shifts[r["split"]] = corruption_of(manifest.get("identity", {}), manifest.get("root", ""))
+    grads, runs = [], {}
+    for r in results:
+        if r["kind"] == "oracle" and r["run_dir"] and r["run_dir"] not in runs:
+            runs[r["run_dir"]] = r
+            g = _read_json(Path(r["run_dir"]) / "run.json").get("grad_norm") or {}
+            if g.get("mean") is not None:
+                grads.append({"run_dir": r["run_dir"], "labels": r["labels"], **g})
+    timing = defaultdict(lambda: {"oracle": [], "classifier": None})
+    for r in results:
+        if r["kind"] != "oracle":
+            continue
+        lab = r["labels"]
+        entry = timing[(lab["oracle"], lab["classifier"], r["split"])]
+        oracle = _read_json(Path(r["source"]).with_suffix(".timing.json"))
+        if oracle.get("model_ms_per_img") is not None:
+            entry["oracle"].append(oracle)
+        manifest = _read_json(Path(r["cache"]) / "manifest.json")
+        entry["classifier"] = entry["classifier"] or (manifest.get("summary") or {}).get("inference")
+    inference = [{"oracle": o, "classifier": c, "split": s, "oracle_timing": v["oracle"],
+                  "classifier_timing": v["classifier"]} for (o, c, s), v in timing.items()
+                 if v["oracle"] or (v["classifier"] or {}).get("model_ms_per_img") is not None]
+    return {"shifts": {k: list(v) for k, v in shifts.items() if v}, "gradients": grads,
+            "inference": inference}
+
+
+def markdown(doc: dict) -> list[str]:
+    appendix = doc.get("appendix") or {}
+    return (imagenet_c_table(doc) + gradient_table(appendix.get("gradients", []))
+            + inference_table(appendix.get("inference", [])))
+
+
+def imagenet_c_table(doc: dict) -> list[str]:
+    """Paper Table A (ImageNet-C): a block per corruption and severity, oracle rows."""
+    definition = "standard" if doc["metrics"] == "standard" else "paper"
+    cols = {m: (head, unit) for m, head, unit in T.COLUMNS[definition]}
+    shifts = (doc.get("appendix") or {}).get("shifts", {})
+    blocks = sorted(((tuple(shifts[s["split"]]), s) for s in doc["splits"] if s["split"] in shifts),
+                    key=lambda b: (*b[0], b[1]["split"]))
+    if not blocks:
+        return []
+    heads = ["Corruption", "Severity", "split", "⟨O,C⟩", "Loss"] + \
+        [cols[m][0] for m in APPENDIX_METRICS] + ["n"]
+    lines = ["", "## Shifted splits (paper appendix ImageNet-C layout)", "",
+             f"One block per corruption and severity; oracle rows; {definition} definitions "
+             f"({T.DEFINITION_TEXT[definition].split(':')[0]}). The paper's table: defocus, "
+             "glass, motion and zoom blur at severity 5, ⟨ViT, ViT⟩.", "",
+             "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for (name, severity), split in blocks:
+        previous = None
+        for row in (r for r in split["rows"] if r["kind"] == "oracle"):
+            cells = [T.cell_text(row["agg"][definition][m], cols[m][1], metric=m)
+                     for m in APPENDIX_METRICS]
+            lead = [name, str(severity), f"`{split['split']}`"] if previous is None else ["", "", ""]
+            oc = row["oc"] if row["oc"] != previous else ""
+            previous = row["oc"]
+            lines.append("| " + " | ".join([*lead, oc, row["display_loss"], *cells,
+                                            str(row["n"])]) + " |")
+    return lines
+
+
+def gradient_table(gradients: list[dict]) -> list[str]:
+    if not gradients:
+        return []
+    groups = defaultdict(list)
+    for g in gradients:
+        lab = g["labels"]
+        groups[(f"⟨{lab['oracle']}, {lab['classifier']}⟩", lab["loss_label"], lab["group"])].append(g)
+    lines = ["", "## Gradient magnitudes (paper appendix 'Analysis of Gradients')", "",
+             "Mean over training samples of ‖∂L/∂x_out,i‖₂, x_out the oracle backbone's pooled "
+             "output, L the optimizer step's loss (mean over the global batch); mean ± std over "
+             "runs. × batch = the same for the per-sample loss. The paper, ⟨ViT, ViT⟩ at batch "
+             "40: CE 0.0068, focal 0.0041, TCP 0.0039, SS 0.0149.", "",
+             "| ⟨O,C⟩ | Loss | ‖∂L/∂x_out‖ | × batch | batch | n |", "|---|---|---|---|---|---|"]
+    for (oc, loss, _), members in groups.items():
+        batches = sorted({m.get("global_batch") for m in members if m.get("global_batch")})
+        means = np.array([m["mean"] for m in members])
+        scaled = np.array([m["mean"] * (m.get("global_batch") or np.nan) for m in members])
+        lines.append(f"| {oc} | {loss} | {_pm(means, 4)} | {_pm(scaled, 3)} | "
+                     f"{', '.join(map(str, batches)) or '?'} | {len(members)} |")
+    return lines
+
+
+def inference_table(inference: list[dict]) -> list[str]:
+    if not inference:
+        return []
+    lines = ["", "## Inference time (paper appendix: oracle 1.53 vs classifier 1.64 ms/img)", "",
+             "Forward passes only (uint8 batch to the device, normalisation, model; per image "
+             "and view; data loading and the first batch excluded), as extract and predict "
+             "measured them; figures from different devices or batch sizes are not comparable.",
+             "",
+             "| ⟨O,C⟩ | split | classifier ms/img | oracle ms/img | classifier device, batch, "
+             "precision | oracle device, batch, precision |", "|---|---|---|---|---|---|"]
+    for e in inference:
+        c, orc = e["classifier_timing"] or {}, e["oracle_timing"]
+        oracle_ms = np.array([o["model_ms_per_img"] for o in orc])
+        lines.append(f"| ⟨{e['oracle']}, {e['classifier']}⟩ | `{e['split']}` | "
+                     f"{_fmt(c.get('model_ms_per_img'))} | {_pm(oracle_ms, 4) if len(orc) else 'n/a'} | "
+                     f"{_setting(c)} | {_setting(orc[0]) if orc else 'n/a'} |")
+    return lines
+
+
+def _setting(t: dict) -> str:
+    if not t:
+        return "n/a"
+    warm = " (incl. warm-up)" if t.get("includes_warmup") else ""
+    return f"{t.get('device')}, {t.get('batch_size')}, {t.get('precision')}{warm}"
+
+
+def _fmt(v) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+def _pm(values: np.ndarray, digits: int) -> str:
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return "n/a"
+    text = f"{values.mean():.{digits}f}"
+    return text + (f" ± {values.std(ddof=1):.{digits}f}" if len(values) > 1 else "")
