@@ -180,14 +180,14 @@ def finish_run(prep, objs, info: dist.DistInfo, device, sched: dict,
     for split in prep.evals:
         path = output_path(prep.run_dir, split.tag)
         ref = classifier_ref(split.cache.path, split.cache.identity)
-        if outputs_done(path, ref, prep.record, digests.get(split.tag)):
+        if outputs_done(path, ref, prep.record, digests.get(path.stem)):
             results.append({"split": split.tag, "path": str(path), "already_complete": True})
         else:
             results.append(write_split_outputs(model, split, path, prep.record, data_cfg, opts,
                                                info, device))
         outputs[split.tag] = str(path)
-        if info.is_main:   # size + XXH3-128 hash, checked by `report` and by a re-run
-            digests[split.tag] = file_digest(path)
+        if info.is_main:   # size + XXH3-128 hash by file stem, checked by `report` and a re-run
+            digests[path.stem] = file_digest(path)
     extras = extras or {k: v for k, v in run.items() if k not in ("run", "status", "versions",
                                                                   "updated", "outputs",
                                                                   "output_files")}
