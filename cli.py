@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from pipeline.attack.command import attack
 from pipeline.classifier.command import fit_classifier
 from pipeline.demo.command import demo
 from pipeline.extract.command import extract
@@ -56,7 +57,7 @@ def cli():
     """Trustworthiness oracles (Luo et al., NeurIPS 2021): extract -> train-oracle -> report."""
 
 
-for command in (extract, train_oracle, predict, report, fit_classifier, demo):
+for command in (extract, train_oracle, predict, report, fit_classifier, attack, demo):
     cli.add_command(command)
 
 

@@ -21,6 +21,7 @@ ALLOWED = {
     "extract": {"cache", "core", "data", "extract"},
     "classifier": {"cache", "core", "data", "classifier"},
     "oracle": {"cache", "core", "data", "oracle"},
+    "attack": {"cache", "core", "data", "attack"},
     "report": {"cache", "core", "report"},
     "demo": {"cache", "core", "data", "report", "demo"},   # runs the stages as subprocesses
 }
