@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -95,7 +96,9 @@ def output_files(samples: SampleList, rows: np.ndarray, dirnames: tuple[str, ...
 
 
 def _write_png(path: Path, image: torch.Tensor) -> None:
-    data = encode_png(image, compression_level=6).numpy().tobytes()
+    with warnings.catch_warnings():  # torchvision >= 0.29 deprecates its codecs (still fine)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        data = encode_png(image, compression_level=6).numpy().tobytes()
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
