@@ -41,7 +41,9 @@ def user_error(result, pattern: str, code: int) -> None:
 
 
 def colour_tree(root, per_class: dict, seed=0):
-    """ImageFolder whose 3 classes differ by colour; sizes vary (so resize + crop matter)."""
+    """ImageFolder whose 3 classes differ by colour; sizes vary (so resize + crop matter).  The
+    first training image of each class has the next class's colour: the classifier errs there,
+    so an oracle has both classes to learn from."""
     from PIL import Image
     rng = np.random.default_rng(seed)
     for split, n in per_class.items():
@@ -49,7 +51,9 @@ def colour_tree(root, per_class: dict, seed=0):
             (root / split / f"class_{k}").mkdir(parents=True, exist_ok=True)
             for i in range(n):
                 h, w = rng.integers(30, 48, size=2)
-                img = np.clip(PALETTE[k] + rng.normal(0, 20, (h, w, 3)), 0, 255).astype(np.uint8)
+                colour = PALETTE[(k + 1) % len(PALETTE)] if split == "train" and i == 0 \
+                    else PALETTE[k]
+                img = np.clip(colour + rng.normal(0, 20, (h, w, 3)), 0, 255).astype(np.uint8)
                 Image.fromarray(img).save(root / split / f"class_{k}" / f"img{i}.png")
     return root
 
