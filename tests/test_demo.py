@@ -60,12 +60,12 @@ def demo_run(tmp_path_factory):
 def test_demo_prints_commands_and_the_main_table(demo_run):
     out = demo_run["stdout"]
     log = json.loads((demo_run["art"] / "demo.json").read_text())
-    assert [s["stage"] for s in log["steps"]] == ["fit"] * 2 + ["extract"] * 2 + ["train"] * 4 + \
-        ["report"]
+    assert [s["stage"] for s in log["steps"]] == ["fit"] * 2 + ["extract"] * 2 + [
+        "attack", "extract"] + ["train"] * 4 + ["predict"] * 4 + ["report"]
     assert not log["failed"] and all(s["returncode"] == 0 for s in log["steps"])
     for step in log["steps"]:
         assert f"$ {step['command']}" in out
-    assert "demo finished: 9 commands" in out
+    assert "demo finished: 15 commands" in out
     assert "report: artifacts/fmnist-small/report/report.md (splits test, test-gaussian_noise-5" in out
     assert "### Trust metrics — paper definitions" in out and "| ⟨vit, vit⟩ | CE (broadcast) |" in out
 
@@ -93,6 +93,14 @@ def test_demo_caches_and_runs(demo_run):
         assert cfg["epochs"] == 1                                # --train-args override
         for tag in ("test", "test-gaussian_noise-5"):
             check_outputs_aligned(run / "outputs" / f"{tag}.h5", art / "cache" / "vit" / tag)
+        # predict: each run on its classifier's adversarial copy of test
+        check_outputs_aligned(run / "outputs" / "test-pgd_linf.h5",
+                              art / "cache" / "vit" / "test-pgd_linf-vit")
+    adv = ClassifierCache.open(art / "cache" / "vit" / "test-pgd_linf-vit")
+    attack = json.loads((art / "adversarial" / "test-pgd_linf-vit" / ".attack" / "manifest.json"
+                         ).read_text())["summary"]
+    assert adv.num_rows == attack["rows"] == 1000 and attack["clean_accuracy"] == clean
+    assert adv.manifest["summary"]["accuracy"] == attack["stored_accuracy"] < clean - 0.2
 
 
 def check_outputs_aligned(path, cache_dir):
@@ -109,7 +117,7 @@ def test_demo_report_has_every_row_and_sane_metrics(demo_run):
     report = demo_run["art"] / "report"
     doc = json.loads((report / "report.json").read_text())
     splits = {s["split"]: s for s in doc["splits"]}
-    assert set(splits) == {"test", "test-gaussian_noise-5"}
+    assert set(splits) == {"test", "test-gaussian_noise-5", "test-pgd_linf"}
     for tag, split in splits.items():
         rows = split["rows"]
         oracle = {(r["oracle"], r["loss_label"]) for r in rows if r["kind"] == "oracle"}
@@ -133,7 +141,7 @@ def test_demo_report_has_every_row_and_sane_metrics(demo_run):
     text = (report / "report.md").read_text()
     for title in ("Trust metrics — paper definitions", "Trust metrics — standard definitions",
                   "Separability (paper Table A4)"):
-        assert text.count(title) == 2                            # one per split
+        assert text.count(title) == 3                            # one per split
 
 
 def test_bare_commands_find_the_demo_work_complete(demo_run):

@@ -2,7 +2,7 @@
 
 sources.py      which samples a split holds (ImageNet layouts, ImageFolder, Fashion-MNIST), labels
 labels.py       label files of flat validation folders (devkit, Kaggle csv, "filename label")
-errors.py       DataError: a user's data problem, printed without a traceback
+errors.py       DataError (no traceback); attacked.py: the format of an `attack`-written split
 images.py       decode -> corrupt -> resize/crop in loader workers; normalisation on the device
 decode.py       nvJPEG decoding on the accelerator (extract --decode gpu|mixed)
 resize.py       batched resize + crop of differently sized images
