@@ -99,8 +99,12 @@ def test_demo_caches_and_runs(demo_run):
     adv = ClassifierCache.open(art / "cache" / "vit" / "test-pgd_linf-vit")
     attack = json.loads((art / "adversarial" / "test-pgd_linf-vit" / ".attack" / "manifest.json"
                          ).read_text())["summary"]
-    assert adv.num_rows == attack["rows"] == 1000 and attack["clean_accuracy"] == clean
-    assert adv.manifest["summary"]["accuracy"] == attack["stored_accuracy"] < clean - 0.2
+    assert adv.num_rows == attack["rows"] == 1000
+    assert attack["clean_accuracy"] == pytest.approx(clean, abs=0.01)   # fp32 here, bf16 there
+    assert attack["stored_accuracy"] < clean - 0.2                       # the attack works...
+    # ...and extract sees the stored pixels (both fp32; batches differ: a row at most may flip)
+    assert adv.manifest["summary"]["accuracy"] == pytest.approx(attack["stored_accuracy"],
+                                                                abs=0.0015)
 
 
 def check_outputs_aligned(path, cache_dir):
