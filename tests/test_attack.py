@@ -301,3 +301,32 @@ def test_torchrun_two_processes_write_the_same_split(fitted, tmp_path):
     ma, mb = manifest(a), manifest(b)
     assert ma["identity"] == mb["identity"] and mb["summary"]["computed_rows"] == 18
     assert mb["info"]["world_size"] == 2
+
+
+def test_grey_fashion_mnist_split_in_its_idx_folder(tmp_path):
+    """Attacked into the folder of the idx files: an extra split of that --data (classes.txt
+    with folder-safe names, 1-channel PNGs); extract reproduces the logged outputs exactly."""
+    from cache.reader import ClassifierCache
+    from fmnist_subset import write_fmnist_subset
+    from pipeline.data.sources import FMNIST_CLASSES, check_splits, list_split
+
+    data = write_fmnist_subset(tmp_path / "fm", n_train=20, n_test=40)
+    model = ["--classifier", "vit_tiny_patch16_224", "--random-init", "--model-kwargs",
+             json.dumps({"img_size": 28, "patch_size": 7, "in_chans": 1, "num_classes": 10,
+                         "embed_dim": 32, "depth": 1, "num_heads": 2}),
+             "--precision", "fp32", "--workers", "0", *CPU]
+    ok("attack", *model, "--data", data, "--split", "test", "--max-samples", "10", "--out", data)
+    name = "test-pgd_linf-vit_tiny_patch16_224"
+    check_splits(str(data), ("test", name))
+    samples = list_split(str(data), name)
+    assert samples.dataset == "fashion-mnist" and len(samples) == 10
+    assert samples.classes[0] == "T-shirt_top" and len(samples.classes) == len(FMNIST_CLASSES)
+    assert samples.model_resolution == (1, 28, 28)
+    ok("extract", *model, "--data", data, "--split", name, "--out", tmp_path / "cache")
+    cache = ClassifierCache.open(tmp_path / "cache" / "vit_tiny_patch16_224" / name)
+    rec = records(data / name)
+    order = np.array([samples.names.index(f) for f in rec["files"]])
+    cols = cache.load(["logits", "pred"])
+    np.testing.assert_array_equal(cols["pred"][order], rec["stored_pred"])
+    np.testing.assert_allclose(cols["logits"][order].astype(np.float32), rec["stored_logits"],
+                               rtol=2e-3, atol=2e-3)
