@@ -20,6 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PINS)
 	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-deps 'torchattacks==3.5.1'  # the attack extra without its stale requests pin
 	touch $@
 
 # Fashion-MNIST from the Debian package; without root/apt, point --data at the four idx files.

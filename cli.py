@@ -13,6 +13,7 @@ import warnings
 
 import click
 
+from pipeline.attack.command import attack
 from pipeline.classifier.command import fit_classifier
 from pipeline.corrupt.command import corrupt
 from pipeline.demo.command import demo
@@ -71,7 +72,7 @@ def cli():
     """Trustworthiness oracles (Luo et al., NeurIPS 2021): extract -> train-oracle -> report."""
 
 
-for command in (extract, train_oracle, predict, report, fit_classifier, demo, corrupt):
+for command in (extract, train_oracle, predict, report, fit_classifier, attack, corrupt, demo):
     cli.add_command(command)
 
 

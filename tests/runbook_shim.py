@@ -6,7 +6,7 @@
 The runbook's commands run unchanged, with three substitutions a CPU test machine needs:
 * `cli.py` is the repository's cli.py (the script runs in a temporary directory);
 * `torchrun --nproc-per-node N` becomes 2 CPU processes (gloo) under torch.distributed.run;
-* `extract` / `train-oracle` naming a preset model without `--weights` (a hub download) get
+* `extract` / `train-oracle` / `attack` naming a preset model without `--weights` (a hub download) get
   `--weights $RUNBOOK_TINY/<name>.pth`: a tiny project checkpoint of that name (no network).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-INJECT = {"extract": "--classifier", "train-oracle": "--oracle"}
+INJECT = {"extract": "--classifier", "train-oracle": "--oracle", "attack": "--classifier"}
 
 
 def option(args: list[str], name: str) -> str | None:
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
         print(f"runbook_shim: the runbook may only run cli.py, got {argv[:3]}", file=sys.stderr)
         return 2
     args = with_offline_weights(argv[1:])
-    if args[0] in ("extract", "train-oracle", "predict"):
+    if args[0] in ("extract", "train-oracle", "predict", "attack"):
         args.append("--no-progress")
     print("+", " ".join(argv), flush=True)
     return subprocess.run([*launcher, str(ROOT / "cli.py"), *args], env=env).returncode

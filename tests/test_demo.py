@@ -50,22 +50,22 @@ def demo_run(tmp_path_factory):
             "--classifiers", "vit", "--oracles", "vit,resnet", "--losses", "ss",
             "--broadcast-losses", "ce", "--fit-args", "--max-samples 1000 --epochs 1",
             "--train-args", "--epochs 1", "--no-progress"]
-    proc = subprocess.run(args, cwd=tmp, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(args, cwd=tmp, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"tmp": tmp, "data": data, "art": tmp / "artifacts" / "fmnist-small",
             "stdout": proc.stdout}
 
 
-@pytest.mark.slow  # the module's demo run: ~50 s (9 cli.py processes) on 2 cores
+@pytest.mark.slow  # the module's demo run: 15 cli.py processes on 2 cores (9 took ~50 s)
 def test_demo_prints_commands_and_the_main_table(demo_run):
     out = demo_run["stdout"]
     log = json.loads((demo_run["art"] / "demo.json").read_text())
-    assert [s["stage"] for s in log["steps"]] == ["fit"] * 2 + ["extract"] * 2 + ["train"] * 4 + \
-        ["report"]
+    assert [s["stage"] for s in log["steps"]] == ["fit"] * 2 + ["extract"] * 2 + [
+        "attack", "extract"] + ["train"] * 4 + ["predict"] * 4 + ["report"]
     assert not log["failed"] and all(s["returncode"] == 0 for s in log["steps"])
     for step in log["steps"]:
         assert f"$ {step['command']}" in out
-    assert "demo finished: 9 commands" in out
+    assert "demo finished: 15 commands" in out
     assert "report: artifacts/fmnist-small/report/report.md (splits test, test-gaussian_noise-5" in out
     assert "### Trust metrics — paper definitions" in out and "| ⟨vit, vit⟩ | CE (broadcast) |" in out
 
@@ -93,6 +93,18 @@ def test_demo_caches_and_runs(demo_run):
         assert cfg["epochs"] == 1                                # --train-args override
         for tag in ("test", "test-gaussian_noise-5"):
             check_outputs_aligned(run / "outputs" / f"{tag}.h5", art / "cache" / "vit" / tag)
+        # predict: each run on its classifier's adversarial copy of test
+        check_outputs_aligned(run / "outputs" / "test-pgd_linf.h5",
+                              art / "cache" / "vit" / "test-pgd_linf-vit")
+    adv = ClassifierCache.open(art / "cache" / "vit" / "test-pgd_linf-vit")
+    attack = json.loads((art / "adversarial" / "test-pgd_linf-vit" / ".attack" / "manifest.json"
+                         ).read_text())["summary"]
+    assert adv.num_rows == attack["rows"] == 1000
+    assert attack["clean_accuracy"] == pytest.approx(clean, abs=0.01)   # fp32 here, bf16 there
+    assert attack["stored_accuracy"] < clean - 0.2                       # the attack works...
+    # ...and extract sees the stored pixels (both fp32; batches differ: a row at most may flip)
+    assert adv.manifest["summary"]["accuracy"] == pytest.approx(attack["stored_accuracy"],
+                                                                abs=0.0015)
 
 
 def check_outputs_aligned(path, cache_dir):
@@ -109,7 +121,7 @@ def test_demo_report_has_every_row_and_sane_metrics(demo_run):
     report = demo_run["art"] / "report"
     doc = json.loads((report / "report.json").read_text())
     splits = {s["split"]: s for s in doc["splits"]}
-    assert set(splits) == {"test", "test-gaussian_noise-5"}
+    assert set(splits) == {"test", "test-gaussian_noise-5", "test-pgd_linf"}
     for tag, split in splits.items():
         rows = split["rows"]
         oracle = {(r["oracle"], r["loss_label"]) for r in rows if r["kind"] == "oracle"}
@@ -133,7 +145,7 @@ def test_demo_report_has_every_row_and_sane_metrics(demo_run):
     text = (report / "report.md").read_text()
     for title in ("Trust metrics — paper definitions", "Trust metrics — standard definitions",
                   "Separability (paper Table A4)"):
-        assert text.count(title) == 2                            # one per split
+        assert text.count(title) == 3                            # one per split
 
 
 def test_bare_commands_find_the_demo_work_complete(demo_run):

@@ -22,6 +22,7 @@ ALLOWED = {
     "classifier": {"cache", "core", "data", "classifier"},
     "oracle": {"cache", "core", "data", "oracle"},
     "corrupt": {"cache", "core", "data", "corrupt"},
+    "attack": {"cache", "core", "data", "attack"},
     "report": {"cache", "core", "report"},
     "demo": {"cache", "core", "data", "report", "demo"},   # runs the stages as subprocesses
 }

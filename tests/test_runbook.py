@@ -159,8 +159,8 @@ def test_runbook_runs_as_written(world):
         record = json.loads((prep / "runs" / run / "run.json").read_text())
         assert record["status"] == "complete"
         assert record["run"]["config"]["lr"] == 1e-5 and record["run"]["config"]["batch_size"] == 40
-        expected = {"val", "val-defocus_blur-5", "stylized-val"} | \
-            ({"defocus_blur_5"} if run not in offline else set())
+        expected = {"val", "val-defocus_blur-5", "stylized-val", "val-pgd_linf"} | (
+            {"defocus_blur_5"} if run not in offline else set())
         assert {p.stem for p in (prep / "runs" / run / "outputs").glob("*.h5")} == expected
     # predict's ImageNet-C outputs are aligned with their classifier's cache
     for run in runs:
@@ -171,15 +171,28 @@ def test_runbook_runs_as_written(world):
         outs = read_outputs(prep / "runs" / run / "outputs" / "defocus_blur_5.h5")
         np.testing.assert_array_equal(outs.columns["index"], np.arange(18))
         np.testing.assert_array_equal(outs.columns["correct"], cache.load(["correct"])["correct"])
+    # section 6: each classifier's val attacked against it, cached, every run scored on it
+    for clf in ("vit", "resnet"):
+        adv = ClassifierCache.open(prep / "cache" / clf / f"val-pgd_linf-{clf}")
+        assert adv.num_rows == 24 and adv.identity["preprocess"] == "paper"
+        attack = json.loads((prep / "adversarial" / f"val-pgd_linf-{clf}" / ".attack" /
+                             "manifest.json").read_text())
+        assert attack["identity"]["classifier"]["weights_sha256"] == \
+            ClassifierCache.open(prep / "cache" / clf / "val").identity["weights_sha256"]
+        # extract's accuracy on the stored PNGs is the one the attack logged
+        assert adv.manifest["summary"]["accuracy"] == \
+            pytest.approx(attack["summary"]["stored_accuracy"], abs=1 / 24 + 1e-9)
     report = json.loads((prep / "report" / "report.json").read_text())
     splits = {s["split"]: s for s in report["splits"]}
-    assert set(splits) == {"val", "val-defocus_blur-5", "defocus_blur_5", "stylized-val"}
-    # the last report (section 6): 4 grid runs + section 5's offline run (which has no ImageNet-C
-    # set: predicted in section 4, before it existed) + 5 baselines x 2 classifiers
+    assert set(splits) == {"val", "val-defocus_blur-5", "defocus_blur_5", "stylized-val",
+                           "val-pgd_linf"}
+    # the last report (section 7) has all 5 runs (section 4's predictions predate section 5's
+    # run) + 5 baselines x 2 classifiers
+    runs_in = {"val": 5, "val-defocus_blur-5": 5, "defocus_blur_5": 4, "val-pgd_linf": 5,
+               "stylized-val": 5}
+    for name, split in splits.items():
+        assert len(split["rows"]) == runs_in[name] + 2 * 5, name
     oracle_rows = [r for r in splits["val"]["rows"] if r["kind"] == "oracle"]
-    assert len(oracle_rows) == 5
-    assert {t: len(s["rows"]) for t, s in splits.items()} == {
-        "val": 5 + 10, "val-defocus_blur-5": 5 + 10, "defocus_blur_5": 4 + 10, "stylized-val": 5 + 10}
     assert {r["loss_label"] for r in oracle_rows} == {"SS", "CE (broadcast)"}
     md = (prep / "report" / "report.md").read_text()
     # the appendix's ImageNet-C table: one block per corruption and severity (both sources here)

@@ -88,6 +88,11 @@ EMBEDDED_ORACLE = {**PAPER_ORACLE, "lr": 1e-2, "momentum": 0.9, "batch_size": 12
 # (docs/DEMO_DATA.md): a large shift, like the paper's ImageNet-C defocus-5 (ViT 83.9% -> 31.8%),
 # that still leaves both classes; the size-scaled blurs are nearly invisible at 28 px (82.8% ->
 # 81.4%), so they would not test the oracles under shift.
+# `cli.py demo`'s adversarial split (paper Table 2, middle block): each classifier's own test
+# images attacked with PGD L-inf at torchattacks' defaults (eps 8/255, step 2/255, 10 steps), on a
+# seeded 1,000-row part of test to stay within ~1 min on 2 CPU cores; fp32 (CPU bf16 is slower).
+# Every run is scored on its classifier's copy; the report shows them as split `tag`.
+DEMO_ATTACK = dict(attack="pgd_linf", max_samples=1000, precision="fp32", tag="test-pgd_linf")
 DEMO = dict(corruption="gaussian_noise", severity=5, seeds=1, full_seeds=3,
             classifiers=("vit", "resnet"), oracles=("vit", "resnet"),
             losses=("ce", "focal", "tcp", "ss"), broadcast_losses=("ce", "focal"))

@@ -10,6 +10,7 @@ import math
 import os
 import random
 import warnings
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -60,14 +61,32 @@ class ResizeCrop:
     def __call__(self, img: torch.Tensor) -> torch.Tensor:
         c, th, tw = self.cfg.input_size
         if img.shape[-3] != c:  # grey <-> RGB, so one dataset serves 1- and 3-channel models
-            img = img.expand(*img.shape[:-3], 3, *img.shape[-2:]) if c == 3 else \
-                TF.rgb_to_grayscale(img, 1)
+            img = img.expand(*img.shape[:-3], 3, *img.shape[-2:]) if c == 3 else _to_grey(img)
         size = self.resize_size(*img.shape[-2:])
         if tuple(img.shape[-2:]) != size:
             img = TF.resize(img, list(size), self.interp, antialias=True)
         if self.cfg.crop_mode == "border" and (size[0] < th or size[1] < tw):
             img = _pad_to(img, th, tw, [round(255 * m) for m in self.cfg.mean[:c]])
         return TF.center_crop(img, [th, tw]).contiguous()
+
+
+def _to_grey(img: torch.Tensor) -> torch.Tensor:
+    """RGB -> one channel.  A grey image decoded as RGB (R = G = B, e.g. a greyscale PNG) keeps
+    its exact values: torchvision's weights sum to 0.9999, which truncates most levels by one."""
+    if torch.equal(img[..., 0:1, :, :], img[..., 1:2, :, :]) and \
+            torch.equal(img[..., 0:1, :, :], img[..., 2:3, :, :]):
+        return img[..., 0:1, :, :]
+    return TF.rgb_to_grayscale(img, 1)
+
+
+def transform_for(samples: SampleList, cfg: DataConfig) -> ResizeCrop:
+    """The resize/crop of ``cfg`` for this split's images.  A split stored at a model's input
+    resolution (an attack's output) is not resized and cropped a second time: a whole-image
+    resize to the input size (the identity at the same size, so the classifier sees exactly the
+    attacked pixels; a plain rescale of the same field of view for a model of another size)."""
+    if samples.model_resolution is None:
+        return ResizeCrop(cfg)
+    return ResizeCrop(replace(cfg, crop_pct=1.0, crop_mode="squash"))
 
 
 def _pad_to(img: torch.Tensor, th: int, tw: int, fill: list[int]) -> torch.Tensor:

@@ -7,7 +7,12 @@ Three kinds of source, one result (``SampleList``):
   line, in the order of the classifier's outputs), wnid folders included: pipeline/data/classes.py.
 * Any ImageFolder-style tree ``ROOT/<split>/<class>/*.<ext>`` (ImageNet-C's
   ``defocus_blur/5/<wnid>/`` too: ``--data .../defocus_blur --split 5``).
-* The embedded default, Fashion-MNIST's four idx files (Debian ``dataset-fashion-mnist``).
+* The embedded default, Fashion-MNIST's four idx files (Debian ``dataset-fashion-mnist``); a
+  folder holding the idx files may also hold ImageFolder splits (e.g. an adversarial split).
+* An adversarial split written by ``cli.py attack`` is an ImageFolder split with a hidden
+  ``.attack/`` manifest (``pipeline.data.attacked``): its images are already at a model's input
+  resolution (``SampleList.model_resolution``), it keeps the source dataset's name, and the
+  attack's identity enters its fingerprint.
 
 The global sample index of a row is its position in the sorted list of relative paths; the
 dataset fingerprint hashes those paths with their labels, in that order.
@@ -22,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.data import attacked
 from pipeline.data import labels as labelfiles
 from pipeline.data.errors import DataError
 
@@ -46,6 +52,10 @@ class SampleList:
     labels: np.ndarray           # int64, one per name
     classes: tuple[str, ...]
     idx_images: np.ndarray | None = field(default=None, repr=False)  # (N, 28, 28) uint8 for idx
+    # (C, H, W) when the images are stored at a model's input resolution (an attack's output):
+    # they must be read without another resize/crop (``images.transform_for``)
+    model_resolution: tuple[int, int, int] | None = None
+    content_id: str = ""         # what made the pixels (an attack's identity hash), or ""
 
     def __len__(self) -> int:
         return len(self.names)
@@ -55,6 +65,8 @@ class SampleList:
         h = hashlib.sha256()
         for name, label in zip(self.names, self.labels.tolist()):
             h.update(f"{name}\t{label}\n".encode())
+        if self.content_id:  # a re-made attack into the same folder is another dataset
+            h.update(f"content\t{self.content_id}\n".encode())
         return h.hexdigest()
 
     def path(self, i: int) -> Path:
@@ -74,7 +86,7 @@ def list_split(data: str | None, split: str, labels_file: str | None = None) -> 
     root = Path(data).expanduser()
     if not root.is_dir():
         raise DataError(f"--data {root}: directory not found")
-    if _has_idx_files(root):
+    if _has_idx_files(root) and (split in FMNIST_SPLITS or not (root / split).is_dir()):
         return fashion_mnist(root, split)
     return image_folder(root, split, labels_file)
 
@@ -98,7 +110,8 @@ def check_splits(data: str | None, splits: tuple[str, ...]) -> None:
     """Cheap up-front check that every requested split exists, so a typo in the last ``--split``
     fails before hours of work on the first."""
     if is_embedded(data) or _has_idx_files(Path(data)):
-        bad = [s for s in splits if s not in FMNIST_SPLITS]
+        bad = [s for s in splits if s not in FMNIST_SPLITS
+               and (is_embedded(data) or not (Path(data) / s).is_dir())]
         if bad:
             raise DataError(f"--split {bad[0]!r}: the embedded dataset has splits "
                             f"{list(FMNIST_SPLITS)}")
@@ -214,6 +227,7 @@ def image_folder(root: Path, split: str, labels_file: str | None) -> SampleList:
     if not split_dir.is_dir():
         raise DataError(f"--split {split!r}: {split_dir} not found; folders in {root}: "
                         f"{_subdirs(root)[:20]}")
+    doc = attacked.read_manifest(split_dir)   # None unless `cli.py attack` wrote the split
     dirs = _subdirs(split_dir)
     if dirs:
         names, labels, classes, name = _class_folders(root, split_dir, dirs)
@@ -232,7 +246,15 @@ def image_folder(root: Path, split: str, labels_file: str | None) -> SampleList:
     if not names:
         raise DataError(f"split {split_dir} is empty: its class folders hold no images with "
                         f"extensions {IMAGE_EXTENSIONS}")
-    return SampleList(name, str(root), split, tuple(names), np.asarray(labels, np.int64), classes)
+    if doc is None:
+        return SampleList(name, str(root), split, tuple(names), np.asarray(labels, np.int64),
+                          classes)
+    attacked.check_listing(split_dir, doc, tuple(names))
+    ident = doc["identity"]
+    return SampleList(ident["source"]["dataset"], str(root), split, tuple(names),
+                      np.asarray(labels, np.int64), classes,
+                      model_resolution=tuple(ident["input_size"]),
+                      content_id=doc["identity_sha256"])
 
 
 def _class_folders(root: Path, split_dir: Path, dirs: list[str]):

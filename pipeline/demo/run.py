@@ -2,8 +2,10 @@
 would type.
 
 fit-classifier vit, resnet -> extract train + test (with the flipped view) and a shifted copy of
-test (ImageNet-C-style corruption) -> train-oracle for every <oracle, classifier> pair, loss
-(CE, focal, TCP, SS, plus CE/focal in the authors' broadcasting variant) and seed -> report.
+test (ImageNet-C-style corruption) -> an adversarial copy of part of test per classifier (attack,
+then extract it) -> train-oracle for every <oracle, classifier> pair, loss (CE, focal, TCP, SS,
+plus CE/focal in the authors' broadcasting variant) and seed -> predict: every run on its
+classifier's adversarial split -> report.
 
 Every step is a subprocess ``python cli.py ...``, printed before it runs so it can be copied.
 The commands themselves skip completed work (checkpoints, caches, runs), so a re-run is cheap and
@@ -18,15 +20,17 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from cache.manifest import write_json_atomic
 from cache.reader import split_tag
+from pipeline.core.presets import DEMO_ATTACK
 from pipeline.report import tables as T
 
 CLI = Path(__file__).resolve().parents[2] / "cli.py"     # pipeline/demo/run.py -> cli.py
 BROADCAST = "--authors-broadcast"
+RUN_DIR = "RUN_DIR"        # a predict step's placeholder: one command per matching run
 
 
 class DemoError(RuntimeError):
@@ -54,9 +58,10 @@ class DemoConfig:
 
 @dataclass(frozen=True)
 class Step:
-    stage: str                              # fit | extract | train | report
+    stage: str                              # fit | extract | attack | train | predict | report
     args: tuple[str, ...]                   # cli.py arguments
     label: str
+    each_run_of: str | None = None          # classifier: repeat for each of its complete runs
 
     def command(self) -> str:
         """What a user types in the repository root."""
@@ -89,6 +94,8 @@ def plan(cfg: DemoConfig) -> list[Step]:
         steps.append(Step("extract", (*common, "--split", "test", "--corruption", cfg.corruption,
                                       "--severity", str(cfg.severity), "--flip-view", *quiet,
                                       *cfg.extract_args), f"{name}: cache {shifted}"))
+    adv_root, cache_root = Path(cfg.artifacts) / "adversarial", Path(cfg.artifacts) / "cache"
+    steps += adversarial_steps(cfg, data, quiet, adv_root, cache_root)
     variants = [(loss, ()) for loss in cfg.losses]
     variants += [(loss, (BROADCAST,)) for loss in cfg.broadcast_losses]
     for seed in range(cfg.seeds):
@@ -100,11 +107,52 @@ def plan(cfg: DemoConfig) -> list[Step]:
                         "train-oracle", "--classifier", clf, "--oracle", oracle, "--loss", loss,
                         *extra, "--seed", str(seed), *data, "--eval-split", shifted, *quiet,
                         *cfg.train_args), label))
+    for clf in cfg.classifiers:
+        steps.append(Step("predict", (
+            "predict", "--run", RUN_DIR, "--data", str(adv_root), "--split",
+            adversarial_split(clf), "--cache", str(cache_root), "--name", DEMO_ATTACK["tag"],
+            *quiet), f"every run of {clf} on {adversarial_split(clf)}", each_run_of=clf))
     # the bare `report` reads artifacts/fashion-mnist/runs; another --data writes elsewhere
     where = (("--runs-root", str(Path(cfg.artifacts) / "runs"), "--out",
               str(Path(cfg.artifacts) / "report")) if cfg.data else ())
     steps.append(Step("report", ("report", *where, *cfg.report_args), "tables and figures"))
     return steps
+
+
+def adversarial_split(classifier: str) -> str:
+    return f"test-{DEMO_ATTACK['attack']}-{classifier}"
+
+
+def adversarial_steps(cfg: DemoConfig, data: tuple, quiet: tuple, adv_root: Path,
+                      cache_root: Path) -> list[Step]:
+    """Per classifier: attack a seeded part of test against it (presets.DEMO_ATTACK; the attack's
+    own defaults otherwise), then cache the classifier's outputs on the stored images."""
+    steps = []
+    for name in cfg.classifiers:
+        split = adversarial_split(name)
+        steps.append(Step("attack", (
+            "attack", "--classifier", name, *data, "--split", "test", "--attack",
+            DEMO_ATTACK["attack"], "--max-samples", str(DEMO_ATTACK["max_samples"]),
+            "--precision", DEMO_ATTACK["precision"], "--out", str(adv_root), "--name", split,
+            *quiet), f"{name}: adversarial copy of test ({DEMO_ATTACK['attack']})"))
+        steps.append(Step("extract", (
+            "extract", "--classifier", name, "--data", str(adv_root), "--split", split,
+            "--precision", DEMO_ATTACK["precision"], "--out", str(cache_root), *quiet,
+            *cfg.extract_args), f"{name}: cache {split}"))
+    return steps
+
+
+def expand(step: Step, runs_root: Path) -> list[Step]:
+    """A per-run step -> one step per complete run of its classifier under ``runs_root``."""
+    if step.each_run_of is None:
+        return [step]
+    runs = []
+    for path in sorted(Path(runs_root).glob("*/run.json")):
+        doc = json.loads(path.read_text())
+        if doc.get("status") == "complete" and doc["run"]["classifier"] == step.each_run_of:
+            runs.append(path.parent)
+    return [replace(step, args=tuple(str(r) if a == RUN_DIR else a for a in step.args),
+                    label=f"{step.label}: {r.name}", each_run_of=None) for r in runs]
 
 
 def run_step(step: Step, capture: bool) -> StepResult:
@@ -125,8 +173,12 @@ def run(cfg: DemoConfig, echo=print, capture: bool = False) -> dict:
         for step in steps:
             echo(step.command())
         return {"steps": len(steps), "dry_run": True}
-    t0, results = time.perf_counter(), []
-    for i, step in enumerate(steps, 1):
+    t0, results, i = time.perf_counter(), [], 0
+    while i < len(steps):
+        steps[i:i + 1] = expand(steps[i], Path(cfg.artifacts) / "runs")
+        if i == len(steps):
+            break
+        step, i = steps[i], i + 1
         echo(f"\n[{i}/{len(steps)}] {step.stage}: {step.label}   ({_clock(time.perf_counter() - t0)} "
              "elapsed)")
         echo(f"$ {step.command()}")

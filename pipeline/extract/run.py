@@ -31,8 +31,8 @@ from pipeline.data.classes import check_num_classes
 from pipeline.core.timing import ModelTimer
 from pipeline.data.corruptions import make_corruption as corruption_fn
 from pipeline.data.decode import DeviceDecoder, collate_raw, make_dataset
-from pipeline.data.images import (GpuNormalize, ResizeCrop, chunk_batches, default_workers,
-                                  make_loader)
+from pipeline.data.images import (GpuNormalize, chunk_batches, default_workers, make_loader,
+                                  transform_for)
 from pipeline.data.prefetch import StagedPrefetch
 from pipeline.data.sources import SampleList, is_embedded, list_split
 from pipeline.extract.claim import claim, locked
@@ -126,8 +126,8 @@ def extract(cfg: ExtractConfig) -> dict:
                         cfg.weights, cfg.random_init, cfg.model_kwargs)
     model = build_model(spec, seed=cfg.seed)
     data_cfg = resolve_data_config(model, spec, cfg.preprocess)
-    dataset = make_dataset(samples, ResizeCrop(data_cfg), cfg.decode, make_corruption(cfg),
-                           cfg.skip_bad)
+    dataset = make_dataset(samples, transform_for(samples, data_cfg), cfg.decode,
+                           make_corruption(cfg), cfg.skip_bad)
     # --decode gpu/mixed: decoded in the main process; built (and self-tested) before the cache
     # directory is claimed, so an unusable decoder leaves nothing behind
     decoder = DeviceDecoder(samples, dataset.transform, device, cfg.skip_bad) \

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from pipeline.core import dist
 from pipeline.core.models import DataConfig
 from pipeline.core.precision import grad_scaler
-from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, make_loader
+from pipeline.data.images import GpuNormalize, ImageRows, make_loader, transform_for
 from pipeline.oracle.checkpoint import BEST, LAST, load_checkpoint, save_checkpoint, unwrap
 from pipeline.oracle.losses import per_sample_loss
 from pipeline.oracle.model import build_oracle
@@ -155,7 +155,8 @@ def fit(prep, objs: TrainObjects, data_cfg: DataConfig, state: LoopState,
     grads = torch.zeros(2, device=objs.device)
     t0 = time.perf_counter()
     with StopSignals() as stop:
-        dataset = ImageRows(prep.train.samples, ResizeCrop(data_cfg), prep.train.corrupt_fn())
+        dataset = ImageRows(prep.train.samples, transform_for(prep.train.samples, data_cfg),
+                            prep.train.corrupt_fn())
         loader = make_loader(dataset, loader_batches(schedule, state.step, slices), s.workers,
                              pin_memory=objs.device.type == "cuda")
         batches = iter(loader)

@@ -25,7 +25,7 @@ from pipeline.core.models import DataConfig, ModelSpec
 from pipeline.core.options import check_output_name
 from pipeline.core.precision import autocast
 from pipeline.core.timing import ModelTimer
-from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, make_loader
+from pipeline.data.images import GpuNormalize, ImageRows, make_loader, transform_for
 from pipeline.data.sources import is_embedded
 from pipeline.oracle.checkpoint import BEST, load_checkpoint, unwrap
 from pipeline.oracle.model import Oracle, build_oracle
@@ -44,7 +44,8 @@ def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig
     share = np.array_split(np.arange(len(rows)), info.world)[info.rank]
     my_rows = rows[share].tolist()
     batches = [my_rows[i:i + batch_size] for i in range(0, len(my_rows), batch_size)]
-    dataset = ImageRows(split.samples, ResizeCrop(data_cfg), split.corrupt_fn())
+    dataset = ImageRows(split.samples, transform_for(split.samples, data_cfg),
+                        split.corrupt_fn())
     loader = make_loader(dataset, batches, workers, pin_memory=device.type == "cuda")
     normalize = GpuNormalize(data_cfg, device)
     out = torch.zeros(len(rows), dtype=torch.float32, device=device)

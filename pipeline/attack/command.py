@@ -1,0 +1,102 @@
+"""``cli.py attack``: options -> ``AttackConfig`` -> one ``attack`` call."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pipeline.core.options import json_option
+from pipeline.core.precision import PRECISIONS
+from pipeline.data.sources import check_splits, default_artifacts, is_embedded
+
+ATTACK_NAMES = ("pgd_linf", "pgd_l2")   # pipeline/attack/methods.py ATTACKS (torch-free here)
+
+
+@click.command()
+@click.option("--classifier", default="vit", show_default=True, help="The frozen classifier "
+              "to attack, as given to extract: preset (vit, resnet) or timm name.")
+@click.option("--data", default=None, help="Dataset root, as given to extract. Default: the "
+              "embedded Fashion-MNIST.")
+@click.option("--split", default=None, help="Split to attack. Default: test (embedded), else val.")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Data root the "
+              "attacked split is written into (ImageFolder layout; may be --data itself, so "
+              "train-oracle --eval-split finds it). Default: artifacts/<dataset>/adversarial.")
+@click.option("--name", default=None, help="Folder of the attacked split under --out, i.e. its "
+              "--split for extract/predict. Default: <split>-<attack>-<classifier>.")
+@click.option("--labels", "labels_file", default=None, help="Labels file for a flat val/ folder.")
+@click.option("--attack", "attack_name", type=click.Choice(ATTACK_NAMES), default="pgd_linf",
+              show_default=True, help="torchattacks PGD under the L-inf or L2 norm, on [0, 1] "
+              "pixels of the classifier's resized/cropped input.")
+@click.option("--eps", default=None, help="Perturbation budget in [0, 1] pixel units, e.g. "
+              "8/255. Default: torchattacks' (pgd_linf 8/255, pgd_l2 1.0).")
+@click.option("--step-size", "alpha", default=None, help="PGD step size (alpha). Default: "
+              "torchattacks' (pgd_linf 2/255, pgd_l2 0.2).")
+@click.option("--steps", type=int, default=None, help="PGD iterations. Default: 10 (torchattacks).")
+@click.option("--random-start/--no-random-start", default=None, help="Start from a uniform "
+              "random point in the eps-ball (Madry et al.). Default: on.")
+@click.option("--max-samples", type=click.IntRange(1), default=None, help="Attack a seeded "
+              "subset of N rows of the split (demos, quick checks). Default: every row.")
+@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1),
+              help="Rows per attack batch (the backward pass keeps activations: smaller than "
+              "extract's).")
+@click.option("--workers", default=None, type=click.IntRange(0), help="DataLoader workers.")
+@click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True,
+              help="Autocast of the attack's forward/backward and of the logged outputs; give "
+              "extract the same to reproduce them.")
+@click.option("--device", default=None, help="cuda, cuda:1, cpu... Default: cuda if available.")
+@click.option("--weights", default=None, help="Local weights file instead of the hub download.")
+@click.option("--random-init", is_flag=True, help="No pretrained weights (tests).")
+@click.option("--model-kwargs", default=None, help="JSON for timm.create_model.")
+@click.option("--preprocess", type=click.Choice(["model", "paper"]), default="model",
+              show_default=True, help="As for extract: the resize/crop and normalisation the "
+              "classifier is attacked (and its PNGs stored) under.")
+@click.option("--shard-size", default=625, show_default=True, type=click.IntRange(1),
+              help="Rows per shard: the unit of resume and of the split between torchrun "
+              "processes (ImageNet val = 80 shards).")
+@click.option("--seed", default=0, show_default=True, help="Random start, --max-samples subset.")
+@click.option("--no-progress", is_flag=True)
+def attack(classifier, data, split, out, name, labels_file, attack_name, eps, alpha, steps,
+           random_start, max_samples, batch_size, workers, precision, device, weights,
+           random_init, model_kwargs, preprocess, shard_size, seed, no_progress):
+    """Attack a split against the frozen classifier; write it as an ImageFolder split of PNGs
+    (extract, train-oracle --eval-split and predict read it like any other split)."""
+    # The stage is imported on call (torch stays out of commands that do not need it).
+    from pipeline.attack.methods import AttackError, resolve_params
+    from pipeline.attack.run import AttackConfig, attack as run_attack
+    from pipeline.core import dist
+
+    if weights and random_init:
+        raise click.UsageError("--weights and --random-init exclude each other")
+    try:
+        resolve_params(attack_name, eps, alpha, steps, random_start)
+    except AttackError as err:
+        raise click.UsageError(str(err)) from None
+    split = split or ("test" if is_embedded(data) else "val")
+    check_splits(data, (split,))
+    cfg = AttackConfig(
+        classifier=classifier, data=data, split=split, labels_file=labels_file,
+        out=out or default_artifacts(data) / "adversarial",
+        name=name or f"{split}-{attack_name}-{classifier}", attack=attack_name, eps=eps,
+        alpha=alpha, steps=steps, random_start=random_start, max_samples=max_samples,
+        batch_size=batch_size, workers=workers, precision=precision, device=device,
+        weights=weights, random_init=random_init,
+        model_kwargs=json_option(model_kwargs, "--model-kwargs"), preprocess=preprocess,
+        shard_size=shard_size, seed=seed, progress=not no_progress)
+    try:
+        s = run_attack(cfg)
+    except AttackError as err:
+        raise click.ClickException(str(err)) from None
+    if dist.info().is_main:
+        print_summary(s)
+    dist.shutdown(dist.info())
+
+
+def print_summary(s: dict) -> None:
+    state = "already complete" if s["already_complete"] else \
+        f"{s['computed_rows']} rows attacked in {s['elapsed_s']:.1f}s ({s['img_per_s']} img/s)"
+    pct = lambda v: f"{100 * v:.2f}%"  # noqa: E731
+    click.echo(f"[{s['out']}] {s['rows']} rows; classifier accuracy clean {pct(s['clean_accuracy'])}"
+               f", on the stored uint8 PNGs {pct(s['stored_accuracy'])} (unquantised attack "
+               f"{pct(s['unquantised_accuracy'])}); attack success on correctly classified rows "
+               f"{pct(s['unquantised_success'])} unquantised, {pct(s['stored_success'])} stored; "
+               f"max change {s['linf_max_levels']} grey levels; {state}")

@@ -1,0 +1,160 @@
+"""Writing an adversarial split (format: ``pipeline.data.attacked``): claim the folder, write
+PNGs and one record per completed shard, then the manifest.
+
+Every file is written under a temporary hidden name and renamed, so an interrupted run leaves
+whole files only; a shard counts as done when its record exists (written after its PNGs) for the
+same identity and all its files are there.  Re-running re-attacks exactly the missing shards and
+overwrites their files by name, so no row is ever duplicated.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+from torchvision.io import encode_png
+
+from cache.manifest import write_json_atomic
+from pipeline.data import attacked as fmt
+from pipeline.data.sources import SampleList
+from pipeline.attack.methods import AttackError
+
+RECORD_COLUMNS = ("position", "source_index", "label", "clean_pred", "adv_pred", "stored_pred",
+                  "stored_logits", "linf")
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def identity_diff(found: dict, expected: dict) -> list[str]:
+    a, b = flatten(json.loads(json.dumps(found))), flatten(json.loads(json.dumps(expected)))
+    return [f"{k}: the folder has {a.get(k)!r}, this command {b.get(k)!r}"
+            for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def claim(split_dir: Path, identity: dict) -> bool:
+    """Create or re-open ``split_dir`` for ``identity``; True if it is already complete.  A folder
+    holding another attack's (or classifier's, or parameters') images is refused, naming what
+    differs; a folder holding anything else is refused too."""
+    split_dir = Path(split_dir)
+    path = fmt.meta_dir(split_dir) / fmt.CLAIM_FILE
+    if path.exists():
+        diffs = identity_diff(json.loads(path.read_text()), identity)
+        if diffs:
+            raise AttackError(f"{split_dir} holds an adversarial split written by another attack "
+                              "run:\n  " + "\n  ".join(diffs) + "\nChoose another --name or "
+                              "--out, or delete the folder to rebuild it.")
+        return (fmt.meta_dir(split_dir) / fmt.MANIFEST_FILE).exists()
+    if split_dir.exists() and any(not p.name.startswith(".") for p in split_dir.iterdir()):
+        raise AttackError(f"{split_dir} exists and was not written by `cli.py attack` (no "
+                          f"{fmt.META_DIR}/{fmt.CLAIM_FILE}); choose another --name or --out")
+    fmt.meta_dir(split_dir).mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, identity)
+    return False
+
+
+def claim_classes(root: Path, dataset: str, dirnames: tuple[str, ...]) -> None:
+    """Make ROOT's class list the source's, so the original labels survive the listing: ImageNet
+    wnid folders need nothing; otherwise ROOT/classes.txt (or an existing train/ whose folders
+    are these classes).  An existing, different class list is refused."""
+    if dataset == "imagenet":
+        return
+    root = Path(root)
+    path = root / fmt.CLASSES_FILE
+    if path.exists():
+        have = tuple(l.strip() for l in path.read_text().splitlines() if l.strip())
+        if have != dirnames:
+            raise AttackError(f"{path} lists other classes ({len(have)}: {list(have[:3])}...) than "
+                              f"the attacked split's ({len(dirnames)}: {list(dirnames[:3])}...); "
+                              "write the split into another --out")
+        return
+    train = root / "train"
+    if train.is_dir() and tuple(sorted(p.name for p in train.iterdir() if p.is_dir()
+                                       and not p.name.startswith("."))) == dirnames:
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{fmt.CLASSES_FILE}.tmp-{os.getpid()}"
+    tmp.write_text("".join(f"{c}\n" for c in dirnames))
+    os.replace(tmp, path)
+
+
+def output_files(samples: SampleList, rows: np.ndarray, dirnames: tuple[str, ...]) -> list[str]:
+    """Relative path of each attacked row: <class folder>/<stem>.png."""
+    stems = fmt.file_stems(samples.names, rows.tolist(), samples.split)
+    return [f"{dirnames[samples.labels[i]]}/{s}.png" for i, s in zip(rows.tolist(), stems)]
+
+
+def _write_png(path: Path, image: torch.Tensor) -> None:
+    with warnings.catch_warnings():  # torchvision >= 0.29 deprecates its codecs (still fine)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        data = encode_png(image, compression_level=6).numpy().tobytes()
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class ShardWriter:
+    """PNG encoding on a few threads (zlib releases the GIL), then one record per shard."""
+
+    def __init__(self, split_dir: Path, identity: dict, threads: int = 4):
+        self.split_dir, self.identity = Path(split_dir), identity
+        self.pool = ThreadPoolExecutor(max_workers=max(1, threads))
+        self.pending: list[Future] = []
+
+    def images(self, files: list[str], images: torch.Tensor) -> None:
+        """``images``: uint8 (n, C, H, W) on the CPU, one per file."""
+        for rel, img in zip(files, images):
+            path = self.split_dir / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.pending.append(self.pool.submit(_write_png, path, img.contiguous()))
+
+    def record(self, shard: int, columns: dict[str, np.ndarray], files: list[str]) -> None:
+        """Wait for the shard's PNGs, then write its record (the shard's completion mark)."""
+        for f in self.pending:
+            f.result()
+        self.pending = []
+        path = fmt.shard_record(self.split_dir, shard)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
+        np.savez(tmp, identity=np.array(json.dumps(self.identity, sort_keys=True)),
+                 files=np.array(files), **columns)
+        os.replace(tmp, path)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
+def read_record(split_dir: Path, shard: int) -> dict[str, np.ndarray] | None:
+    path = fmt.shard_record(split_dir, shard)
+    if not path.exists():
+        return None
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+def shard_done(split_dir: Path, shard: int, identity: dict, files: list[str]) -> bool:
+    rec = read_record(split_dir, shard)
+    if rec is None or json.loads(str(rec["identity"])) != json.loads(json.dumps(identity)):
+        return False
+    return rec["files"].tolist() == files and all((split_dir / f).is_file() for f in files)
+
+
+def check_listing(split_dir: Path, files: list[str]) -> None:
+    """The folder must hold exactly the written images (a stray file would become a row)."""
+    found = {f"{d.name}/{p.name}" for d in Path(split_dir).iterdir()
+             if d.is_dir() and not d.name.startswith(".") for p in d.iterdir()
+             if not p.name.startswith(".")}
+    extra = sorted(found - set(files))
+    if extra:
+        raise AttackError(f"{split_dir} holds {len(extra)} file(s) the attack did not write, e.g. "
+                          f"{extra[:3]}; remove them (they would become rows of the split)")
