@@ -174,7 +174,7 @@ def test_foreign_folder_and_options_are_refused(fitted, tmp_path):
     (tmp_path / "mine" / "val-adv" / "x").mkdir(parents=True)
     user_error(invoke(*attack_args(tree, ckpt, tmp_path / "mine")), r"not written by", 1)
     for opt, value, pattern in (("--eps", "-0.1", r"--eps -0\.1.*>= 0"),
-                                ("--steps", "0", r"--steps 0.*at least 1 step"),
+                                ("--steps", "0", r"'--steps'.*0 is not in the range x>=1"),
                                 ("--step-size", "0", r"--step-size 0\.0.*> 0"),
                                 ("--step-size", "-1/255", r"--step-size -0\.0039.*> 0"),
                                 ("--eps", "lots", r"--eps 'lots'.*8/255")):

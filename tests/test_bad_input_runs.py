@@ -217,6 +217,8 @@ def test_no_output_name_leaves_the_outputs_folder(tmp_path):
 
     tag = "val-defocus_blur-5"
     assert output_path(tmp_path, tag) == tmp_path / "outputs" / f"{tag}.h5"
-    for name in ("../../x", "a/b", "..", ".hidden", "a\\b", ""):
+    # a split of an ImageNet-C-layout tree is flattened into one file name, not a sub-folder
+    assert output_path(tmp_path, "defocus_blur/5") == tmp_path / "outputs" / "defocus_blur_5.h5"
+    for name in ("../../x", "..", ".hidden", "a\\b", ""):
         with pytest.raises(RunError, match="would not be a file inside"):
             output_path(tmp_path, name)

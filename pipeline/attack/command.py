@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from pipeline.core.options import json_option
+from pipeline.core.options import SEED, device_option, json_option
 from pipeline.core.precision import PRECISIONS
 from pipeline.data.sources import check_splits, default_artifacts, is_embedded
 
@@ -31,7 +31,8 @@ ATTACK_NAMES = ("pgd_linf", "pgd_l2")   # pipeline/attack/methods.py ATTACKS (to
               "8/255. Default: torchattacks' (pgd_linf 8/255, pgd_l2 1.0).")
 @click.option("--step-size", "alpha", default=None, help="PGD step size (alpha). Default: "
               "torchattacks' (pgd_linf 2/255, pgd_l2 0.2).")
-@click.option("--steps", type=int, default=None, help="PGD iterations. Default: 10 (torchattacks).")
+@click.option("--steps", type=click.IntRange(1), default=None,
+              help="PGD iterations. Default: 10 (torchattacks).")
 @click.option("--random-start/--no-random-start", default=None, help="Start from a uniform "
               "random point in the eps-ball (Madry et al.). Default: on.")
 @click.option("--max-samples", type=click.IntRange(1), default=None, help="Attack a seeded "
@@ -43,7 +44,8 @@ ATTACK_NAMES = ("pgd_linf", "pgd_l2")   # pipeline/attack/methods.py ATTACKS (to
 @click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True,
               help="Autocast of the attack's forward/backward and of the logged outputs; give "
               "extract the same to reproduce them.")
-@click.option("--device", default=None, help="cuda, cuda:1, cpu... Default: cuda if available.")
+@click.option("--device", default=None, callback=device_option,
+              help="cuda, cuda:1, cpu... Default: cuda if available.")
 @click.option("--weights", default=None, help="Local weights file instead of the hub download.")
 @click.option("--random-init", is_flag=True, help="No pretrained weights (tests).")
 @click.option("--model-kwargs", default=None, help="JSON for timm.create_model.")
@@ -53,7 +55,8 @@ ATTACK_NAMES = ("pgd_linf", "pgd_l2")   # pipeline/attack/methods.py ATTACKS (to
 @click.option("--shard-size", default=625, show_default=True, type=click.IntRange(1),
               help="Rows per shard: the unit of resume and of the split between torchrun "
               "processes (ImageNet val = 80 shards).")
-@click.option("--seed", default=0, show_default=True, help="Random start, --max-samples subset.")
+@click.option("--seed", default=0, show_default=True, type=SEED,
+              help="Random start, --max-samples subset.")
 @click.option("--no-progress", is_flag=True)
 def attack(classifier, data, split, out, name, labels_file, attack_name, eps, alpha, steps,
            random_start, max_samples, batch_size, workers, precision, device, weights,

@@ -23,7 +23,6 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from PIL import Image
 from torchvision.transforms.v2 import functional as TF
