@@ -101,7 +101,7 @@ def test_demo_caches_and_runs(demo_run):
                          ).read_text())["summary"]
     assert adv.num_rows == attack["rows"] == 1000
     assert attack["clean_accuracy"] == pytest.approx(clean, abs=0.01)   # fp32 here, bf16 there
-    assert attack["stored_accuracy"] < clean - 0.2                       # the attack works...
+    assert attack["stored_accuracy"] < 0.75 * clean                       # the attack works...
     # ...and extract sees the stored pixels (both fp32; batches differ: a row at most may flip)
     assert adv.manifest["summary"]["accuracy"] == pytest.approx(attack["stored_accuracy"],
                                                                 abs=0.0015)
