@@ -1,6 +1,5 @@
-"""What every stage shares.  Imports only ``cache`` and itself; this file imports nothing, so
-``report`` can use the torch-free modules (metrics, selective, presets, options) without loading
-torch.
+"""What every stage shares (``cache`` and itself only); this file imports nothing, so ``report``
+can use the torch-free modules (metrics, selective, presets, options) without loading torch.
 
 models.py     timm factory: presets, weights files, hub download, DataConfig (preprocessing)
 precision.py  bf16/fp16/fp32 chosen once: autocast context, GradScaler on or off (torch lazily)

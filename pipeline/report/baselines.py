@@ -12,6 +12,10 @@ Every score is "higher = more likely correct", so the trust metrics apply unchan
   identical and TPR/TNR at 0.5 mean D_alpha < 1 / > 1.  Temperature T = 1 and NO input
   perturbation (epsilon = 0): the perturbation needs gradients through the model, and the report
   stage has no model in memory.
+* ``ts``       temperature-scaled MSP (Guo et al., ICML 2017): MSP of logits / T
+* ``pnorm``    MaxLogit-pNorm (Cattelan & Silva, UAI 2024): max_k (z_k - mean z) / ||z - mean z||_p
+  T and p are fitted on held-out rows of the classifier's training cache (``calibrate.py``), never
+  on the evaluated split; they arrive here as ``params = {"ts": T, "pnorm": p}``.
 
 Logits arrive as float16 (N, K) from the classifier cache; they are processed in float32 chunks
 so a 1.28M x 1000 split never needs a full float32 copy.
@@ -20,11 +24,17 @@ from __future__ import annotations
 
 import numpy as np
 
-BASELINES = ("mcp", "entropy", "maxlogit", "energy", "doctor")
+from pipeline.report.calibrate import msp, pnorm_score
+
+FITTED = ("ts", "pnorm")
+BASELINES = ("mcp", "entropy", "maxlogit", "energy", "doctor") + FITTED
 BASELINE_LABELS = {"mcp": "MCP", "entropy": "Neg. entropy", "maxlogit": "Max logit",
-                   "energy": "Energy", "doctor": "DOCTOR (D_alpha)"}
+                   "energy": "Energy", "doctor": "DOCTOR (D_alpha)", "ts": "MSP (temp. scaled)",
+                   "pnorm": "MaxLogit-pNorm"}
 # Scores in [0, 1] get TPR/TNR at 0.5; the others have no natural threshold.
-PROBABILITY_SCORES = ("mcp", "doctor")
+PROBABILITY_SCORES = ("mcp", "doctor", "ts")
+# Scores that estimate P(correct), so ECE applies (DOCTOR's sum p^2 does not).
+CALIBRATED_SCORES = ("mcp", "ts")
 CHUNK_ROWS = 65_536
 
 
@@ -58,14 +68,24 @@ def scores_chunk(logits: np.ndarray, temperature: float = 1.0,
 
 
 def baseline_scores(logits: np.ndarray, temperature: float = 1.0, chunk_rows: int = CHUNK_ROWS,
-                    names: tuple[str, ...] = BASELINES) -> dict[str, np.ndarray]:
-    """Scores ``names`` (default all of ``BASELINES``) for ``logits`` (N, K) -> {name: (N,)}."""
+                    names: tuple[str, ...] | None = None,
+                    params: dict | None = None) -> dict[str, np.ndarray]:
+    """Scores ``names`` for ``logits`` (N, K) -> {name: (N,)}; the fitted ones need their
+    parameter in ``params`` ({"ts": T, "pnorm": p}).  Default: every score that can be computed
+    (the fitted ones only with their parameter)."""
+    params = params or {}
+    if names is None:
+        names = tuple(n for n in BASELINES if n not in FITTED or params.get(n) is not None)
     logits = np.asarray(logits)
     if logits.ndim != 2 or logits.shape[1] < 2:
         raise ValueError(f"expected logits of shape (N, K) with K >= 2, got {logits.shape}")
     unknown = sorted(set(names) - set(BASELINES))
     if unknown:
         raise ValueError(f"unknown baseline(s) {unknown}; known: {BASELINES}")
+    missing = [n for n in names if n in FITTED and params.get(n) is None]
+    if missing:
+        raise ValueError(f"baseline(s) {missing} need their fitted parameter")
+    plain = tuple(n for n in names if n not in FITTED)
     out = {name: np.empty(len(logits), np.float32) for name in names}
     for start in range(0, len(logits), chunk_rows):
         chunk = logits[start:start + chunk_rows]
@@ -74,7 +94,11 @@ def baseline_scores(logits: np.ndarray, temperature: float = 1.0, chunk_rows: in
             row = start + int(np.flatnonzero(~finite)[0])
             raise ValueError(f"logits hold inf/NaN ({int((~finite).sum())} row(s) in rows "
                              f"{start}..{start + len(chunk) - 1}, first at row {row})")
-        part = scores_chunk(chunk, temperature, names)
+        part = scores_chunk(chunk, temperature, plain) if plain else {}
+        if "ts" in names:
+            part["ts"] = msp(chunk, params["ts"])
+        if "pnorm" in names:
+            part["pnorm"] = pnorm_score(chunk, params["pnorm"])
         for name in names:
             out[name][start:start + len(chunk)] = part[name]
     return out
