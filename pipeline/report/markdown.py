@@ -15,15 +15,36 @@ def markdown_document(doc: dict, tables: list[dict]) -> str:
              f"**{doc['metrics']}** (see docs/METRICS.md). Values are mean ± sample std over "
              "seeds (n = number of runs; no ± with one run); percentages like the paper.", "",
              f"Sources: {n_out} oracle output file(s) from {n_runs} run(s); post-hoc baselines "
-             f"(MCP, negative entropy, max logit, energy, DOCTOR) from {len(caches)} classifier "
-             "cache(s). Every number, with the runs it came from, is in report.json.", "",
-             doc["exclusion"], ""]
+             f"(MCP, temperature-scaled MSP, negative entropy, max logit, MaxLogit-pNorm, energy, "
+             f"DOCTOR) from {len(caches)} classifier cache(s). Every number, with the runs it "
+             "came from, is in report.json; bootstrap intervals of every number are in "
+             "report.csv and report.json.", "",
+             f"Uncertainty: {doc.get('bootstrap', '')}.", "", doc["exclusion"], ""]
+    lines += _fits_section(doc.get("fits", {}))
     for skipped in doc["skipped"]:
         lines.append(f"- skipped run {skipped['run_dir']}: {skipped['reason']}")
     for split in doc["splits"]:
         lines += _split_section(split, [t for t in tables if t["split"] == split["split"]])
     lines += _runs_section(doc)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _fits_section(fits: dict) -> list[str]:
+    """How temperature scaling and MaxLogit-pNorm were fitted, per evaluated cache."""
+    if not fits:
+        return []
+    lines = ["## Fitted post-hoc baselines", "",
+             "Temperature T (NLL) and p (AURC, MSP fallback) fitted on held-out rows of the "
+             "classifier's training cache, never on the evaluated split:", "",
+             "| evaluated cache | training cache | held-out rows | T | p |", "|---|---|---|---|---|"]
+    for cache, f in fits.items():
+        if "reason" in f:
+            lines.append(f"| `{cache}` | — | — | not fitted: {f['reason']} | |")
+            continue
+        t = f"{f['ts']['temperature']:.4f}" if f.get("ts") else f"n/a: {f['undefined']['ts']}"
+        p = f"{f['pnorm']['p']}" if f.get("pnorm") else f"n/a: {f['undefined']['pnorm']}"
+        lines.append(f"| `{cache}` | `{f['train_cache']}` | {f['rows']} | {t} | {p} |")
+    return lines + [""]
 
 
 def _split_section(split: dict, tables: list[dict]) -> list[str]:
