@@ -29,22 +29,23 @@ def exact_values(conf, correct):
 
 
 def test_small_n_is_the_row_bootstrap_exactly():
-    """n <= 1024: every group is one row, and each resample's values equal the metrics of the
-    rows it drew (np.repeat by the counts)."""
-    conf, correct = case(600)
+    """n <= 512: every group is one row and no confidence level is merged, so each resample's
+    values equal the metrics of the rows it drew (np.repeat by the counts); rank metrics are
+    computed in float32 there (1e-6)."""
+    conf, correct = case(500)
     spec = B.BootstrapSpec(resamples=40)
     boot = B.bootstrap_score(conf, correct, spec, exact_values(conf, correct), THR, True)
     group, w = B.resample_plan(len(conf), spec)
-    assert np.array_equal(group, np.arange(600)) and (w.sum(1) == 600).all()
+    assert np.array_equal(group, np.arange(500)) and (w.sum(1) == 500).all()
     for i in range(0, 40, 7):
-        rows = np.repeat(np.arange(600), w[i].astype(int))
+        rows = np.repeat(np.arange(500), w[i].astype(int))
         c, k = conf[rows], correct[rows]
         sep = separability_all(c, k)
-        assert boot["standard"]["auc"][i] == pytest.approx(M.auc(c, k), abs=1e-12)
-        assert boot["standard"]["aurc"][i] == pytest.approx(M.aurc(c, k), abs=1e-12)
+        assert boot["standard"]["auc"][i] == pytest.approx(M.auc(c, k), abs=1e-6)
+        assert boot["standard"]["aurc"][i] == pytest.approx(M.aurc(c, k), abs=1e-6)
         assert boot["standard"]["fpr95"][i] == pytest.approx(
-            M.fpr_at_95tpr(c, k, definition="standard"), abs=1e-12)
-        assert boot["paper"]["aupr_err"][i] == pytest.approx(M.aupr_error(c, k), abs=1e-12)
+            M.fpr_at_95tpr(c, k, definition="standard"), abs=1e-6)
+        assert boot["paper"]["aupr_err"][i] == pytest.approx(M.aupr_error(c, k), abs=1e-6)
         assert boot["standard"]["ece"][i] == pytest.approx(ece(c, k), abs=1e-12)
         assert boot["standard"]["acc"][i] == pytest.approx(k.mean(), abs=1e-12)
         assert boot["paper"]["tnr"][i] == pytest.approx(M.tnr(c, k, 0.5), abs=1e-12)
@@ -74,7 +75,7 @@ def test_reproducible_under_a_seed_and_covering_the_full_sample_value():
 
 
 def test_grouped_rows_match_the_row_bootstrap():
-    """n > 1024 (rows dealt into 1,024 groups, scores merged into 1,024 levels): the interval
+    """n > 1024 (rows dealt into 1,024 groups, scores merged into 512 levels): the interval
     ends agree with a brute-force row bootstrap to a fraction of the interval's width (two row
     bootstraps with different seeds differ by about 0.05 of it)."""
     conf, correct = case(20_000, seed=2)

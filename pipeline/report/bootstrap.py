@@ -14,11 +14,13 @@ sum over rows becomes W @ (per-group sums), one matrix product, instead of a pas
 resamples x n rows (1,000 x 50,000 per score would take seconds per score).  Linear statistics
 (accuracy, TPR, TNR, the Gaussian fits of the separability, ECE's per-bin gaps) are exact under
 this scheme.  Rank metrics (AUC, AUPR, FPR-95%-TPR, AURC, AUGRC, working points) need counts per
-threshold: each score's tie groups are merged into at most 1,024 levels of equal row count (ties
+threshold: each score's tie groups are merged into at most 512 levels of equal row count (ties
 never split), the per-group counts of (level, correct) go through the same product, and the
 metrics are computed from the counts (``counts_metrics``); the resampled values are shifted by
 (exact value - value on the merged levels) so the interval is centred on the exact metric.  With
-at most 1,024 distinct confidences nothing is merged.
+at most 512 distinct confidences nothing is merged.  Measured against a brute-force row
+bootstrap (50,000 rows, 1,000 resamples): interval ends within 0.12 of the interval's width,
+where two row bootstraps with different seeds differ by up to 0.08 (docs/METRICS.md).
 
 Interval: the 2.5 and 97.5 percentiles of the resampled values (percentile bootstrap).  Resamples
 where a metric does not exist (no correct or no incorrect row drawn) are left out and counted;
@@ -50,7 +52,7 @@ class BootstrapSpec:
     resamples: int = 1000
     seed: int = 0
     groups: int = 1024
-    levels: int = 1024
+    levels: int = 512
 
 
 @lru_cache(maxsize=8)
@@ -98,10 +100,11 @@ def bootstrap_score(conf: np.ndarray, correct: np.ndarray, spec: BootstrapSpec, 
     group, w = resample_plan(n, spec)
     g = w.shape[1]
     level, n_levels = score_levels(conf, spec.levels)
-    cells = np.bincount(group * 2 * n_levels + level * 2 + (~correct),
+    # per group: counts of correct rows by level, then of incorrect rows (contiguous halves)
+    cells = np.bincount(group * 2 * n_levels + (~correct) * n_levels + level,
                         minlength=g * 2 * n_levels).reshape(g, 2 * n_levels)
-    counts = (w @ cells.astype(np.float32)).astype(np.float64)
-    ranked = counts_metrics(counts[:, 0::2], counts[:, 1::2])
+    counts = w @ cells.astype(np.float32)          # exact: integers below 2^24
+    ranked = counts_metrics(counts[:, :n_levels], counts[:, n_levels:], dtype=np.float32)
     merged = counts_metrics(np.bincount(level[correct], minlength=n_levels),
                             np.bincount(level[~correct], minlength=n_levels))
     lin = _linear(conf, correct, group, g, w, thresholds, probability)
