@@ -65,11 +65,12 @@ def _split_section(split: dict, tables: list[dict]) -> list[str]:
     hists = figs["histograms"]
     if hists:
         lines += ["TP / FN / TN / FP histograms at each loss's thresholds (paper Fig. 3 layout; "
-                  "dashed: 0.5, dotted: TCP's 1/K), lowest seed of each group:", "",
+                  "dashed: 0.5, dotted: TCP's 1/K, green dash-dot: the 95%-TPR working point), "
+                  "lowest seed of each group:", "",
                   f"![histograms {tag}]({hists[0]})", ""]
     for oc, path in figs["risk_coverage"].items():
         lines += [f"Risk–coverage, {oc}, lowest seed (AURC in the legend; dashed: post-hoc "
-                  "baselines):", "", f"![risk-coverage {oc} {tag}]({path})", ""]
+                  "baselines; risk axis scaled to the curves, --rc-full-range for 0-1):", "", f"![risk-coverage {oc} {tag}]({path})", ""]
     if len(hists) > 1:
         lines += ["The other runs of every group, same layout: "
                   + ", ".join(f"[{Path(p).stem}]({p})" for p in hists[1:]), ""]
