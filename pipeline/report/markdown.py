@@ -70,7 +70,8 @@ def _split_section(split: dict, tables: list[dict]) -> list[str]:
                   f"![histograms {tag}]({hists[0]})", ""]
     for oc, path in figs["risk_coverage"].items():
         lines += [f"Risk–coverage, {oc}, lowest seed (AURC in the legend; dashed: post-hoc "
-                  "baselines; risk axis scaled to the curves, --rc-full-range for 0-1):", "", f"![risk-coverage {oc} {tag}]({path})", ""]
+                  "baselines; risk axis scaled to the curves, --rc-full-range for 0-1):", "",
+                  f"![risk-coverage {oc} {tag}]({path})", ""]
     if len(hists) > 1:
         lines += ["The other runs of every group, same layout: "
                   + ", ".join(f"[{Path(p).stem}]({p})" for p in hists[1:]), ""]
