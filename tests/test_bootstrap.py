@@ -75,7 +75,7 @@ def test_reproducible_under_a_seed_and_covering_the_full_sample_value():
 
 
 def test_grouped_rows_match_the_row_bootstrap():
-    """n > 1024 (rows dealt into 1,024 groups, scores merged into 512 levels): the interval
+    """n > 512 (rows dealt into 512 groups, scores merged into 512 levels): the interval
     ends agree with a brute-force row bootstrap to a fraction of the interval's width (two row
     bootstraps with different seeds differ by about 0.05 of it)."""
     conf, correct = case(20_000, seed=2)

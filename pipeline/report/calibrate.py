@@ -75,19 +75,24 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray, what: str = "fit row
     if g0 >= 0:
         raise FitError(f"{what}: on average the labels' logits are not above the mean logit, so "
                        "the NLL has no minimum at a positive temperature")
-    lo, hi = 0.0, 1.0
-    while _nll_derivatives(logits, labels, hi)[1] < 0:   # bracket the root of the derivative
-        lo, hi = hi, hi * 2.0
-        if hi > 1e6:
-            raise FitError(f"{what}: the NLL keeps falling as T -> 0 (almost every held-out "
-                           "prediction is right and confident); no finite temperature")
-    beta = 0.5 * (lo + hi)
+    # Newton on beta from beta = 1 (T = 1), kept inside a bracket [lo, hi] of the root of the
+    # derivative: the derivative is negative at 0 and increasing (convexity)
+    lo, hi, beta = 0.0, None, 1.0
     for _ in range(200):
         _, g, h = _nll_derivatives(logits, labels, beta)
         step = beta - g / h if h > 0 else None
         if g == 0 or (step is not None and abs(step - beta) <= 1e-14 * beta):
             break                                    # converged: keep this beta
-        lo, hi = (beta, hi) if g < 0 else (lo, beta)
+        if g < 0:
+            lo = beta
+        else:
+            hi = beta
+        if hi is None:                               # no upper bound yet: grow
+            beta = step if step is not None and step > beta else beta * 2.0
+            if beta > 1e6:
+                raise FitError(f"{what}: the NLL keeps falling as T -> 0 (almost every "
+                               "held-out prediction is right and confident); no finite T")
+            continue
         beta = step if step is not None and lo < step < hi else 0.5 * (lo + hi)
         if hi - lo <= 1e-14 * hi:
             break
@@ -113,15 +118,24 @@ def pnorm_score(logits: np.ndarray, p) -> np.ndarray:
     gives the MSP (the fallback); p = 0 divides by the count of non-zero centred logits."""
     if p == "MSP":
         return msp(logits)
+    return _chunked(lambda z: pnorm_scores(z, (p,))[p], logits)
 
-    def one(z):
-        z = z - z.mean(1, keepdims=True)
+
+def pnorm_scores(z: np.ndarray, ps) -> dict:
+    """{p: score} of one float64 chunk for integer ``ps``, |z|^p by repeated products."""
+    z = z - z.mean(1, keepdims=True)
+    top, a = z.max(1), np.abs(z)
+    out, power, have = {}, np.ones_like(a), 0
+    for p in sorted(ps):
         if p == 0:
             norm = np.count_nonzero(z, axis=1).astype(np.float64)
         else:
-            norm = (np.abs(z) ** p).sum(1) ** (1.0 / p)
-        return z.max(1) / np.maximum(norm, 1e-12)     # their clamp_min(eps): all-equal logits
-    return _chunked(one, logits)
+            while have < p:
+                power *= a
+                have += 1
+            norm = power.sum(1) ** (1.0 / p)
+        out[p] = top / np.maximum(norm, 1e-12)     # their clamp_min(eps): all-equal logits
+    return out
 
 
 def fit_pnorm(logits: np.ndarray, labels: np.ndarray, what: str = "fit rows") -> dict:
@@ -129,8 +143,10 @@ def fit_pnorm(logits: np.ndarray, labels: np.ndarray, what: str = "fit rows") ->
     correct = check_fit_rows(logits, labels, what)
     best_p, best = "MSP", aurc(msp(logits), correct)
     grid = {"MSP": best}
+    parts = [pnorm_scores(np.asarray(logits[a:a + CHUNK], dtype=np.float64), P_GRID)
+             for a in range(0, len(logits), CHUNK)]
     for p in P_GRID:
-        value = aurc(pnorm_score(logits, p), correct)
+        value = aurc(np.concatenate([part[p] for part in parts]), correct)
         grid[str(p)] = value
         if value < best:             # strictly lower, as their optimize.p
             best_p, best = p, value

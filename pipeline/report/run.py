@@ -79,9 +79,10 @@ def report(cfg: ReportConfig) -> dict:
     lap("plan")
     fits = fit_all(tasks, cache_tasks, src.caches, cfg.jobs)
     lap("fit")
-    calls = [(evaluate_output, (replace(t, bootstrap=spec),)) for t in tasks]
-    calls += [(evaluate_baselines, (replace(c, names=names, fit=fits[c.cache], bootstrap=spec),))
-              for c in cache_tasks for names in _baseline_split(c)]
+    # the longest tasks (a cache's baselines) first: two workers then finish together
+    calls = [(evaluate_baselines, (replace(c, names=names, fit=fits[c.cache], bootstrap=spec),))
+             for c in cache_tasks for names in _baseline_split(c, spec is not None)]
+    calls += [(evaluate_output, (replace(t, bootstrap=spec),)) for t in tasks]
     results = []
     for item in parallel(calls, cfg.jobs):
         results.extend(item if isinstance(item, list) else [item])
@@ -125,12 +126,12 @@ def fit_all(tasks, cache_tasks, known, jobs: int) -> dict[str, dict]:
     return {c: done[p] if isinstance(p, FitTask) else {"reason": p} for c, p in plans.items()}
 
 
-def _baseline_split(task) -> tuple[tuple[str, ...], ...]:
-    """With few classes the five metric summaries (a sort of N rows each) outweigh the scores
-    (a few passes over N x K logits): split them over two workers, each recomputing the cheap
-    scores.  With many classes one task computes the scores once."""
+def _baseline_split(task, intervals: bool = True) -> tuple[tuple[str, ...], ...]:
+    """With few classes, or with bootstrap intervals, the seven metric summaries outweigh the
+    scores (a few passes over N x K logits): split them over two workers, each computing its own
+    scores.  With many classes and no intervals one task computes the scores once."""
     k = int(ClassifierCache.open(Path(task.cache)).identity["num_classes"])
-    return BASELINE_SPLIT if k <= 32 else ((),)
+    return BASELINE_SPLIT if k <= 32 or intervals else ((),)
 
 
 def default_out(tasks, cache_tasks) -> Path:
@@ -289,7 +290,7 @@ def _bootstrap_text(cfg: ReportConfig) -> str:
     if not cfg.resamples:
         return "no bootstrap intervals (--resamples 0 / --no-ci)"
     return (f"95% percentile bootstrap intervals over test rows, {cfg.resamples} resamples, seed "
-            f"{cfg.ci_seed}; rows resampled in at most 1,024 random groups, the same resamples "
+            f"{cfg.ci_seed}; rows resampled in at most 512 random groups, the same resamples "
             "for every score of a split (paired); for several seeds, the interval of the seed "
             "mean (docs/METRICS.md, 'Bootstrap intervals')")
 
