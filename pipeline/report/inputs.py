@@ -275,12 +275,14 @@ def evaluate_output(task: OutputTask) -> dict:
 
 
 def evaluate_baselines(task: CacheTask) -> list[dict]:
-    """Worker: post-hoc baseline rows (``task.names``, default all) of one classifier cache."""
+    """Worker: post-hoc baseline rows (``task.names``, default all) of one classifier cache; a
+    fitted baseline whose T or p could not be fitted is a row of n/a with the reason."""
     names = task.names or BASELINES
     cache = ClassifierCache.open(Path(task.cache))
     cols = cache.load(["valid", "correct", "logits"])
     fit = task.fit or {"reason": "not fitted"}
-    params = {"ts": (fit.get("ts") or {}).get("temperature"), "pnorm": (fit.get("pnorm") or {}).get("p")}
+    params = {"ts": (fit.get("ts") or {}).get("temperature"),
+              "pnorm": (fit.get("pnorm") or {}).get("p")}
     unfit = {n: fit.get("reason") or fit.get("undefined", {}).get(n) for n in FITTED
              if n in names and params[n] is None}
     try:
@@ -291,21 +293,21 @@ def evaluate_baselines(task: CacheTask) -> list[dict]:
     results = []
     for name in names:
         if name in unfit:
-            correct = cols["correct"][cols["valid"] == 1].astype(bool)
-            result, excluded = undefined_summary(correct, f"not fitted: {unfit[name]}"), \
-                np.flatnonzero(cols["valid"] != 1)
+            result = undefined_summary(cols["correct"][cols["valid"] == 1].astype(bool),
+                                       f"not fitted: {unfit[name]}")
+            excluded = cols["index"][cols["valid"] != 1]
         else:
             conf, correct, excluded = valid_rows(task.cache, {**cols, name: scores[name]}, name)
             result = score_summary(conf, correct, {"paper": 0.5, "standard": 0.5},
                                    histogram=False, rates=name in PROBABILITY_SCORES,
                                    probability=name in CALIBRATED_SCORES, bootstrap=task.bootstrap)
-        if name in FITTED:
-            result["fit"] = {k: v for k, v in fit.items() if k not in ("ts", "pnorm")} | {
-                "value": fit.get(name), "parameter": params[name]}
-        labels = dict.fromkeys(LABEL_KEYS)
-        labels.update(oracle="post-hoc", classifier=task.classifier, loss=name, variant="",
-                      loss_label=BASELINE_LABELS[name], group="posthoc",
-                      dataset=cache.identity["dataset"], num_classes=cache.identity["num_classes"])
+        if name in FITTED:     # how it was fitted: T or p, rows, training cache, runs
+            result["fit"] = {**{k: v for k, v in fit.items() if k not in FITTED},
+                             "value": fit.get(name), "parameter": params[name]}
+        labels = {**dict.fromkeys(LABEL_KEYS), "oracle": "post-hoc", "classifier": task.classifier,
+                  "loss": name, "variant": "", "loss_label": BASELINE_LABELS[name],
+                  "group": "posthoc", "dataset": cache.identity["dataset"],
+                  "num_classes": cache.identity["num_classes"]}
         result.update(kind="baseline", source=task.cache, run_dir=None, cache=task.cache,
                       rows=int(len(cols["index"])), labels=labels,
                       excluded_rows=int(len(excluded)), excluded_indices=excluded[:20].tolist())
