@@ -89,3 +89,14 @@ def test_pnorm_refuses_one_kind():
     z, _ = logits_case(m=400)
     with pytest.raises(C.FitError, match="0 incorrect"):
         C.fit_pnorm(z, z.argmax(1))
+
+
+def test_report_scores_agree_with_the_fitted_forms():
+    """The report scores in float32 chunks (baselines.py); p is chosen on the float64 forms."""
+    from pipeline.report.baselines import baseline_scores
+    z, _ = logits_case(m=500)
+    for p in (*C.P_GRID, "MSP"):
+        got = baseline_scores(z, names=("pnorm", "ts"), params={"pnorm": p, "ts": 1.7},
+                              chunk_rows=128)
+        assert np.allclose(got["pnorm"], C.pnorm_score(z, p), rtol=1e-5, atol=1e-7), p
+        assert np.allclose(got["ts"], C.msp(z, 1.7), rtol=1e-5, atol=1e-7)

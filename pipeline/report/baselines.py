@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.report.calibrate import msp, pnorm_score
 
 FITTED = ("ts", "pnorm")
 BASELINES = ("mcp", "entropy", "maxlogit", "energy", "doctor") + FITTED
@@ -67,6 +66,22 @@ def scores_chunk(logits: np.ndarray, temperature: float = 1.0,
     return out
 
 
+def pnorm_chunk(logits: np.ndarray, p) -> np.ndarray:
+    """MaxLogit-pNorm of one chunk in float32 (``calibrate.pnorm_scores`` is the float64 form
+    used to choose p): max_k (z_k - mean z) / ||z - mean z||_p; p = "MSP" gives the MSP."""
+    if p == "MSP":
+        return scores_chunk(logits, 1.0, ("mcp",))["mcp"]
+    z = logits.astype(np.float32)
+    z -= z.mean(axis=1, keepdims=True)
+    if p == 0:
+        norm = np.count_nonzero(z, axis=1).astype(np.float32)
+    elif p == 2:
+        norm = np.sqrt(np.einsum("ij,ij->i", z, z))
+    else:
+        norm = (np.abs(z) ** np.float32(p)).sum(axis=1) ** np.float32(1.0 / p)
+    return z.max(axis=1) / np.maximum(norm, np.float32(1e-12))
+
+
 def baseline_scores(logits: np.ndarray, temperature: float = 1.0, chunk_rows: int = CHUNK_ROWS,
                     names: tuple[str, ...] | None = None,
                     params: dict | None = None) -> dict[str, np.ndarray]:
@@ -96,9 +111,10 @@ def baseline_scores(logits: np.ndarray, temperature: float = 1.0, chunk_rows: in
                              f"{start}..{start + len(chunk) - 1}, first at row {row})")
         part = scores_chunk(chunk, temperature, plain) if plain else {}
         if "ts" in names:
-            part["ts"] = msp(chunk, params["ts"])
+            part["ts"] = scores_chunk(chunk, params["ts"], ("mcp",))["mcp"]
         if "pnorm" in names:
-            part["pnorm"] = pnorm_score(chunk, params["pnorm"])
+            part["pnorm"] = (part.get("mcp") if params["pnorm"] == "MSP" and "mcp" in part
+                             else pnorm_chunk(chunk, params["pnorm"]))
         for name in names:
             out[name][start:start + len(chunk)] = part[name]
     return out

@@ -81,7 +81,7 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray, what: str = "fit row
     for _ in range(200):
         _, g, h = _nll_derivatives(logits, labels, beta)
         step = beta - g / h if h > 0 else None
-        if g == 0 or (step is not None and abs(step - beta) <= 1e-14 * beta):
+        if g == 0 or (step is not None and abs(step - beta) <= 1e-12 * beta):
             break                                    # converged: keep this beta
         if g < 0:
             lo = beta
@@ -94,7 +94,7 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray, what: str = "fit row
                                "held-out prediction is right and confident); no finite T")
             continue
         beta = step if step is not None and lo < step < hi else 0.5 * (lo + hi)
-        if hi - lo <= 1e-14 * hi:
+        if hi - lo <= 1e-12 * hi:
             break
     return {"temperature": 1.0 / beta, "nll": _nll_derivatives(logits, labels, beta)[0],
             "nll_at_1": _nll_derivatives(logits, labels, 1.0)[0], "rows": int(len(labels))}
@@ -125,13 +125,13 @@ def pnorm_scores(z: np.ndarray, ps) -> dict:
     """{p: score} of one float64 chunk for integer ``ps``, |z|^p by repeated products."""
     z = z - z.mean(1, keepdims=True)
     top, a = z.max(1), np.abs(z)
-    out, power, have = {}, np.ones_like(a), 0
+    out, power, have = {}, None, 0
     for p in sorted(ps):
         if p == 0:
             norm = np.count_nonzero(z, axis=1).astype(np.float64)
         else:
             while have < p:
-                power *= a
+                power = a.copy() if power is None else np.multiply(power, a, out=power)
                 have += 1
             norm = power.sum(1) ** (1.0 / p)
         out[p] = top / np.maximum(norm, 1e-12)     # their clamp_min(eps): all-equal logits

@@ -81,7 +81,7 @@ def report(cfg: ReportConfig) -> dict:
     lap("fit")
     # the longest tasks (a cache's baselines) first: two workers then finish together
     calls = [(evaluate_baselines, (replace(c, names=names, fit=fits[c.cache], bootstrap=spec),))
-             for c in cache_tasks for names in _baseline_split(c, spec is not None)]
+             for c in cache_tasks for names in _baseline_split(c)]
     calls += [(evaluate_output, (replace(t, bootstrap=spec),)) for t in tasks]
     results = []
     for item in parallel(calls, cfg.jobs):
@@ -126,12 +126,12 @@ def fit_all(tasks, cache_tasks, known, jobs: int) -> dict[str, dict]:
     return {c: done[p] if isinstance(p, FitTask) else {"reason": p} for c, p in plans.items()}
 
 
-def _baseline_split(task, intervals: bool = True) -> tuple[tuple[str, ...], ...]:
-    """With few classes, or with bootstrap intervals, the seven metric summaries outweigh the
-    scores (a few passes over N x K logits): split them over two workers, each computing its own
-    scores.  With many classes and no intervals one task computes the scores once."""
+def _baseline_split(task) -> tuple[tuple[str, ...], ...]:
+    """With few classes the seven metric summaries (a sort of N rows and the bootstrap each)
+    outweigh the scores (a few passes over N x K logits): split them over two workers, each
+    recomputing its cheap scores.  With many classes one task computes the scores once."""
     k = int(ClassifierCache.open(Path(task.cache)).identity["num_classes"])
-    return BASELINE_SPLIT if k <= 32 or intervals else ((),)
+    return BASELINE_SPLIT if k <= 32 else ((),)
 
 
 def default_out(tasks, cache_tasks) -> Path:
