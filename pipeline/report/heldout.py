@@ -104,8 +104,9 @@ def read_rows(cache_dir: Path, rows: np.ndarray, columns: tuple[str, ...]) -> di
     return out
 
 
-def fit_heldout(task: FitTask) -> dict:
-    """Worker: T and p on the task's rows (valid ones); a reason instead of a value on failure."""
+def fit_heldout(task: FitTask, names: tuple[str, ...] = ("ts", "pnorm")) -> dict:
+    """T ("ts") and/or p ("pnorm") on the task's rows (valid ones); a reason instead of a value
+    on failure.  Called in the baseline workers, so fitting overlaps the other evaluations."""
     rows = np.asarray(task.rows, dtype=np.int64)
     cols = read_rows(Path(task.train_cache), rows, ("label", "valid", "logits"))
     ok = cols["valid"] == 1
@@ -116,6 +117,8 @@ def fit_heldout(task: FitTask) -> dict:
               "ts": None, "pnorm": None, "undefined": {}}
     what = f"held-out rows of {task.train_cache}"
     for name, fit in (("ts", fit_temperature), ("pnorm", fit_pnorm)):
+        if name not in names:
+            continue
         try:
             record[name] = fit(logits, labels, what)
         except FitError as err:

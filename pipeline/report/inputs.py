@@ -20,6 +20,7 @@ from cache.shards import read_attrs
 from pipeline.report.baselines import (BASELINE_LABELS, BASELINES, CALIBRATED_SCORES, FITTED,
                                        PROBABILITY_SCORES, baseline_scores)
 from pipeline.report.bootstrap import BootstrapSpec
+from pipeline.report.heldout import FitTask, fit_heldout
 from pipeline.report.scoring import score_summary, undefined_summary
 
 RUN_FILE = "run.json"
@@ -50,7 +51,7 @@ class CacheTask:
     classifier: str
     tags: tuple[str, ...]  # the split tags its baseline rows appear under
     names: tuple[str, ...] = ()  # baselines to compute (all when empty)
-    fit: dict | None = None      # heldout.fit_heldout's record, or {"reason": why none}
+    fit: FitTask | str | None = None   # where T and p are fitted, or why they cannot be
     bootstrap: BootstrapSpec | None = None
 
 
@@ -280,7 +281,9 @@ def evaluate_baselines(task: CacheTask) -> list[dict]:
     names = task.names or BASELINES
     cache = ClassifierCache.open(Path(task.cache))
     cols = cache.load(["valid", "correct", "logits"])
-    fit = task.fit or {"reason": "not fitted"}
+    wanted = tuple(n for n in FITTED if n in names)
+    fit = (fit_heldout(task.fit, wanted) if isinstance(task.fit, FitTask) and wanted
+           else {"reason": task.fit or "not fitted"})
     params = {"ts": (fit.get("ts") or {}).get("temperature"),
               "pnorm": (fit.get("pnorm") or {}).get("p")}
     unfit = {n: fit.get("reason") or fit.get("undefined", {}).get(n) for n in FITTED

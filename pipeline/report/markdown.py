@@ -41,8 +41,9 @@ def _fits_section(fits: dict) -> list[str]:
         if "reason" in f:
             lines.append(f"| `{cache}` | — | — | not fitted: {f['reason']} | |")
             continue
-        t = f"{f['ts']['temperature']:.4f}" if f.get("ts") else f"n/a: {f['undefined']['ts']}"
-        p = f"{f['pnorm']['p']}" if f.get("pnorm") else f"n/a: {f['undefined']['pnorm']}"
+        why = f.get("undefined", {})
+        t = f"{f['ts']['temperature']:.4f}" if f.get("ts") else f"n/a: {why.get('ts', '')}"
+        p = f"{f['pnorm']['p']}" if f.get("pnorm") else f"n/a: {why.get('pnorm', '')}"
         lines.append(f"| `{cache}` | `{f['train_cache']}` | {f['rows']} | {t} | {p} |")
     return lines + [""]
 

@@ -5,7 +5,8 @@ resolve inputs -> plan (main process: attributes and manifests only; mismatches 
 work) -> evaluate every (run, split) output and every classifier cache in parallel (joblib) ->
 aggregate seeds per <oracle, classifier, loss, group, split> (bootstrap intervals of the seed
 means, paired SS comparisons) -> figures -> md / csv / tex / json [-> fd-shifts export].
-Temperature scaling and MaxLogit-pNorm are fitted first, on held-out training rows (heldout.py).
+Temperature scaling and MaxLogit-pNorm are fitted in the baseline workers, on held-out training
+rows (heldout.py), alongside the other evaluations.
 """
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from cache.reader import ClassifierCache, slug
 from pipeline.report import figures as F, tables as T
 from pipeline.report.bootstrap import BootstrapSpec
 from pipeline.report.compare import comparisons, row_intervals
+from pipeline.report.export import export_fd_shifts
 from pipeline.report.figures import oc_label
-from pipeline.report.heldout import FitTask, fit_heldout, plan_fits
+from pipeline.report.heldout import plan_fits
 from pipeline.report.inputs import ReportError, collect, evaluate_baselines, evaluate_output, plan
 from pipeline.report.markdown import markdown_document
 
@@ -77,8 +79,7 @@ def report(cfg: ReportConfig) -> dict:
         raise ReportError(f"--resamples {cfg.resamples}: expected 0 (no intervals) or more")
     spec = BootstrapSpec(cfg.resamples, cfg.ci_seed) if cfg.resamples else None
     lap("plan")
-    fits = fit_all(tasks, cache_tasks, src.caches, cfg.jobs)
-    lap("fit")
+    fits = plan_fits(tasks, [c.cache for c in cache_tasks], src.caches)
     # the longest tasks (a cache's baselines) first: two workers then finish together
     calls = [(evaluate_baselines, (replace(c, names=names, fit=fits[c.cache], bootstrap=spec),))
              for c in cache_tasks for names in _baseline_split(c)]
@@ -86,6 +87,7 @@ def report(cfg: ReportConfig) -> dict:
     results = []
     for item in parallel(calls, cfg.jobs):
         results.extend(item if isinstance(item, list) else [item])
+    results.sort(key=lambda r: r["kind"] != "oracle")     # report.json: runs, then baselines
     lap("evaluate")
     splits = aggregate(results)
     compared = {tag: comparisons(rows) for tag, rows in splits.items()}
@@ -93,10 +95,9 @@ def report(cfg: ReportConfig) -> dict:
     lap("figures")
     for r in results:
         r.pop("_boot", None)          # per-resample values: used above, too big for report.json
-    doc = build_doc(cfg, splits, results, src.skipped, figures, out, compared, fits)
+    doc = build_doc(cfg, splits, results, src.skipped, figures, out, compared, fit_records(results))
     written = write_outputs(doc, splits, out, cfg)
     if "fd-shifts" in cfg.export:
-        from pipeline.report.export import export_fd_shifts
         written.append(export_fd_shifts(
             out, [(c.cache, c.classifier, tag) for c in cache_tasks for tag in c.tags],
             [{"cache": t.cache, "output": t.output, "run_dir": t.run_dir, "tag": t.tag}
@@ -117,13 +118,20 @@ def parallel(calls: list, jobs: int = 0) -> list:
     return Parallel(n_jobs=n, backend="loky")(delayed(f)(*args) for f, args in calls)
 
 
-def fit_all(tasks, cache_tasks, known, jobs: int) -> dict[str, dict]:
-    """{cache: fit record} for temperature scaling and MaxLogit-pNorm (one fit per training cache
-    and set of held-out rows, in parallel), or {"reason": why none} for that cache."""
-    plans = plan_fits(tasks, [c.cache for c in cache_tasks], known)
-    unique = list(dict.fromkeys(p for p in plans.values() if isinstance(p, FitTask)))
-    done = dict(zip(unique, parallel([(fit_heldout, (p,)) for p in unique], jobs)))
-    return {c: done[p] if isinstance(p, FitTask) else {"reason": p} for c, p in plans.items()}
+def fit_records(results: list[dict]) -> dict[str, dict]:
+    """{evaluated cache: how T and p were fitted (or why not)}, from the baseline rows."""
+    out: dict[str, dict] = {}
+    for r in results:
+        fit = r.get("fit")
+        if r["kind"] != "baseline" or not fit:
+            continue
+        entry = out.setdefault(r["cache"], {k: v for k, v in fit.items()
+                                            if k not in ("value", "parameter", "undefined")})
+        name = r["labels"]["loss"]
+        entry[name] = fit["value"]
+        if fit.get("undefined", {}).get(name):
+            entry.setdefault("undefined", {})[name] = fit["undefined"][name]
+    return out
 
 
 def _baseline_split(task) -> tuple[tuple[str, ...], ...]:
