@@ -100,7 +100,7 @@ def test_evaluate_selective_records_reasons():
     out = S.evaluate_selective(r, P10, C10, probability=True)
     assert out["values"]["ece"] == pytest.approx(0.195)
     wrong_first = M.rank(np.array([0.9, 0.5, 0.4]), np.array([0, 1, 1]))
-    notes = S.evaluate_selective(wrong_first, [0.9, 0.5, 0.4], [0, 1, 1], True)["notes"]
-    assert "nothing can be kept" in notes["cov@risk1"]
+    out = S.evaluate_selective(wrong_first, [0.9, 0.5, 0.4], [0, 1, 1], True)
+    assert out["values"]["cov@risk1"] == 0.0 and not out["undefined"]   # defined: keep nothing
     with pytest.raises(M.UndefinedMetric, match="leave"):
         S.ece(np.array([1.5, 0.2]), np.array([1, 0]))

@@ -179,10 +179,6 @@ def evaluate_selective(r: Ranked, confidence, correct, probability: bool) -> dic
         if d["coverage"] > c / 100 + 0.005:
             out["notes"][f"risk@cov{c}"] = (f"ties: the nearest threshold keeps "
                                             f"{100 * d['coverage']:.2f}% of the rows")
-    for q in RISKS:
-        if values[f"cov@risk{q}"] == 0.0:
-            out["notes"][f"cov@risk{q}"] = (f"even the most confident tie group has a selective "
-                                            f"risk above {q}%: nothing can be kept")
     if not probability:
         out["values"]["ece"] = None
         out["undefined"]["ece"] = NOT_A_PROBABILITY
