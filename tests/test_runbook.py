@@ -165,9 +165,9 @@ def test_runbook_runs_as_written(world):
     report = json.loads((prep / "report" / "report.json").read_text())
     splits = {s["split"]: s for s in report["splits"]}
     assert set(splits) == {"val", "val-defocus_blur-5", "defocus_blur_5"}
-    # the last report (section 4) predates section 5's run: 4 grid runs + 5 baselines x 2 classifiers
+    # the last report (section 4) predates section 5's run: 4 grid runs + 7 baselines x 2 classifiers
     oracle_rows = [r for r in splits["val"]["rows"] if r["kind"] == "oracle"]
-    assert len(oracle_rows) == 4 and all(len(s["rows"]) == 4 + 2 * 5 for s in splits.values())
+    assert len(oracle_rows) == 4 and all(len(s["rows"]) == 4 + 2 * 7 for s in splits.values())
     assert {r["loss_label"] for r in oracle_rows} == {"SS", "CE (broadcast)"}
     assert (prep / "report" / "report.md").exists()
     assert "+ cli.py train-oracle" in proc.stdout
