@@ -51,8 +51,9 @@ def _columns(logits16: np.ndarray, labels: np.ndarray, bad: np.ndarray) -> dict:
 def write_cache(cache_dir: Path, *, n: int, k: int = 10, accuracy: float = 0.8, seed: int = 0,
                 model: str = "synthetic", dataset: str = "synthetic", split: str = "test",
                 corruption: str = "none", bad_rows: tuple[int, ...] = (),
-                shard_size: int | None = None) -> Path:
-    """A complete classifier cache of ``n`` rows and ``k`` classes at about ``accuracy``."""
+                shard_size: int | None = None, weights_seed: int | None = None) -> Path:
+    """A complete classifier cache of ``n`` rows and ``k`` classes at about ``accuracy``; caches
+    with the same ``model`` and ``weights_seed`` (default ``seed``) share a classifier."""
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, k, n)
     bad = np.zeros(n, bool)
@@ -61,7 +62,8 @@ def write_cache(cache_dir: Path, *, n: int, k: int = 10, accuracy: float = 0.8, 
     shard_size = shard_size or n
     identity = dict(
         schema_version=SCHEMA_VERSION, kind=KIND_CLASSIFIER, model=model, model_kwargs={},
-        weights_sha256=hashlib.sha256(f"{model}-{seed}".encode()).hexdigest(), preprocess="model",
+        weights_sha256=hashlib.sha256(
+            f"{model}-{seed if weights_seed is None else weights_seed}".encode()).hexdigest(), preprocess="model",
         data_config={"input_size": [3, 28, 28]}, dataset=dataset,
         dataset_fingerprint=hashlib.sha256(f"{dataset}-{split}-{n}".encode()).hexdigest(),
         split=split, corruption=corruption, num_rows=n, num_classes=k, precision="fp32",
@@ -89,7 +91,8 @@ def write_cache(cache_dir: Path, *, n: int, k: int = 10, accuracy: float = 0.8, 
 def write_run(run_dir: Path, cache_dir: Path, *, oracle: str, classifier: str, loss: str,
               seed: int, group: str, separation: float = 1.5, variant: str = "",
               loss_label: str | None = None, tag: str | None = None, dataset: str = "synthetic",
-              nan_rows: tuple[int, ...] = (), status: str = "complete") -> Path:
+              nan_rows: tuple[int, ...] = (), status: str = "complete",
+              train_cache: Path | None = None, val_rows: list[int] | None = None) -> Path:
     """A run directory (run.json + outputs/<tag>.h5) whose confidences separate correct from
     incorrect rows by ``separation`` (in logit units); TCP confidences are squashed toward 0."""
     cache = ClassifierCache.open(Path(cache_dir))
@@ -111,24 +114,42 @@ def write_run(run_dir: Path, cache_dir: Path, *, oracle: str, classifier: str, l
                    "confidence": conf, "correct": cols["correct"], "label": cols["label"],
                    "pred": cols["pred"]},
                   classifier_ref(cache.path, cache.identity), record)
-    mf.write_json_atomic(Path(run_dir) / "run.json", {"run": record, "status": status})
+    extra = {"train_cache": str(train_cache)} if train_cache else {}
+    mf.write_json_atomic(Path(run_dir) / "run.json", {"run": record, "status": status, **extra})
+    if val_rows is not None:     # as train-oracle's val_split.json
+        mf.write_json_atomic(Path(run_dir) / "val_split.json", {
+            "split": "train", "val_fraction": None, "split_seed": 0, "train_limit": None,
+            "num_val_rows": len(val_rows), "val_rows": [int(i) for i in val_rows]})
     return Path(run_dir)
 
 
 def write_study(root: Path, *, n: int, k: int = 10, pairs=(("vit", "vit"),),
                 losses=("ce", "focal", "tcp", "ss"), seeds=(0, 1, 2), tag: str = "test",
-                bad_rows: tuple[int, ...] = ()) -> tuple[Path, Path]:
-    """artifacts-like tree: <root>/cache/<classifier>/<tag>, <root>/runs/<run name>."""
+                bad_rows: tuple[int, ...] = (), held_out: float | None = 0.1,
+                n_train: int | None = None) -> tuple[Path, Path]:
+    """artifacts-like tree: <root>/cache/<classifier>/<tag>, <root>/runs/<run name>; with
+    ``held_out``, also each classifier's training cache <root>/cache/<classifier>/train
+    (``n_train`` rows, default ``n``) whose seeded ``held_out`` fraction every run lists in its
+    val_split.json, as train-oracle does."""
     separation = {"ce": 0.8, "focal": 0.7, "tcp": 1.2, "ss": 1.8}
-    caches = {}
+    caches, train = {}, {}
+    val_rows = None
     for i, clf in enumerate(sorted({c for _, c in pairs})):
         caches[clf] = write_cache(root / "cache" / clf / tag, n=n, k=k, seed=i, model=clf,
                                   split=tag, accuracy=0.84 - 0.15 * i, bad_rows=bad_rows)
+        if held_out:
+            m = n_train or n
+            train[clf] = write_cache(root / "cache" / clf / "train", n=m, k=k, seed=100 + i,
+                                     weights_seed=i, model=clf, split="train",
+                                     accuracy=0.86 - 0.15 * i)
+            pick = np.random.default_rng(0).permutation(m)[:max(1, int(held_out * m))]
+            val_rows = np.sort(pick).tolist()
     for oracle, clf in pairs:
         for loss in losses:
             for seed in seeds:
                 group = hashlib.sha256(f"{oracle}{clf}{loss}".encode()).hexdigest()[:12]
                 write_run(root / "runs" / f"{oracle}-{clf}_{loss}_seed{seed}_{group}", caches[clf],
                           oracle=oracle, classifier=clf, loss=loss, seed=seed, group=group,
-                          separation=separation.get(loss, 1.0), tag=tag)
+                          separation=separation.get(loss, 1.0), tag=tag,
+                          train_cache=train.get(clf), val_rows=val_rows if held_out else None)
     return root / "runs", root / "cache"

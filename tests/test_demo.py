@@ -127,7 +127,8 @@ def test_demo_report_has_every_row_and_sane_metrics(demo_run):
         oracle = {(r["oracle"], r["loss_label"]) for r in rows if r["kind"] == "oracle"}
         assert oracle == {(o, l) for o in ("vit", "resnet") for l in ("SS", "CE (broadcast)")}
         assert {r["loss_label"] for r in rows if r["kind"] == "baseline"} == {
-            "MCP", "Neg. entropy", "Max logit", "Energy", "DOCTOR (D_alpha)"}
+            "MCP", "Neg. entropy", "Max logit", "Energy", "DOCTOR (D_alpha)",
+            "MSP (temp. scaled)", "MaxLogit-pNorm"}
         for row in rows:
             assert row["n"] == 1
             for definition in ("paper", "standard"):

@@ -278,10 +278,13 @@ def test_ranked_is_shared_and_equal_to_direct_calls():
 def test_baseline_scores_against_scipy():
     rng = np.random.default_rng(0)
     logits = (rng.normal(size=(3000, 7)) * 4).astype(np.float16)
-    s = baseline_scores(logits, chunk_rows=1000)  # several chunks
+    s = baseline_scores(logits, chunk_rows=1000, params={"ts": 2.0, "pnorm": 2})  # several chunks
     x = logits.astype(np.float64)
     p = softmax(x, axis=1)
     assert set(s) == set(BASELINES)
+    assert np.allclose(s["ts"], softmax(x / 2.0, axis=1).max(1), atol=1e-6)
+    centred = x - x.mean(1, keepdims=True)
+    assert np.allclose(s["pnorm"], centred.max(1) / np.linalg.norm(centred, axis=1), atol=1e-6)
     assert np.allclose(s["mcp"], p.max(1), atol=1e-6)
     assert np.allclose(s["entropy"], (p * np.log(p)).sum(1), atol=1e-5)
     assert np.allclose(s["maxlogit"], x.max(1))
@@ -300,3 +303,5 @@ def test_baseline_scores_reject_bad_logits():
         baseline_scores(logits)
     with pytest.raises(ValueError, match=r"\(N, K\)"):
         baseline_scores(np.zeros(5))
+    with pytest.raises(ValueError, match="fitted parameter"):
+        baseline_scores(np.ones((5, 3)), names=("ts",))

@@ -37,7 +37,8 @@ def study(tmp_path_factory) -> Path:
     """16 + 8 runs: three <O,C> pairs x four losses x two seeds on `test` (2 undecodable rows),
     and the <vit, vit> runs again on a corrupted copy of the split."""
     root = tmp_path_factory.mktemp("study")
-    write_study(root, n=700, pairs=PAIRS, losses=LOSSES, seeds=SEEDS, bad_rows=(3, 10))
+    write_study(root, n=700, pairs=PAIRS, losses=LOSSES, seeds=SEEDS, bad_rows=(3, 10),
+                n_train=2000)    # 200 held-out training rows per classifier (val_split.json)
     shifted = write_cache(root / "cache" / "vit" / SHIFT, n=500, model="vit", seed=1, split="test",
                           corruption="gaussian_noise:3:seed0", accuracy=0.5)
     for run in sorted((root / "runs").glob("vit-vit_*")):
@@ -74,15 +75,16 @@ def test_end_to_end_all_formats_and_figures(study, tmp_path):
     assert all(r["n"] == 2 and r["seeds"] == [0, 1] for r in rows if r["kind"] == "oracle")
     baselines = [r for r in rows if r["kind"] == "baseline"]
     assert sorted(r["loss"] for r in baselines) == sorted(["mcp", "entropy", "maxlogit", "energy",
-                                                           "doctor"] * 2)
-    assert {r["loss"] for r in splits[SHIFT]["rows"]} == set(LOSSES) | {"mcp", "entropy", "maxlogit",
-                                                                       "energy", "doctor"}
+                                                           "doctor", "ts", "pnorm"] * 2)
+    assert {r["loss"] for r in splits[SHIFT]["rows"]} == set(LOSSES) | {
+        "mcp", "entropy", "maxlogit", "energy", "doctor", "ts", "pnorm"}
     for row in rows:
         assert row["excluded_rows"] == [2] * row["n"]
         for definition in ("paper", "standard"):
             for name, cell in row["agg"][definition].items():
                 if cell["mean"] is None:
-                    assert cell["undefined"] and row["kind"] == "baseline" and name in ("tpr", "tnr")
+                    assert cell["undefined"] and row["kind"] == "baseline"
+                    assert name in ("tpr", "tnr", "ece")
                 elif name in ("kl", "bhattacharyya"):
                     assert cell["mean"] >= 0
                 else:
@@ -97,17 +99,24 @@ def _check_tables(out: Path, rows: list[dict]) -> None:
         assert title in md
     tables, runs = md.split("## Runs")
     tables = tables.split("\n## Shifted splits (paper appendix")[0]   # its own test file
-    assert tables.count("| ⟨vit, vit⟩ |") == 2 * 3  # first row of the block, 3 tables, 2 splits
+    # first row of the block: paper, standard, working points, separability, paired; 2 splits
+    assert tables.count("| ⟨vit, vit⟩ |") == 2 * 5
     assert runs.count("| ⟨vit, vit⟩ |") == 4 * 2 * 2  # 4 losses x 2 seeds x 2 splits
     tex = (out / "report.tex").read_text()
-    assert tex.count(r"\toprule") == tex.count(r"\bottomrule") == 6
+    assert tex.count(r"\toprule") == tex.count(r"\bottomrule") == 10
     assert r"\multirow{4}{*}{\textlangle vit, vit\textrangle}" in tex and r"$\pm$" in tex
     lines = list(csv.DictReader(io.StringIO((out / "report.csv").read_text())))
-    per_row = 7 + 10 + 3  # paper + standard + separability columns
-    assert len(lines) == per_row * (len(rows) + 4 + 5)  # `test` rows + shifted oracle + baselines
+    per_row = 7 + 11 + 7 + 3  # paper + standard + working points + separability columns
+    paired = (3 * 4 + 4) * 2  # SS vs 3 losses + MCP per <O,C> (3 on test, 1 shifted), AUC + AURC
+    assert len(lines) == per_row * (len(rows) + 4 + 7) + paired  # + shifted oracle + baselines
     ss = [l for l in lines if l["split"] == "test" and l["oracle"] == "vit" and
           l["classifier"] == "vit" and l["loss"] == "ss" and l["table"] == "standard"]
-    assert {l["metric"] for l in ss} >= {"fpr95", "aurc", "eaurc", "augrc"}
+    assert {l["metric"] for l in ss} >= {"fpr95", "aurc", "eaurc", "augrc", "eaugrc"}
+    auc = next(l for l in ss if l["metric"] == "auc")
+    assert float(auc["ci_low"]) <= float(auc["mean"]) <= float(auc["ci_high"])
+    pairs = [l for l in lines if l["table"] == "paired" and l["split"] == "test"]
+    assert len(pairs) == 3 * 4 * 2 and all(l["ci_low"] and l["ci_high"] for l in pairs)
+    assert "| ⟨vit, vit⟩ | SS − CE |" in md and "Fitted post-hoc baselines" in md
 
 
 def test_numbers_equal_a_direct_computation(study, tmp_path):
@@ -138,7 +147,8 @@ def test_metric_and_format_choices(study, tmp_path):
                   "--format", "md", "--format", "latex", "--no-figures").exit_code == 0
     assert sorted(p.name for p in out.iterdir()) == ["report.md", "report.tex"]
     md = out.joinpath("report.md").read_text()
-    assert "paper definitions" in md and "standard definitions" not in md and "AURC" not in md
+    assert "paper definitions" in md and "standard definitions" not in md and "AURC ↓" not in md
+    assert "Working points" not in md and "Paired comparisons" not in md
     assert "KL̄ (paper formula)" in md and "KL̄ (correct)" not in md
     out = tmp_path / "standard"
     assert invoke("report", "--runs-root", study / "runs", "--out", out, "--metrics", "standard",
@@ -156,7 +166,12 @@ def test_single_run_and_bare_cache(study, tmp_path):
     result = invoke("report", "--cache", study / "cache" / "resnet" / "test", "--out", tmp_path / "bare")
     assert result.exit_code == 0, result.output
     doc = strict_json(tmp_path / "bare" / "report.json")
-    assert [r["kind"] for r in doc["splits"][0]["rows"]] == ["baseline"] * 5
+    rows = doc["splits"][0]["rows"]
+    assert [r["kind"] for r in rows] == ["baseline"] * 7
+    # no run names held-out rows: the fitted baselines say so instead of showing numbers
+    unfit = [r for r in rows if r["loss"] in ("ts", "pnorm")]
+    assert all(r["agg"]["standard"]["auc"]["mean"] is None and "held-out rows" in
+               r["agg"]["standard"]["auc"]["undefined"] for r in unfit)
     assert (tmp_path / "bare" / "figures" / "risk_coverage_post-hoc-resnet_test.png").exists()
 
 
@@ -222,7 +237,7 @@ def test_real_extracted_cache(tmp_path):
     assert result.exit_code == 0, result.output
     doc = strict_json(tmp_path / "o" / "report.json")
     rows = doc["splits"][0]["rows"]
-    assert doc["splits"][0]["split"] == "val" and len(rows) == 6 and rows[0]["n"] == 2
+    assert doc["splits"][0]["split"] == "val" and len(rows) == 8 and rows[0]["n"] == 2
     assert rows[0]["agg"]["paper"]["acc"]["mean"] == pytest.approx(
         json.loads((cache / "manifest.json").read_text())["summary"]["accuracy"])
     assert doc["evaluations"][0]["tnr_threshold"]["paper"] == pytest.approx(1 / 3)

@@ -2,6 +2,7 @@
 the cache, exact resume, DDP (gloo), accumulation, NaN guard, and refusals (pipeline/oracle/train.py)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -85,6 +86,19 @@ def test_resume_reproduces_the_uninterrupted_run(stage1, tmp_path):
     za = read_outputs(tmp_path / "a" / "outputs" / "val.h5").columns["z"]
     zb = read_outputs(b / "outputs" / "val.h5").columns["z"]
     assert np.array_equal(za, zb)
+    # TensorBoard events (optional extra): the same losses, the resumed run's steps purged
+    if importlib.util.find_spec("tensorboard") is not None:
+        for run in (tmp_path / "a", b):
+            tb = tensorboard_scalars(run / "tensorboard")
+            assert {s: v for s, v in tb["train/loss"]} == pytest.approx(step_losses(run))
+            assert "val/auc" in tb and "train/lr" in tb
+
+
+def tensorboard_scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(log_dir))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
 def test_two_process_torchrun_matches_one_process(stage1, tmp_path):

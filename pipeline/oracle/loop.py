@@ -142,12 +142,21 @@ class LoopSettings:
 def fit(prep, objs: TrainObjects, data_cfg: DataConfig, state: LoopState,
         s: LoopSettings) -> str:
     """Train from ``state.step`` to the end, to --stop-at-step ('stopped') or to a SIGINT/SIGTERM
-    ('interrupted'); a checkpoint is written in the last two cases.  Returns the outcome."""
+    ('interrupted'); a checkpoint is written in the last two cases.  Returns the outcome.
+    log.jsonl (and TensorBoard events, when installed) record every logged step."""
+    log = StepLog(s.run_dir, state.step, objs.info.is_main)
+    try:
+        return _fit(prep, objs, data_cfg, state, s, log)
+    finally:
+        log.close()          # flushes the TensorBoard event file
+
+
+def _fit(prep, objs: TrainObjects, data_cfg: DataConfig, state: LoopState, s: LoopSettings,
+         log: StepLog) -> str:
     info, schedule = objs.info, prep.schedule
     total = schedule.total_steps
     slices = micro_slices(schedule.batch_size, info.world, info.rank, prep.config["accum_steps"])
     table = TargetTable.from_arrays(prep.targets)
-    log = StepLog(s.run_dir, state.step, info.is_main)
     bar = tqdm(total=total, initial=state.step, unit="step", desc=f"train {prep.record['loss']}",
                disable=not (s.progress and info.is_main), dynamic_ncols=True)
     window: list[torch.Tensor] = []

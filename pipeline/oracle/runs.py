@@ -25,6 +25,7 @@ from cache.reader import slug
 from cache.schema import CacheError, canonical, identity_diff
 
 RUN_FILE, VAL_FILE, LOG_FILE = "run.json", "val_split.json", "log.jsonl"
+TENSORBOARD_DIR = "tensorboard"
 CHECKPOINTS, OUTPUTS = "checkpoints", "outputs"
 
 # Settings that change neither what is trained nor how: excluded from the group hash, so runs
@@ -124,22 +125,63 @@ def read_run_file(run_dir: Path) -> dict:
 
 class StepLog:
     """log.jsonl: one JSON line per logged step or validation.  On resume, lines after the
-    checkpoint's step are dropped, so the log equals an uninterrupted run's."""
+    checkpoint's step are dropped, so the log equals an uninterrupted run's.
+
+    When the ``tensorboard`` package is installed (extra ``tensorboard``), the same numbers also
+    go to TensorBoard event files in RUN_DIR/tensorboard/ (``train/<key>`` per logged step,
+    ``val/<metric>`` per validation); on resume, events after the checkpoint's step are purged
+    the same way (``purge_step``)."""
 
     def __init__(self, run_dir: Path, resume_step: int | None, enabled: bool):
         self.path = Path(run_dir) / LOG_FILE
         self.enabled = enabled
+        self.tb = None
         if not enabled:
             return
         lines = []
         if resume_step is not None and self.path.exists():
             lines = [l for l, entry in read_log(self.path) if entry.get("step", 0) <= resume_step]
         self.path.write_text("".join(l + "\n" for l in lines))
+        self.tb = tensorboard_writer(Path(run_dir) / TENSORBOARD_DIR, resume_step)
 
     def write(self, entry: Mapping[str, Any]) -> None:
         if self.enabled:
             with open(self.path, "a") as fh:
                 fh.write(json.dumps(_finite(dict(entry)), sort_keys=True) + "\n")
+        if self.tb is not None:
+            step = int(entry["step"])
+            for tag, value in scalars(entry):
+                self.tb.add_scalar(tag, value, step)
+            if "val" in entry:
+                self.tb.flush()
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = None
+
+
+def tensorboard_writer(log_dir: Path, resume_step: int | None):
+    """A SummaryWriter, or None when the optional ``tensorboard`` package is not installed."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:     # torch's writer needs the tensorboard package: the extra
+        return None
+    purge = resume_step + 1 if resume_step else None
+    return SummaryWriter(str(log_dir), purge_step=purge)
+
+
+def scalars(entry: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """(tag, value) of the finite numbers of a log entry: ``train/loss`` ... ``val/auc``."""
+    out = []
+    for key, value in entry.items():
+        if key == "step":
+            continue
+        items = value.items() if isinstance(value, Mapping) else [(None, value)]
+        for sub, v in items:
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                out.append((f"{key}/{sub}" if sub else f"train/{key}", float(v)))
+    return out
 
 
 def read_log(path: Path) -> list[tuple[str, dict]]:

@@ -3,9 +3,10 @@ directories and classifier caches.  Imports only ``cache``, core's torch-free mo
 
 command.py  the click command      run.py       plan -> evaluate in workers -> write
 inputs.py   find and check runs and caches; evaluate one output file or cache
-scoring.py  every number of one split of one score (metrics in pipeline/core/metrics.py)
-separability.py  Table A4          baselines.py  MCP, entropy, max logit, energy, DOCTOR
+scoring.py  every number of one split of one score   bootstrap.py  paired bootstrap intervals
+compare.py  seed-mean intervals, SS-vs-other differences   separability.py  Table A4
+baselines.py  MCP ... MaxLogit-pNorm   calibrate.py  fit T and p   heldout.py  on which rows
 tables.py   one table model, md/csv/tex/json writers   markdown.py  report.md
-figures.py  histograms (Fig. 3) and risk-coverage curves
+figures.py  histograms (Fig. 3), risk-coverage curves   export.py  fd-shifts input files
 appendix.py  ImageNet-C blocks, gradient magnitudes, inference time (paper appendix)
 """

@@ -12,20 +12,29 @@ Every score is "higher = more likely correct", so the trust metrics apply unchan
   identical and TPR/TNR at 0.5 mean D_alpha < 1 / > 1.  Temperature T = 1 and NO input
   perturbation (epsilon = 0): the perturbation needs gradients through the model, and the report
   stage has no model in memory.
+* ``ts``       temperature-scaled MSP (Guo et al., ICML 2017): MSP of logits / T
+* ``pnorm``    MaxLogit-pNorm (Cattelan & Silva, UAI 2024): max_k (z_k - mean z) / ||z - mean z||_p
+  T and p are fitted on held-out rows of the classifier's training cache (``calibrate.py``), never
+  on the evaluated split; they arrive here as ``params = {"ts": T, "pnorm": p}``.
 
-Logits arrive as float16 (N, K) from the classifier cache; they are processed in float32 chunks
-so a 1.28M x 1000 split never needs a full float32 copy.
+Logits arrive as float16 (N, K) from the classifier cache; they are processed in float32 chunks of
+about 8M values, so a 1.28M x 1000 split never needs a full float32 copy.
 """
 from __future__ import annotations
 
 import numpy as np
 
-BASELINES = ("mcp", "entropy", "maxlogit", "energy", "doctor")
+
+FITTED = ("ts", "pnorm")
+BASELINES = ("mcp", "entropy", "maxlogit", "energy", "doctor") + FITTED
 BASELINE_LABELS = {"mcp": "MCP", "entropy": "Neg. entropy", "maxlogit": "Max logit",
-                   "energy": "Energy", "doctor": "DOCTOR (D_alpha)"}
+                   "energy": "Energy", "doctor": "DOCTOR (D_alpha)", "ts": "MSP (temp. scaled)",
+                   "pnorm": "MaxLogit-pNorm"}
 # Scores in [0, 1] get TPR/TNR at 0.5; the others have no natural threshold.
-PROBABILITY_SCORES = ("mcp", "doctor")
-CHUNK_ROWS = 65_536
+PROBABILITY_SCORES = ("mcp", "doctor", "ts")
+# Scores that estimate P(correct), so ECE applies (DOCTOR's sum p^2 does not).
+CALIBRATED_SCORES = ("mcp", "ts")
+CHUNK_ELEMENTS = 8_388_608   # logits per float32 chunk (32 MB): 8,192 rows at K = 1,000
 
 
 def scores_chunk(logits: np.ndarray, temperature: float = 1.0,
@@ -57,16 +66,55 @@ def scores_chunk(logits: np.ndarray, temperature: float = 1.0,
     return out
 
 
-def baseline_scores(logits: np.ndarray, temperature: float = 1.0, chunk_rows: int = CHUNK_ROWS,
-                    names: tuple[str, ...] = BASELINES) -> dict[str, np.ndarray]:
-    """Scores ``names`` (default all of ``BASELINES``) for ``logits`` (N, K) -> {name: (N,)}."""
+def pnorm_chunk(logits: np.ndarray, p) -> np.ndarray:
+    """MaxLogit-pNorm of one chunk in float32 (``calibrate.pnorm_scores`` is the float64 form
+    used to choose p): max_k (z_k - mean z) / ||z - mean z||_p; p = "MSP" gives the MSP."""
+    if p == "MSP":
+        return scores_chunk(logits, 1.0, ("mcp",))["mcp"]
+    z = logits.astype(np.float32)
+    z -= z.mean(axis=1, keepdims=True)
+    if p == 0:
+        norm = np.count_nonzero(z, axis=1).astype(np.float32)
+    elif p == 2:
+        norm = np.sqrt(np.einsum("ij,ij->i", z, z))
+    else:
+        norm = _power(np.abs(z), int(p)).sum(axis=1) ** np.float32(1.0 / p)
+    return z.max(axis=1) / np.maximum(norm, np.float32(1e-12))
+
+
+def _power(a: np.ndarray, p: int) -> np.ndarray:
+    """a ** p for a positive integer p by repeated squaring (float pow is ~10x slower)."""
+    out, base = None, a
+    while p:
+        if p & 1:
+            out = base.copy() if out is None else out * base
+        p >>= 1
+        if p:
+            base = base * base
+    return out
+
+
+def baseline_scores(logits: np.ndarray, temperature: float = 1.0, chunk_rows: int | None = None,
+                    names: tuple[str, ...] | None = None,
+                    params: dict | None = None) -> dict[str, np.ndarray]:
+    """Scores ``names`` for ``logits`` (N, K) -> {name: (N,)}; the fitted ones need their
+    parameter in ``params`` ({"ts": T, "pnorm": p}).  Default: every score that can be computed
+    (the fitted ones only with their parameter)."""
+    params = params or {}
+    if names is None:
+        names = tuple(n for n in BASELINES if n not in FITTED or params.get(n) is not None)
     logits = np.asarray(logits)
     if logits.ndim != 2 or logits.shape[1] < 2:
         raise ValueError(f"expected logits of shape (N, K) with K >= 2, got {logits.shape}")
     unknown = sorted(set(names) - set(BASELINES))
     if unknown:
         raise ValueError(f"unknown baseline(s) {unknown}; known: {BASELINES}")
+    missing = [n for n in names if n in FITTED and params.get(n) is None]
+    if missing:
+        raise ValueError(f"baseline(s) {missing} need their fitted parameter")
+    plain = tuple(n for n in names if n not in FITTED)
     out = {name: np.empty(len(logits), np.float32) for name in names}
+    chunk_rows = chunk_rows or max(1024, CHUNK_ELEMENTS // logits.shape[1])
     for start in range(0, len(logits), chunk_rows):
         chunk = logits[start:start + chunk_rows]
         finite = np.isfinite(chunk).all(axis=1)
@@ -74,7 +122,12 @@ def baseline_scores(logits: np.ndarray, temperature: float = 1.0, chunk_rows: in
             row = start + int(np.flatnonzero(~finite)[0])
             raise ValueError(f"logits hold inf/NaN ({int((~finite).sum())} row(s) in rows "
                              f"{start}..{start + len(chunk) - 1}, first at row {row})")
-        part = scores_chunk(chunk, temperature, names)
+        part = scores_chunk(chunk, temperature, plain) if plain else {}
+        if "ts" in names:
+            part["ts"] = scores_chunk(chunk, params["ts"], ("mcp",))["mcp"]
+        if "pnorm" in names:
+            part["pnorm"] = (part.get("mcp") if params["pnorm"] == "MSP" and "mcp" in part
+                             else pnorm_chunk(chunk, params["pnorm"]))
         for name in names:
             out[name][start:start + len(chunk)] = part[name]
     return out

@@ -15,13 +15,27 @@ import click
               help="Output format(s) (repeatable). Default: all four.")
 @click.option("--out", default=None, help="Report directory. Default: artifacts/<dataset>/report.")
 @click.option("--cache", "caches", multiple=True, help="Classifier cache directory or cache root "
-              "(repeatable): post-hoc baseline rows (MCP, entropy, max logit, energy, DOCTOR) and "
+              "(repeatable): post-hoc baseline rows (MCP, temperature-scaled MSP, entropy, max logit, "
+              "MaxLogit-pNorm, energy, DOCTOR; T and p are fitted on the training cache's "
+              "held-out rows, so pass its cache too if it moved) and "
               "where to find caches that moved since the runs were trained.")
 @click.option("--split", "splits", multiple=True, help="Only these split tags (repeatable).")
 @click.option("--jobs", default=0, show_default=True, type=click.IntRange(0),
               help="Parallel worker processes (0: one per CPU core, at most one per file).")
 @click.option("--no-figures", is_flag=True, help="Skip the PNG figures.")
-def report(paths, runs_root, metrics, formats, out, caches, splits, jobs, no_figures):
+@click.option("--resamples", default=1000, show_default=True, type=click.IntRange(0),
+              help="Bootstrap resamples for the 95% intervals (0: none, as --no-ci).")
+@click.option("--no-ci", is_flag=True, help="No bootstrap intervals (and no paired intervals).")
+@click.option("--ci-seed", default=0, show_default=True, help="Seed of the bootstrap resamples.")
+@click.option("--ci-in-tables", is_flag=True, help="Also print the intervals in report.md and "
+              "report.tex (they are always in report.csv and report.json).")
+@click.option("--rc-full-range", is_flag=True, help="Risk-coverage plots on selective risk 0-1 "
+              "instead of an axis scaled to the curves.")
+@click.option("--export", "export", multiple=True, type=click.Choice(["fd-shifts"]),
+              help="Also write the inputs of another tool's analysis: fd-shifts = raw_logits.npz "
+              "+ external_confids.npz per classifier cache, split and run (<out>/fd-shifts).")
+def report(paths, runs_root, metrics, formats, out, caches, splits, jobs, no_figures, resamples,
+           no_ci, ci_seed, ci_in_tables, rc_full_range, export):
     """Stage 3: tables (paper Table 1 / A4), figures and post-hoc baselines from run directories
     (RUN_DIR ... or a directory of runs) and classifier caches; no model is loaded."""
     # Imported on call: a command loads only its own stage.
@@ -29,7 +43,10 @@ def report(paths, runs_root, metrics, formats, out, caches, splits, jobs, no_fig
 
     cfg = ReportConfig(paths=tuple(paths), runs_root=runs_root, caches=tuple(caches),
                        metrics=metrics, formats=tuple(formats) or FORMATS, out=out,
-                       splits=tuple(splits), jobs=jobs, figures=not no_figures)
+                       splits=tuple(splits), jobs=jobs, figures=not no_figures,
+                       resamples=0 if no_ci else resamples, ci_seed=ci_seed,
+                       ci_in_tables=ci_in_tables, rc_full_range=rc_full_range,
+                       export=tuple(export))
     s = run_report(cfg)
     for skipped in s["skipped"]:
         click.echo(f"skipped {skipped['run_dir']}: {skipped['reason']}", err=True)

@@ -36,6 +36,8 @@ def _hist_axes(ax, hist: dict, legend: bool = True) -> None:
     ax.axvline(t["positive"], color="k", ls="--", lw=0.8)
     if t["negative"] != t["positive"]:
         ax.axvline(t["negative"], color="k", ls=":", lw=0.8)
+    if t.get("tpr95") is not None:    # the working point: 95% of the correct rows accepted
+        ax.axvline(t["tpr95"], color="#1a9641", ls="-.", lw=1.0, label="95% TPR")
     ax.set_xlim(0, 1)
     ax.set_yscale("symlog", linthresh=10)
     ax.tick_params(labelsize=7)
@@ -69,9 +71,18 @@ def draw_histogram_grid(cells: dict[tuple[str, str], dict], rows: list[str], col
     _save(fig, path)
 
 
-def draw_rc_curves(curves: list[dict], path: str, title: str) -> None:
+def rc_risk_limit(curves: list[dict], min_coverage: float = 0.05) -> float:
+    """Top of the risk axis: 10% above the highest risk any curve reaches at coverage >= 5%
+    (the first few rows' risk jumps between 0 and 1 and would squash every curve), at most 1."""
+    peak = max((max((r for c, r in zip(cv["coverage"], cv["risk"]) if c >= min_coverage),
+                    default=0.0) for cv in curves), default=1.0)
+    return min(1.0, max(peak * 1.1, 0.01))
+
+
+def draw_rc_curves(curves: list[dict], path: str, title: str, full_range: bool = False) -> None:
     """Selective risk vs coverage, one line per loss (solid) and post-hoc baseline (dashed);
-    ``curves`` items: {"label", "coverage", "risk", "aurc", "baseline"}; AURC x1000 in the legend."""
+    ``curves`` items: {"label", "coverage", "risk", "aurc", "baseline"}; AURC x1000 in the legend.
+    The risk axis is scaled to the data (``rc_risk_limit``); ``full_range`` draws 0..1."""
     fig = _figure(5.2, 3.8)
     ax = fig.add_subplot()
     for curve in curves:
@@ -81,7 +92,7 @@ def draw_rc_curves(curves: list[dict], path: str, title: str) -> None:
     ax.set_xlabel("coverage", fontsize=8)
     ax.set_ylabel("selective risk (error rate among kept)", fontsize=8)
     ax.set_xlim(0, 1)
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, 1.0 if full_range else rc_risk_limit(curves))
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6.5, loc="upper left", frameon=False)

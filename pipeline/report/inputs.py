@@ -18,9 +18,11 @@ from cache.outputs import classifier_ref, read_outputs
 from cache.reader import ClassifierCache, UnverifiedCacheWarning, slug, split_tag
 from cache.schema import KIND_ORACLE, CacheError, CacheMismatch, canonical, check_identity
 from cache.shards import read_attrs
-from pipeline.report.baselines import (BASELINE_LABELS, BASELINES, PROBABILITY_SCORES,
-                                       baseline_scores)
-from pipeline.report.scoring import score_summary
+from pipeline.report.baselines import (BASELINE_LABELS, BASELINES, CALIBRATED_SCORES, FITTED,
+                                       PROBABILITY_SCORES, baseline_scores)
+from pipeline.report.bootstrap import BootstrapSpec
+from pipeline.report.heldout import FitTask, fit_heldout
+from pipeline.report.scoring import score_summary, undefined_summary
 
 RUN_FILE = "run.json"
 OUTPUTS_DIR = "outputs"
@@ -41,6 +43,7 @@ class OutputTask:
     ref: dict
     classifier: str
     run_json: dict = field(default_factory=dict)
+    bootstrap: BootstrapSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class CacheTask:
     classifier: str
     tags: tuple[str, ...]  # the split tags its baseline rows appear under
     names: tuple[str, ...] = ()  # baselines to compute (all when empty)
+    fit: FitTask | str | None = None   # where T and p are fitted, or why they cannot be
+    bootstrap: BootstrapSpec | None = None
 
 
 @dataclass
@@ -262,7 +267,7 @@ def evaluate_output(task: OutputTask) -> dict:
     conf, correct, excluded = valid_rows(task.output, out.columns, "confidence")
     run, k = out.run, int(out.classifier["num_classes"])
     thresholds = {"paper": 1.0 / k if run.get("loss") == "tcp" else 0.5, "standard": 0.5}
-    result = score_summary(conf, correct, thresholds, histogram=True)
+    result = score_summary(conf, correct, thresholds, histogram=True, bootstrap=task.bootstrap)
     result.update(kind="oracle", split=task.tag, source=task.output, run_dir=task.run_dir,
                   cache=task.cache, rows=int(len(out.columns["index"])),
                   excluded_rows=int(len(excluded)), excluded_indices=excluded[:20].tolist(),
@@ -274,24 +279,42 @@ def evaluate_output(task: OutputTask) -> dict:
 
 
 def evaluate_baselines(task: CacheTask) -> list[dict]:
-    """Worker: post-hoc baseline rows (``task.names``, default all) of one classifier cache."""
+    """Worker: post-hoc baseline rows (``task.names``, default all) of one classifier cache; a
+    fitted baseline whose T or p could not be fitted is a row of n/a with the reason."""
     names = task.names or BASELINES
     warnings.simplefilter("ignore", UnverifiedCacheWarning)  # noted once by the main process
     cache = ClassifierCache.open(Path(task.cache))
     cols = cache.load(["valid", "correct", "logits"])
+    wanted = tuple(n for n in FITTED if n in names)
+    fit = (fit_heldout(task.fit, wanted) if isinstance(task.fit, FitTask) and wanted
+           else {"reason": task.fit or "not fitted"})
+    params = {"ts": (fit.get("ts") or {}).get("temperature"),
+              "pnorm": (fit.get("pnorm") or {}).get("p")}
+    unfit = {n: fit.get("reason") or fit.get("undefined", {}).get(n) for n in FITTED
+             if n in names and params[n] is None}
     try:
-        scores = baseline_scores(cols["logits"], names=names)
+        scores = baseline_scores(cols["logits"], names=tuple(n for n in names if n not in unfit),
+                                 params=params)
     except ValueError as err:
         raise ReportError(f"classifier cache {task.cache}: {err}") from None
     results = []
     for name in names:
-        conf, correct, excluded = valid_rows(task.cache, {**cols, name: scores[name]}, name)
-        result = score_summary(conf, correct, {"paper": 0.5, "standard": 0.5}, histogram=False,
-                               rates=name in PROBABILITY_SCORES)
-        labels = dict.fromkeys(LABEL_KEYS)
-        labels.update(oracle="post-hoc", classifier=task.classifier, loss=name, variant="",
-                      loss_label=BASELINE_LABELS[name], group="posthoc",
-                      dataset=cache.identity["dataset"], num_classes=cache.identity["num_classes"])
+        if name in unfit:
+            result = undefined_summary(cols["correct"][cols["valid"] == 1].astype(bool),
+                                       f"not fitted: {unfit[name]}")
+            excluded = cols["index"][cols["valid"] != 1]
+        else:
+            conf, correct, excluded = valid_rows(task.cache, {**cols, name: scores[name]}, name)
+            result = score_summary(conf, correct, {"paper": 0.5, "standard": 0.5},
+                                   histogram=False, rates=name in PROBABILITY_SCORES,
+                                   probability=name in CALIBRATED_SCORES, bootstrap=task.bootstrap)
+        if name in FITTED:     # how it was fitted: T or p, rows, training cache, runs
+            result["fit"] = {**{k: v for k, v in fit.items() if k not in FITTED},
+                             "value": fit.get(name), "parameter": params[name]}
+        labels = {**dict.fromkeys(LABEL_KEYS), "oracle": "post-hoc", "classifier": task.classifier,
+                  "loss": name, "variant": "", "loss_label": BASELINE_LABELS[name],
+                  "group": "posthoc", "dataset": cache.identity["dataset"],
+                  "num_classes": cache.identity["num_classes"]}
         result.update(kind="baseline", source=task.cache, run_dir=None, cache=task.cache,
                       rows=int(len(cols["index"])), labels=labels,
                       excluded_rows=int(len(excluded)), excluded_indices=excluded[:20].tolist())

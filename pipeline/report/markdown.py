@@ -15,9 +15,12 @@ def markdown_document(doc: dict, tables: list[dict]) -> str:
              f"**{doc['metrics']}** (see docs/METRICS.md). Values are mean ± sample std over "
              "seeds (n = number of runs; no ± with one run); percentages like the paper.", "",
              f"Sources: {n_out} oracle output file(s) from {n_runs} run(s); post-hoc baselines "
-             f"(MCP, negative entropy, max logit, energy, DOCTOR) from {len(caches)} classifier "
-             "cache(s). Every number, with the runs it came from, is in report.json.", "",
-             doc["exclusion"], ""]
+             f"(MCP, temperature-scaled MSP, negative entropy, max logit, MaxLogit-pNorm, energy, "
+             f"DOCTOR) from {len(caches)} classifier cache(s). Every number, with the runs it "
+             "came from, is in report.json; bootstrap intervals of every number are in "
+             "report.csv and report.json.", "",
+             f"Uncertainty: {doc.get('bootstrap', '')}.", "", doc["exclusion"], ""]
+    lines += _fits_section(doc.get("fits", {}))
     for skipped in doc["skipped"]:
         lines.append(f"- skipped run {skipped['run_dir']}: {skipped['reason']}")
     for split in doc["splits"]:
@@ -25,6 +28,25 @@ def markdown_document(doc: dict, tables: list[dict]) -> str:
     lines += appendix.markdown(doc)       # ImageNet-C blocks, gradients, inference time
     lines += _runs_section(doc)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _fits_section(fits: dict) -> list[str]:
+    """How temperature scaling and MaxLogit-pNorm were fitted, per evaluated cache."""
+    if not fits:
+        return []
+    lines = ["## Fitted post-hoc baselines", "",
+             "Temperature T (NLL) and p (AURC, MSP fallback) fitted on held-out rows of the "
+             "classifier's training cache, never on the evaluated split:", "",
+             "| evaluated cache | training cache | held-out rows | T | p |", "|---|---|---|---|---|"]
+    for cache, f in fits.items():
+        if "reason" in f:
+            lines.append(f"| `{cache}` | — | — | not fitted: {f['reason']} | |")
+            continue
+        why = f.get("undefined", {})
+        t = f"{f['ts']['temperature']:.4f}" if f.get("ts") else f"n/a: {why.get('ts', '')}"
+        p = f"{f['pnorm']['p']}" if f.get("pnorm") else f"n/a: {why.get('pnorm', '')}"
+        lines.append(f"| `{cache}` | `{f['train_cache']}` | {f['rows']} | {t} | {p} |")
+    return lines + [""]
 
 
 def _split_section(split: dict, tables: list[dict]) -> list[str]:
@@ -45,11 +67,13 @@ def _split_section(split: dict, tables: list[dict]) -> list[str]:
     hists = figs["histograms"]
     if hists:
         lines += ["TP / FN / TN / FP histograms at each loss's thresholds (paper Fig. 3 layout; "
-                  "dashed: 0.5, dotted: TCP's 1/K), lowest seed of each group:", "",
+                  "dashed: 0.5, dotted: TCP's 1/K, green dash-dot: the 95%-TPR working point), "
+                  "lowest seed of each group:", "",
                   f"![histograms {tag}]({hists[0]})", ""]
     for oc, path in figs["risk_coverage"].items():
         lines += [f"Risk–coverage, {oc}, lowest seed (AURC in the legend; dashed: post-hoc "
-                  "baselines):", "", f"![risk-coverage {oc} {tag}]({path})", ""]
+                  "baselines; risk axis scaled to the curves, --rc-full-range for 0-1):", "",
+                  f"![risk-coverage {oc} {tag}]({path})", ""]
     if len(hists) > 1:
         lines += ["The other runs of every group, same layout: "
                   + ", ".join(f"[{Path(p).stem}]({p})" for p in hists[1:]), ""]

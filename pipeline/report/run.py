@@ -3,7 +3,10 @@ computed from cached oracle outputs and classifier caches only (no model in memo
 
 resolve inputs -> plan (main process: attributes and manifests only; mismatches refused before any
 work) -> evaluate every (run, split) output and every classifier cache in parallel (joblib) ->
-aggregate seeds per <oracle, classifier, loss, group, split> -> figures -> md / csv / tex / json.
+aggregate seeds per <oracle, classifier, loss, group, split> (bootstrap intervals of the seed
+means, paired SS comparisons) -> figures -> md / csv / tex / json [-> fd-shifts export].
+Temperature scaling and MaxLogit-pNorm are fitted in the baseline workers, on held-out training
+rows (heldout.py), alongside the other evaluations.
 """
 from __future__ import annotations
 
@@ -17,7 +20,11 @@ import numpy as np
 
 from cache.reader import ClassifierCache, slug
 from pipeline.report import appendix, figures as F, tables as T
+from pipeline.report.bootstrap import BootstrapSpec
+from pipeline.report.compare import comparisons, row_intervals
+from pipeline.report.export import export_fd_shifts
 from pipeline.report.figures import oc_label
+from pipeline.report.heldout import plan_fits
 from pipeline.report.inputs import ReportError, collect, evaluate_baselines, evaluate_output, plan
 from pipeline.report.markdown import markdown_document
 
@@ -25,9 +32,11 @@ METRIC_CHOICES = ("paper", "standard", "both")
 FORMATS = ("md", "csv", "latex", "json")
 FILES = {"md": "report.md", "csv": "report.csv", "latex": "report.tex", "json": "report.json"}
 LOSS_ORDER = {"ce": 0, "focal": 1, "tcp": 2, "ss": 3}
-BASELINE_ORDER = {"mcp": 0, "entropy": 1, "maxlogit": 2, "energy": 3, "doctor": 4}
+BASELINE_ORDER = {"mcp": 0, "ts": 1, "entropy": 2, "maxlogit": 3, "pnorm": 4, "energy": 5,
+                  "doctor": 6}
 DEFAULT_RUNS_ROOT = Path("artifacts") / "fashion-mnist" / "runs"
-BASELINE_SPLIT = (("mcp", "entropy", "doctor"), ("maxlogit", "energy"))
+BASELINE_SPLIT = (("mcp", "entropy", "doctor", "ts"), ("maxlogit", "energy", "pnorm"))
+EXPORTS = ("fd-shifts",)
 EXCLUSION_NOTE = ("Rows with valid == 0 (images that could not be decoded, recorded by "
                   "`extract --skip-bad`) are excluded from every metric, accuracy included.")
 
@@ -44,6 +53,11 @@ class ReportConfig:
     jobs: int = 0
     figures: bool = True
     default_runs_root: str = str(DEFAULT_RUNS_ROOT)
+    resamples: int = 1000        # bootstrap resamples; 0 = no intervals
+    ci_seed: int = 0
+    ci_in_tables: bool = False   # intervals in report.md / report.tex too (always in csv / json)
+    rc_full_range: bool = False  # risk-coverage plots on selective risk 0..1
+    export: tuple[str, ...] = ()
 
 
 def report(cfg: ReportConfig) -> dict:
@@ -61,19 +75,33 @@ def report(cfg: ReportConfig) -> dict:
     tasks, cache_tasks = plan(src, cfg.splits)
     # absolute: joblib may reuse worker processes started in another working directory
     out = (Path(cfg.out) if cfg.out else default_out(tasks, cache_tasks)).resolve()
-    calls = [(evaluate_output, (t,)) for t in tasks]
-    calls += [(evaluate_baselines, (replace(c, names=names),)) for c in cache_tasks
-              for names in _baseline_split(c)]
-    results = []
+    if cfg.resamples < 0:
+        raise ReportError(f"--resamples {cfg.resamples}: expected 0 (no intervals) or more")
+    spec = BootstrapSpec(cfg.resamples, cfg.ci_seed) if cfg.resamples else None
     lap("plan")
+    fits = plan_fits(tasks, [c.cache for c in cache_tasks], src.caches)
+    # the longest tasks (a cache's baselines) first: two workers then finish together
+    calls = [(evaluate_baselines, (replace(c, names=names, fit=fits[c.cache], bootstrap=spec),))
+             for c in cache_tasks for names in _baseline_split(c)]
+    calls += [(evaluate_output, (replace(t, bootstrap=spec),)) for t in tasks]
+    results = []
     for item in parallel(calls, cfg.jobs):
         results.extend(item if isinstance(item, list) else [item])
+    results.sort(key=lambda r: r["kind"] != "oracle")     # report.json: runs, then baselines
     lap("evaluate")
     splits = aggregate(results)
-    figures = draw_figures(splits, out, cfg.jobs) if cfg.figures else {}
+    compared = {tag: comparisons(rows) for tag, rows in splits.items()}
+    figures = draw_figures(splits, out, cfg.jobs, cfg.rc_full_range) if cfg.figures else {}
     lap("figures")
-    doc = build_doc(cfg, splits, results, src.skipped, figures, out)
+    for r in results:
+        r.pop("_boot", None)          # per-resample values: used above, too big for report.json
+    doc = build_doc(cfg, splits, results, src.skipped, figures, out, compared, fit_records(results))
     written = write_outputs(doc, splits, out, cfg)
+    if "fd-shifts" in cfg.export:
+        written.append(export_fd_shifts(
+            out, [(c.cache, c.classifier, tag) for c in cache_tasks for tag in c.tags],
+            [{"cache": t.cache, "output": t.output, "run_dir": t.run_dir, "tag": t.tag}
+             for t in tasks]))
     lap("write")
     return {"out": str(out), "files": written, "runs": len({t.run_dir for t in tasks}),
             "outputs": len(tasks), "caches": len(cache_tasks), "splits": list(splits),
@@ -92,10 +120,26 @@ def parallel(calls: list, jobs: int = 0) -> list:
     return Parallel(n_jobs=n, backend="loky")(delayed(f)(*args) for f, args in calls)
 
 
+def fit_records(results: list[dict]) -> dict[str, dict]:
+    """{evaluated cache: how T and p were fitted (or why not)}, from the baseline rows."""
+    out: dict[str, dict] = {}
+    for r in results:
+        fit = r.get("fit")
+        if r["kind"] != "baseline" or not fit:
+            continue
+        entry = out.setdefault(r["cache"], {k: v for k, v in fit.items()
+                                            if k not in ("value", "parameter", "undefined")})
+        name = r["labels"]["loss"]
+        entry[name] = fit["value"]
+        if fit.get("undefined", {}).get(name):
+            entry.setdefault("undefined", {})[name] = fit["undefined"][name]
+    return out
+
+
 def _baseline_split(task) -> tuple[tuple[str, ...], ...]:
-    """With few classes the five metric summaries (a sort of N rows each) outweigh the scores
-    (a few passes over N x K logits): split them over two workers, each recomputing the cheap
-    scores.  With many classes one task computes the scores once."""
+    """With few classes the seven metric summaries (a sort of N rows and the bootstrap each)
+    outweigh the scores (a few passes over N x K logits): split them over two workers, each
+    recomputing its cheap scores.  With many classes one task computes the scores once."""
     k = int(ClassifierCache.open(Path(task.cache)).identity["num_classes"])
     return BASELINE_SPLIT if k <= 32 else ((),)
 
@@ -190,6 +234,9 @@ def _row(members: list[dict]) -> dict:
             entries = [(m["metrics"][d]["values"][name], m["metrics"][d]["undefined"].get(name),
                         m["metrics"][d]["notes"].get(name)) for m in members]
             row["agg"][d][name] = _agg(entries, members)
+    row_intervals(row, members)
+    if members[0].get("fit"):
+        row["fit"] = members[0]["fit"]
     return row
 
 
@@ -212,7 +259,8 @@ def _agg(entries: list[tuple], members: list[dict]) -> dict:
 
 
 # -------------------------------------------------------------------------------- figures ----
-def draw_figures(splits: dict[str, list[dict]], out: Path, jobs: int = 0) -> dict:
+def draw_figures(splits: dict[str, list[dict]], out: Path, jobs: int = 0,
+                 full_range: bool = False) -> dict:
     """Per split: the Fig. 3 histogram grid and one risk-coverage plot per <O,C>."""
     calls, index = [], {}
     for tag, rows in splits.items():
@@ -242,17 +290,22 @@ def draw_figures(splits: dict[str, list[dict]], out: Path, jobs: int = 0) -> dic
             extra = [r for r in rows if r["kind"] == "baseline" and r["classifier"] == clf
                      and r["oc"] != oc] if kind == "oracle" else []
             curves = [{"label": r["display_loss"], "baseline": r["kind"] == "baseline",
-                       **r["_members"][0]["rc"]} for r in block + extra]
+                       **r["_members"][0]["rc"]} for r in block + extra
+                      if r["_members"][0]["rc"] is not None]   # None: an unfitted baseline
+            if not curves:
+                continue
             path = out / "figures" / f"risk_coverage_{slug(oc.strip('⟨⟩'))}_{slug(tag)}.png"
             calls.append((F.draw_rc_curves, (curves, str(path),
-                                             f"Risk-coverage {oc}, split {tag} (lowest seed)")))
+                                             f"Risk-coverage {oc}, split {tag} (lowest seed)",
+                                             full_range)))
             entry["risk_coverage"][oc] = str(path)
     parallel(calls, jobs)
     return index
 
 
 # ------------------------------------------------------------------------------- documents --
-def build_doc(cfg, splits, results, skipped, figures, out: Path) -> dict:
+def build_doc(cfg, splits, results, skipped, figures, out: Path, compared: dict,
+              fits: dict) -> dict:
     def rel(p):
         return os.path.relpath(p, out) if p else None
     doc_splits = []
@@ -260,18 +313,28 @@ def build_doc(cfg, splits, results, skipped, figures, out: Path) -> dict:
         fig = figures.get(tag, {"histograms": [], "risk_coverage": {}})
         doc_splits.append({
             "split": tag, "rows": [{k: v for k, v in r.items() if k != "_members"} for r in rows],
+            "comparisons": compared.get(tag, []),
             "figures": {"histograms": [rel(p) for p in fig["histograms"]],
                         "risk_coverage": {k: rel(v) for k, v in fig["risk_coverage"].items()}}})
     return {"schema": "trust-oracles-report/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "metrics": cfg.metrics, "definitions": T.DEFINITION_TEXT, "exclusion": EXCLUSION_NOTE,
-            "config": asdict(cfg),
+            "config": asdict(cfg), "bootstrap": _bootstrap_text(cfg), "fits": fits,
             "splits": doc_splits, "skipped": skipped, "appendix": appendix.collect(results),
             "evaluations": results}
 
 
+def _bootstrap_text(cfg: ReportConfig) -> str:
+    if not cfg.resamples:
+        return "no bootstrap intervals (--resamples 0 / --no-ci)"
+    return (f"95% percentile bootstrap intervals over test rows, {cfg.resamples} resamples, seed "
+            f"{cfg.ci_seed}; rows resampled in at most 512 random groups, the same resamples "
+            "for every score of a split (paired); for several seeds, the interval of the seed "
+            "mean (docs/METRICS.md, 'Bootstrap intervals')")
+
+
 def write_outputs(doc: dict, splits: dict, out: Path, cfg: ReportConfig) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
-    tables = [t for s in doc["splits"] for t in T.build_tables(s, cfg.metrics)]
+    tables = [t for s in doc["splits"] for t in T.build_tables(s, cfg.metrics, cfg.ci_in_tables)]
     texts = {"md": lambda: markdown_document(doc, tables), "csv": lambda: T.csv_text(tables),
              "latex": lambda: T.latex_document(tables), "json": lambda: T.json_text(doc)}
     written = []

@@ -1,11 +1,15 @@
-"""Every number the report shows for one split of one score: both metric definitions,
-separability, the risk-coverage curve (thinned for plotting) and the TP/FP/TN/FN histograms."""
+"""Every number the report shows for one split of one score: both metric definitions (the
+standard one with e-AUGRC, working points and ECE), separability, bootstrap intervals, the
+risk-coverage curve (thinned for plotting) and the TP/FP/TN/FN histograms."""
 from __future__ import annotations
 
 import numpy as np
 
-from pipeline.core.metrics import DEFINITIONS, aurc, evaluate, rank, risk_coverage_curve
-from pipeline.report.separability import separability_all
+from pipeline.core.metrics import (DEFINITIONS, PAPER_METRICS, STANDARD_METRICS, aurc, evaluate,
+                                   fpr_at_95tpr, rank, risk_coverage_curve)
+from pipeline.core.selective import SELECTIVE_METRICS, evaluate_selective
+from pipeline.report.bootstrap import NO_CI, BootstrapSpec, bootstrap_score, interval
+from pipeline.report.separability import SEPARABILITY_METRICS, separability_all
 
 HIST_BINS = 50
 CURVE_POINTS = 400
@@ -13,12 +17,17 @@ NO_THRESHOLD = "{name} is undefined for an unbounded score: it has no natural th
 
 
 def score_summary(conf: np.ndarray, correct: np.ndarray, tnr_thresholds: dict[str, float],
-                  histogram: bool = True, rates: bool = True) -> dict:
+                  histogram: bool = True, rates: bool = True, probability: bool = True,
+                  bootstrap: BootstrapSpec | None = None) -> dict:
     """``conf`` (n,) finite, ``correct`` (n,) bool -> {"valid_rows", "accuracy", "tnr_threshold",
-    "metrics": {definition: {"values", "undefined", "notes"}}, "fits", "rc", "hist"}.
+    "metrics": {definition: {"values", "undefined", "notes"}}, "fits", "rc", "hist", "ci",
+    "_boot"}.
 
     ``tnr_thresholds`` maps each definition to its TNR threshold (1/K for TCP in ``paper``).
-    ``rates=False`` reports TPR/TNR as undefined (scores without a natural threshold)."""
+    ``rates=False`` reports TPR/TNR as undefined (scores without a natural threshold);
+    ``probability=False`` ECE (scores that do not estimate P(correct)).  With ``bootstrap``:
+    "ci" = {definition: {metric: interval}} (accuracy as "acc") and "_boot" = the per-resample
+    values the report combines over seeds and between scores (not written to report.json)."""
     r = rank(conf, correct)
     metrics, fits = {}, {}
     separation = separability_all(conf, correct, DEFINITIONS)
@@ -31,12 +40,60 @@ def score_summary(conf: np.ndarray, correct: np.ndarray, tnr_thresholds: dict[st
             for name in ("tpr", "tnr"):
                 out["values"][name] = None
                 out["undefined"][name] = NO_THRESHOLD.format(name=name.upper())
+        if definition == "standard":
+            sel = evaluate_selective(r, conf, correct, probability)
+            for key in ("values", "undefined", "notes"):
+                out[key].update(sel[key])
         metrics[definition] = out
         fits = sep["fits"]
-    return {"valid_rows": int(len(conf)), "accuracy": float(correct.mean()),
-            "tnr_threshold": dict(tnr_thresholds), "metrics": metrics, "fits": fits,
-            "rc": thin_curve(*risk_coverage_curve(r), aurc=aurc(r)),
-            "hist": histograms(conf, correct, tnr_thresholds["paper"]) if histogram else None}
+    result = {"valid_rows": int(len(conf)), "accuracy": float(correct.mean()),
+              "class_counts": [int(correct.sum()), int((~correct).sum())],
+              "tnr_threshold": dict(tnr_thresholds), "metrics": metrics, "fits": fits,
+              "rc": thin_curve(*risk_coverage_curve(r), aurc=aurc(r)),
+              "hist": histograms(conf, correct, tnr_thresholds["paper"],
+                                 tpr95=_tpr95_threshold(r)) if histogram else None}
+    if bootstrap is not None:
+        result["_boot"], result["ci"] = intervals(conf, correct, metrics, tnr_thresholds,
+                                                  probability, bootstrap)
+    return result
+
+
+def undefined_summary(correct: np.ndarray, reason: str) -> dict:
+    """A score that could not be computed (an unfitted baseline): every metric undefined, with
+    the reason, beside the real accuracy."""
+    names = {"paper": PAPER_METRICS + SEPARABILITY_METRICS,
+             "standard": STANDARD_METRICS + SELECTIVE_METRICS + SEPARABILITY_METRICS}
+    metrics = {d: {"values": dict.fromkeys(names[d]), "undefined": dict.fromkeys(names[d], reason),
+                   "notes": {}} for d in DEFINITIONS}
+    ci = {d: {n: {"low": None, "high": None, "resamples": 0, "undefined": reason, "note": None}
+              for n in ("acc", *names[d])} for d in DEFINITIONS}
+    return {"valid_rows": int(len(correct)), "accuracy": float(np.mean(correct)),
+            "class_counts": [int(np.sum(correct)), int(np.sum(~correct))],
+            "tnr_threshold": {"paper": 0.5, "standard": 0.5}, "metrics": metrics, "fits": {},
+            "rc": None, "hist": None, "ci": ci, "_boot": None}
+
+
+def intervals(conf, correct, metrics: dict, thresholds: dict, probability: bool,
+              spec: BootstrapSpec) -> tuple[dict, dict]:
+    """Per-resample values and 95% intervals of every metric of both definitions."""
+    exact = {d: metrics[d]["values"] for d in DEFINITIONS}
+    boot = bootstrap_score(conf, correct, spec, exact, thresholds, probability)
+    counts = (int(correct.sum()), int((~correct).sum()))
+    ci = {}
+    for d in DEFINITIONS:
+        values = {"acc": float(correct.mean()), **metrics[d]["values"]}
+        ci[d] = {name: interval(boot[d].get(name), value, name, counts,
+                                reason=metrics[d]["undefined"].get(name) or NO_CI.get((d, name)))
+                 for name, value in values.items()}
+    return boot, ci
+
+
+def _tpr95_threshold(r) -> float | None:
+    """The working point marked on the histograms: the threshold where 95% of the correct rows
+    are accepted (the standard FPR-95%-TPR's threshold)."""
+    if r.n_pos == 0 or r.n_neg == 0:
+        return None
+    return fpr_at_95tpr(r, definition="standard", return_details=True)[1]["threshold"]
 
 
 def thin_curve(coverage: np.ndarray, risk: np.ndarray, aurc: float,
@@ -48,7 +105,7 @@ def thin_curve(coverage: np.ndarray, risk: np.ndarray, aurc: float,
 
 
 def histograms(conf: np.ndarray, correct: np.ndarray, tnr_threshold: float,
-               tpr_threshold: float = 0.5) -> dict:
+               tpr_threshold: float = 0.5, tpr95: float | None = None) -> dict:
     """Counts of TP / FN (correct rows above / not above the positive threshold) and TN / FP
     (incorrect rows below / not below the negative threshold) on 50 equal bins over [0, 1]
     (values outside are clipped into the end bins); thresholds are compared in the confidence's
@@ -62,4 +119,5 @@ def histograms(conf: np.ndarray, correct: np.ndarray, tnr_threshold: float,
     counts = np.bincount(category * HIST_BINS + bins, minlength=4 * HIST_BINS).reshape(4, -1)
     return {"edges": np.linspace(0.0, 1.0, HIST_BINS + 1).tolist(),
             "counts": {k: counts[i].tolist() for i, k in enumerate(("TP", "FN", "TN", "FP"))},
-            "thresholds": {"positive": float(tpr_threshold), "negative": float(tnr_threshold)}}
+            "thresholds": {"positive": float(tpr_threshold), "negative": float(tnr_threshold),
+                           "tpr95": tpr95}}

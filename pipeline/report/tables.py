@@ -15,8 +15,12 @@ COLUMNS = {
                  ("aupr_err", "AUPR-Error ↑ (−p)", "%"), ("aupr_succ", "AUPR-Success ↑", "%"),
                  ("auc", "AUC ↑", "%"), ("tpr", "TPR", "%"), ("tnr", "TNR ↑", "%"),
                  ("aurc", "AURC ↓ ×10³", "e3"), ("eaurc", "E-AURC ↓ ×10³", "e3"),
-                 ("augrc", "AUGRC ↓ ×10³", "e3")],
+                 ("augrc", "AUGRC ↓ ×10³", "e3"), ("eaugrc", "e-AUGRC ↓ ×10³", "e3")],
 }
+WORKING_POINTS = [("risk@cov80", "Risk @80% cov ↓", "%"), ("risk@cov90", "Risk @90% cov ↓", "%"),
+                  ("risk@cov95", "Risk @95% cov ↓", "%"), ("cov@risk1", "Cov @1% risk ↑", "%"),
+                  ("cov@risk5", "Cov @5% risk ↑", "%"), ("cov@risk10", "Cov @10% risk ↑", "%"),
+                  ("ece", "ECE ↓", "%")]
 SEPARABILITY = {"paper": ("kl", "KL̄ (paper formula) ↑"), "standard": ("kl", "KL̄ (correct) ↑")}
 UNITS = {"%": (100.0, 2), "e3": (1000.0, 2), "": (1.0, 4)}
 DEFINITION_TEXT = {
@@ -29,6 +33,15 @@ DEFINITION_TEXT = {
                 "exact ROC points with TPR ≥ 0.9495; AUPR-Error = AP of the errors scored by −p "
                 "(higher is better); TNR threshold 0.5 for every loss; AURC, E-AURC, AUGRC ×10³ "
                 "(risk-coverage curves, ties grouped).",
+    "working_points": "Working points on the selective risk-coverage curve (ties grouped): "
+                      "selective risk (error rate among the kept rows) at the highest threshold "
+                      "keeping ≥ 80/90/95% of the rows; the largest coverage whose selective risk "
+                      "is ≤ 1/5/10% (0: even the most confident rows are riskier). ECE: 15 "
+                      "equal-width bins, for scores that estimate P(correct) (oracles, MCP, "
+                      "temperature-scaled MSP).",
+    "paired": "SS minus the other row, mean over seeds, with the 95% paired bootstrap interval "
+              "over test rows (the same resamples for both rows). AUC in points (higher is "
+              "better for SS when positive), AURC ×10³ (better when negative).",
     "separability": "Gaussian fits (unbiased std) to the confidences of correct vs incorrect "
                     "predictions; KL̄ = KL averaged over both directions — the paper formula "
                     "(authors' code, factor 2 missing: identical Gaussians give 0.5) and/or the "
@@ -37,41 +50,78 @@ DEFINITION_TEXT = {
 LATEX_HEAD = {"⟨O,C⟩": r"\textlangle O, C\textrangle", "↑": r"$\uparrow$", "↓": r"$\downarrow$",
               "×10³": r"$\times 10^3$", "−p": "$-p$", "KL̄": r"$\bar{d}_{KL}$", "d_B": "$d_B$",
               "≥": r"$\geq$", "⟨": r"\textlangle ", "⟩": r"\textrangle", "—": "---",
-              "†": r"$\dagger$", "–": "--"}
+              "†": r"$\dagger$", "–": "--", "Δ": r"$\Delta$", "−": "$-$"}
 
 
-def build_tables(split: dict, choice: str) -> list[dict]:
-    """The tables of one split: Table 1 per chosen definition, then the separability table."""
+def build_tables(split: dict, choice: str, ci: bool = False) -> list[dict]:
+    """The tables of one split: Table 1 per chosen definition, the working points (standard
+    definitions), the separability table and the paired comparisons.  ``ci``: intervals in the
+    md/tex cells too."""
     defs = ["paper", "standard"] if choice == "both" else [choice]
     tables = []
     for d in defs:
         cols = [(d, m, head, unit) for m, head, unit in COLUMNS[d]]
         tables.append(_table(split, d, f"Trust metrics — {d} definitions (paper Table 1 layout)",
-                             DEFINITION_TEXT[d], cols))
+                             DEFINITION_TEXT[d], cols, ci))
+    standard = "standard" in defs        # working points, ECE and AURC belong to that set
+    if standard:
+        tables.append(_table(split, "working_points", "Working points and calibration",
+                             DEFINITION_TEXT["working_points"],
+                             [("standard", m, head, unit) for m, head, unit in WORKING_POINTS], ci))
     sep = [(d, *SEPARABILITY[d], "") for d in defs] + [(defs[0], "bhattacharyya", "d_B ↑", "")]
     tables.append(_table(split, "separability", "Separability (paper Table A4)",
-                         DEFINITION_TEXT["separability"], sep))
+                         DEFINITION_TEXT["separability"], sep, ci))
+    if standard and split.get("comparisons"):
+        tables.append(paired_table(split))
     return tables
 
 
-def _table(split: dict, tid: str, title: str, text: str, columns: list) -> dict:
+def _table(split: dict, tid: str, title: str, text: str, columns: list, ci: bool = False) -> dict:
     rows = [{"oc": r["oc"], "loss": r["display_loss"], "kind": r["kind"], "n": r["n"],
              "keys": {k: r[k] for k in ("oracle", "classifier", "loss", "variant", "loss_label",
                                         "group")},
              "cells": [r["agg"][d][m] for d, m, _, _ in columns]} for r in split["rows"]]
     return {"id": tid, "split": split["split"], "title": title, "definition": text,
-            "columns": columns, "rows": rows}
+            "columns": columns, "rows": rows, "ci": ci}
 
 
-def cell_text(cell: dict, unit: str, pm: str = " ± ", metric: str = "") -> str:
+def paired_table(split: dict) -> dict:
+    """SS against each other row: one row per pair, cells = differences with their interval."""
+    columns = [("standard", "auc", "ΔAUC", "%"), ("standard", "aurc", "ΔAURC ×10³", "e3")]
+    rows = []
+    for c in split["comparisons"]:
+        cells = []
+        for _, m, _, _ in columns:
+            e = c["metrics"][m]
+            cells.append({"mean": e["delta"], "std": None, "ci": e["ci"], "verdict": e["verdict"],
+                          "undefined": e["ci"]["undefined"] if e["delta"] is not None else
+                          "undefined for one of the rows", "notes": []})
+        rows.append({"oc": c["oc"], "loss": f"{c['ss']} − {c['other']}"
+                     + (" (post-hoc)" if c["other_kind"] == "baseline" else ""),
+                     "kind": "paired", "n": f"{c['n_ss']}/{c['n_other']}",
+                     "keys": {"oracle": c["oc"], "classifier": "", "loss": c["ss"], "variant": "",
+                              "loss_label": c["other"], "group": ""}, "cells": cells})
+    return {"id": "paired", "split": split["split"], "title": "Paired comparisons: SS − other",
+            "definition": DEFINITION_TEXT["paired"], "columns": columns, "rows": rows,
+            "ci": True}
+
+
+def cell_text(cell: dict, unit: str, pm: str = " ± ", metric: str = "", ci: bool = False) -> str:
     """mean ± std in display units; accuracy without ± when every seed has the same (the paper's
-    layout: one classifier, one accuracy)."""
+    layout: one classifier, one accuracy); `` [low, high]`` with ``ci`` and an interval; the
+    verdict of a paired comparison."""
     if cell["mean"] is None:
         return "n/a"
     scale, digits = UNITS[unit]
-    text = f"{cell['mean'] * scale:.{digits}f}"
+    text = f"{cell['mean'] * scale:+.{digits}f}" if "verdict" in cell else \
+        f"{cell['mean'] * scale:.{digits}f}"
     if cell.get("std") is not None and not (metric == "acc" and cell["std"] == 0):
         text += f"{pm}{cell['std'] * scale:.{digits}f}"
+    interval = cell.get("ci") or {}
+    if ci and interval.get("low") is not None:
+        text += f" [{interval['low'] * scale:.{digits}f}, {interval['high'] * scale:.{digits}f}]"
+    if cell.get("verdict"):
+        text += f" ({cell['verdict']})"
     return text
 
 
@@ -91,8 +141,8 @@ def markdown_table(table: dict) -> str:
     footnotes: list[str] = []
     previous = None
     for row in table["rows"]:
-        cells = [cell_text(c, col[3], metric=col[1]) + _marks(c, footnotes)
-                 for c, col in zip(row["cells"], table["columns"])]
+        cells = [cell_text(c, col[3], metric=col[1], ci=table.get("ci", False))
+                 + _marks(c, footnotes) for c, col in zip(row["cells"], table["columns"])]
         oc = row["oc"] if row["oc"] != previous else ""
         previous = row["oc"]
         lines.append("| " + " | ".join([oc, row["loss"], *cells, str(row["n"])]) + " |")
@@ -106,7 +156,7 @@ def csv_text(tables: list[dict]) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["split", "table", "definition", "kind", "oracle", "classifier", "loss",
                      "variant", "loss_label", "group", "n_runs", "metric", "unit", "mean", "std",
-                     "undefined_reason", "notes"])
+                     "ci_low", "ci_high", "ci_undefined_reason", "undefined_reason", "notes"])
     for t in tables:
         for row in t["rows"]:
             for cell, (d, metric, _, unit) in zip(row["cells"], t["columns"]):
@@ -114,11 +164,14 @@ def csv_text(tables: list[dict]) -> str:
                 mean = "" if cell["mean"] is None else repr(cell["mean"] * scale)
                 std = "" if cell.get("std") is None else repr(cell["std"] * scale)
                 k = row["keys"]
+                ci = cell.get("ci") or {}
+                low = "" if ci.get("low") is None else repr(ci["low"] * scale)
+                high = "" if ci.get("high") is None else repr(ci["high"] * scale)
                 writer.writerow([t["split"], t["id"], d, row["kind"], k["oracle"], k["classifier"],
                                  k["loss"], k["variant"], k["loss_label"], k["group"], row["n"],
                                  metric, {"%": "percent", "e3": "x1e3", "": "nats"}[unit],
-                                 mean, std, cell.get("undefined") or "",
-                                 " | ".join(cell.get("notes", []))])
+                                 mean, std, low, high, ci.get("undefined") or "",
+                                 cell.get("undefined") or "", " | ".join(cell.get("notes", []))])
     return buf.getvalue()
 
 
@@ -152,14 +205,15 @@ def latex_table(table: dict) -> str:
             lines.append(r"\midrule")
         for i, row in enumerate(block):
             oc = (f"\\multirow{{{len(block)}}}{{*}}{{{_tex(row['oc'])}}}" if i == 0 else "")
-            cells = [_tex_cell(c, col[3], col[1]) for c, col in zip(row["cells"], table["columns"])]
+            cells = [_tex_cell(c, col[3], col[1], table.get("ci", False))
+                     for c, col in zip(row["cells"], table["columns"])]
             lines.append(" & ".join([oc, _tex(row["loss"]), *cells]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
     return "\n".join(lines)
 
 
-def _tex_cell(cell: dict, unit: str, metric: str) -> str:
-    text = cell_text(cell, unit, pm=r"$\pm$", metric=metric)
+def _tex_cell(cell: dict, unit: str, metric: str, ci: bool = False) -> str:
+    text = cell_text(cell, unit, pm=r"$\pm$", metric=metric, ci=ci)
     return text + (r"$^\dagger$" if cell.get("notes") else "")
 
 

@@ -1,0 +1,153 @@
+"""Fitting the two post-hoc baselines that have a parameter, on held-out rows (pure numpy).
+
+* Temperature scaling (Guo et al., ICML 2017): T > 0 minimising the mean negative log-likelihood
+  of softmax(z / T) against the labels.  With beta = 1 / T the NLL is convex in beta (logsumexp is
+  convex, the label term linear), so a safeguarded Newton iteration on beta finds THE minimum;
+  the score is then the MSP of z / T.
+* MaxLogit-pNorm (Cattelan & Silva, UAI 2024; their code lfpc/FixSelectiveClassification):
+  score = max_k (z_k - mean z) / ||z - mean z||_p.  p is chosen on the held-out rows from
+  {0, 1, ..., 9} by the lowest AURC, and falls back to MSP when no p beats MSP's AURC (both as in
+  their ``optimize.p``).  p = 0 divides by the number of non-zero centred logits, as torch's
+  0-"norm" does in their code: the ranking of the centred max logit.
+
+Too few rows, or rows of one kind only (every prediction right, or every one wrong), raise
+``FitError`` with the counts; the report records the reason instead of a number.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.core.metrics import aurc
+
+P_GRID = tuple(range(10))
+MIN_FIT_ROWS = 100
+MIN_PER_KIND = 10      # correct and incorrect fit rows each
+CHUNK = 16_384
+
+
+class FitError(ValueError):
+    """T or p cannot be fitted on these rows; ``str(err)`` says why."""
+
+
+def check_fit_rows(logits: np.ndarray, labels: np.ndarray, what: str) -> np.ndarray:
+    """Validate (m, K) logits and (m,) labels; returns the (m,) correctness of the argmax."""
+    logits, labels = np.asarray(logits), np.asarray(labels)
+    if logits.ndim != 2 or logits.shape[1] < 2 or labels.shape != (len(logits),):
+        raise FitError(f"{what}: expected logits (m, K >= 2) and labels (m,), got "
+                       f"{logits.shape} and {labels.shape}")
+    if not np.isfinite(logits).all():
+        raise FitError(f"{what}: the fit rows' logits hold inf/NaN")
+    if labels.min(initial=0) < 0 or labels.max(initial=0) >= logits.shape[1]:
+        raise FitError(f"{what}: labels outside 0..{logits.shape[1] - 1}")
+    correct = logits.argmax(1) == labels
+    n_ok, n_bad = int(correct.sum()), int((~correct).sum())
+    if len(labels) < MIN_FIT_ROWS or min(n_ok, n_bad) < MIN_PER_KIND:
+        raise FitError(f"{what}: {len(labels)} held-out row(s), {n_ok} correct and {n_bad} "
+                       f"incorrect; fitting needs at least {MIN_FIT_ROWS} rows with at least "
+                       f"{MIN_PER_KIND} of each (hold out more rows: train-oracle --val-fraction)")
+    return correct
+
+
+def _nll_derivatives(z: np.ndarray, labels: np.ndarray, beta: float) -> tuple[float, float, float]:
+    """Mean NLL of softmax(beta z) and its first two derivatives in beta, chunked in float64."""
+    nll = g = h = 0.0
+    for a in range(0, len(z), CHUNK):
+        zc = z[a:a + CHUNK].astype(np.float64)
+        s = beta * zc
+        m = s.max(1, keepdims=True)
+        e = np.exp(s - m)
+        tot = e.sum(1)
+        p = e / tot[:, None]
+        zy = zc[np.arange(len(zc)), labels[a:a + CHUNK]]
+        ez = (p * zc).sum(1)
+        nll += float((m[:, 0] + np.log(tot) - beta * zy).sum())
+        g += float((ez - zy).sum())
+        h += float(((p * zc * zc).sum(1) - ez * ez).sum())
+    n = len(z)
+    return nll / n, g / n, h / n
+
+
+def fit_temperature(logits: np.ndarray, labels: np.ndarray, what: str = "fit rows") -> dict:
+    """T minimising the NLL of softmax(logits / T) -> {"temperature", "nll", "nll_at_1", "rows"}."""
+    check_fit_rows(logits, labels, what)
+    labels = np.asarray(labels, dtype=np.int64)
+    _, g0, _ = _nll_derivatives(logits, labels, 0.0)
+    if g0 >= 0:
+        raise FitError(f"{what}: on average the labels' logits are not above the mean logit, so "
+                       "the NLL has no minimum at a positive temperature")
+    # Newton on beta from beta = 1 (T = 1), kept inside a bracket [lo, hi] of the root of the
+    # derivative: the derivative is negative at 0 and increasing (convexity)
+    lo, hi, beta = 0.0, None, 1.0
+    for _ in range(200):
+        _, g, h = _nll_derivatives(logits, labels, beta)
+        step = beta - g / h if h > 0 else None
+        if g == 0 or (step is not None and abs(step - beta) <= 1e-12 * beta):
+            break                                    # converged: keep this beta
+        if g < 0:
+            lo = beta
+        else:
+            hi = beta
+        if hi is None:                               # no upper bound yet: grow
+            beta = step if step is not None and step > beta else beta * 2.0
+            if beta > 1e6:
+                raise FitError(f"{what}: the NLL keeps falling as T -> 0 (almost every "
+                               "held-out prediction is right and confident); no finite T")
+            continue
+        beta = step if step is not None and lo < step < hi else 0.5 * (lo + hi)
+        if hi - lo <= 1e-12 * hi:
+            break
+    return {"temperature": 1.0 / beta, "nll": _nll_derivatives(logits, labels, beta)[0],
+            "nll_at_1": _nll_derivatives(logits, labels, 1.0)[0], "rows": int(len(labels))}
+
+
+def _chunked(fn, logits: np.ndarray) -> np.ndarray:
+    return np.concatenate([fn(np.asarray(logits[a:a + CHUNK], dtype=np.float64))
+                           for a in range(0, len(logits), CHUNK)])
+
+
+def msp(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """Max softmax probability of logits / T, (m, K) -> (m,) float64."""
+    def one(z):
+        z = z / temperature
+        return 1.0 / np.exp(z - z.max(1, keepdims=True)).sum(1)
+    return _chunked(one, logits)
+
+
+def pnorm_score(logits: np.ndarray, p) -> np.ndarray:
+    """MaxLogit-pNorm: max_k (z_k - mean z) / ||z - mean z||_p, (m, K) -> (m,) float64; p = "MSP"
+    gives the MSP (the fallback); p = 0 divides by the count of non-zero centred logits."""
+    if p == "MSP":
+        return msp(logits)
+    return _chunked(lambda z: pnorm_scores(z, (p,))[p], logits)
+
+
+def pnorm_scores(z: np.ndarray, ps) -> dict:
+    """{p: score} of one float64 chunk for integer ``ps``, |z|^p by repeated products."""
+    z = z - z.mean(1, keepdims=True)
+    top, a = z.max(1), np.abs(z)
+    out, power, have = {}, None, 0
+    for p in sorted(ps):
+        if p == 0:
+            norm = np.count_nonzero(z, axis=1).astype(np.float64)
+        else:
+            while have < p:
+                power = a.copy() if power is None else np.multiply(power, a, out=power)
+                have += 1
+            norm = power.sum(1) ** (1.0 / p)
+        out[p] = top / np.maximum(norm, 1e-12)     # their clamp_min(eps): all-equal logits
+    return out
+
+
+def fit_pnorm(logits: np.ndarray, labels: np.ndarray, what: str = "fit rows") -> dict:
+    """p in ``P_GRID`` with the lowest AURC on the rows, else "MSP" (no p beats it)."""
+    correct = check_fit_rows(logits, labels, what)
+    best_p, best = "MSP", aurc(msp(logits), correct)
+    grid = {"MSP": best}
+    parts = [pnorm_scores(np.asarray(logits[a:a + CHUNK], dtype=np.float64), P_GRID)
+             for a in range(0, len(logits), CHUNK)]
+    for p in P_GRID:
+        value = aurc(np.concatenate([part[p] for part in parts]), correct)
+        grid[str(p)] = value
+        if value < best:             # strictly lower, as their optimize.p
+            best_p, best = p, value
+    return {"p": best_p, "aurc": best, "aurc_grid": grid, "rows": int(len(labels))}

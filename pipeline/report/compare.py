@@ -1,0 +1,87 @@
+"""Intervals of seed means and paired comparisons, from the per-resample values of the workers.
+
+Every score evaluated on the same rows (one classifier cache and split) saw the same resamples
+(pipeline/report/bootstrap.py), so per resample b:
+
+* a row's seed mean is mean_s value[s, b]: its interval is that of the test rows for the average
+  of the seeds (the ± std beside it is the spread between seeds);
+* a difference between two rows is mean_s SS[s, b] - mean_s X[s, b]: paired, so what the rows
+  have in common (easy or hard images) cancels.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.report.bootstrap import interval
+
+# (metric, definition, higher is better)
+COMPARED = (("auc", "standard", True), ("aurc", "standard", False))
+SS = "ss"
+
+
+def _same_rows(members: list[dict]) -> str | None:
+    caches = {(m["cache"], m["valid_rows"]) for m in members}
+    return None if len(caches) == 1 else "the runs were evaluated on different rows"
+
+
+def _samples(members: list[dict], d: str, name: str) -> np.ndarray | None:
+    boots = [(m.get("_boot") or {}).get(d, {}).get(name) for m in members]
+    if any(b is None for b in boots):
+        return None
+    return np.mean(boots, axis=0)
+
+
+def row_intervals(row: dict, members: list[dict]) -> None:
+    """Add "ci" to every aggregated cell of ``row`` (in place): the member's own interval for one
+    run, the interval of the seed mean for several."""
+    if not all("ci" in m for m in members):
+        return
+    counts = members[0]["class_counts"]
+    why = _same_rows(members)
+    for d, cells in row["agg"].items():
+        for name, cell in cells.items():
+            if len(members) == 1:
+                cell["ci"] = members[0]["ci"][d].get(name)
+                continue
+            reasons = [m["ci"][d].get(name, {}).get("undefined") for m in members]
+            reason = why or next((r for r in reasons if r), None)
+            cell["ci"] = interval(_samples(members, d, name), cell["mean"], name, counts,
+                                  reason=reason)
+
+
+def comparisons(rows: list[dict]) -> list[dict]:
+    """SS rows against every other oracle row of their <O,C> and against the classifier's MCP,
+    for each metric of ``COMPARED``: the difference of the seed means, its paired interval and
+    which side the interval favours."""
+    out = []
+    for ss in (r for r in rows if r["kind"] == "oracle" and r["loss"] == SS):
+        others = [r for r in rows if r["kind"] == "oracle" and r["oc"] == ss["oc"] and r is not ss]
+        others += [r for r in rows if r["kind"] == "baseline" and r["loss"] == "mcp"
+                   and r["classifier"] == ss["classifier"]]
+        for other in others:
+            out.append(_compare(ss, other))
+    return out
+
+
+def _compare(a: dict, b: dict) -> dict:
+    members = a["_members"] + b["_members"]
+    why = _same_rows(members)
+    entry = {"oc": a["oc"], "ss": a["display_loss"], "other": b["display_loss"],
+             "other_kind": b["kind"], "other_oc": b["oc"], "n_ss": a["n"], "n_other": b["n"],
+             "metrics": {}}
+    for name, d, higher in COMPARED:
+        ma, mb = a["agg"][d][name]["mean"], b["agg"][d][name]["mean"]
+        delta = None if ma is None or mb is None else ma - mb
+        sa, sb = _samples(a["_members"], d, name), _samples(b["_members"], d, name)
+        reason = why or (None if sa is not None and sb is not None else
+                         "no bootstrap values (--no-ci, or a metric undefined on these rows)")
+        counts = members[0].get("class_counts", (0, 0))
+        ci = interval(None if reason else sa - sb, delta, name, counts, reason=reason)
+        verdict = None
+        if ci["undefined"] is None:
+            better = ci["low"] > 0 if higher else ci["high"] < 0
+            worse = ci["high"] < 0 if higher else ci["low"] > 0
+            verdict = "SS better" if better else "SS worse" if worse else "no clear difference"
+        entry["metrics"][name] = {"definition": d, "delta": delta, "ci": ci, "verdict": verdict,
+                                  "higher_is_better": higher}
+    return entry

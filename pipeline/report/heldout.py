@@ -1,0 +1,126 @@
+"""Where temperature scaling and MaxLogit-pNorm are fitted: the held-out validation rows of the
+classifier's TRAINING cache, i.e. the rows ``train-oracle`` carved out of its training split
+(``val_split.json``) and never trained an oracle on.  Never the evaluated split.
+
+For each evaluated classifier cache: the runs evaluated on it name their training cache
+(run.json ``train_cache``) and their held-out rows (val_split.json).  The training cache is taken
+from that path, else from the --cache inputs (same model and weights, that split), else
+``<cache root>/<classifier>/<split>``.  Runs that held out different rows are fitted on the rows
+every one of them held out.  ``fit_heldout`` (a worker) reads only those rows, shard by shard.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cache.manifest import MANIFEST_FILE, read_json
+from cache.reader import ClassifierCache
+from cache.shards import read_columns
+from pipeline.report.calibrate import FitError, fit_pnorm, fit_temperature
+
+VAL_FILE = "val_split.json"
+SAME_CLASSIFIER = ("model", "weights_sha256", "preprocess", "dataset", "num_classes")
+
+
+@dataclass(frozen=True)
+class FitTask:
+    train_cache: str
+    rows: tuple[int, ...]
+    runs: tuple[str, ...]
+
+
+def plan_fits(tasks: list, cache_paths: list[str], known_caches: list[Path]) -> dict[str, object]:
+    """{evaluated cache path: FitTask, or the reason (str) why nothing can be fitted for it}."""
+    out: dict[str, object] = {}
+    for path in cache_paths:
+        runs = sorted({t.run_dir for t in tasks if t.cache == path})
+        if not runs:
+            out[path] = ("no run evaluated on this cache names held-out rows (val_split.json of "
+                         "train-oracle); temperature scaling and MaxLogit-pNorm are fitted on them")
+            continue
+        try:
+            out[path] = _fit_task(path, runs, known_caches)
+        except FitError as err:
+            out[path] = str(err)
+    return out
+
+
+def _fit_task(path: str, runs: list[str], known: list[Path]) -> FitTask:
+    identity = ClassifierCache.open(Path(path)).identity
+    rows, train = None, None
+    for run in runs:
+        val_path = Path(run) / VAL_FILE
+        if not val_path.exists():
+            raise FitError(f"run {run} has no {VAL_FILE} (it held out no rows); the held-out "
+                           "rows of the training cache are needed")
+        val = read_json(val_path, "held-out rows")
+        held = set(int(i) for i in val.get("val_rows", []))
+        rows = held if rows is None else rows & held
+        run_file = Path(run) / "run.json"
+        run_json = read_json(run_file, "run record") if run_file.exists() else {}
+        found = _training_cache(run_json.get("train_cache"), val.get("split", "train"), identity,
+                                path, known)
+        if train is not None and found != train:
+            raise FitError(f"the runs evaluated on {path} were trained on different caches "
+                           f"({train} and {found})")
+        train = found
+    if not rows:
+        raise FitError(f"the runs evaluated on {path} share no held-out row (their "
+                       f"{VAL_FILE} files list disjoint rows)")
+    return FitTask(train, tuple(sorted(rows)), tuple(runs))
+
+
+def _training_cache(recorded: str | None, split: str, identity: dict, path: str,
+                    known: list[Path]) -> str:
+    candidates = ([Path(recorded)] if recorded else []) + list(known) + [Path(path).parent / split]
+    for cand in candidates:
+        if not (cand / MANIFEST_FILE).exists():
+            continue
+        ident = ClassifierCache.open(cand).identity
+        if (ident.get("split") == split and ident.get("corruption", "none") == "none"
+                and all(ident.get(k) == identity.get(k) for k in SAME_CLASSIFIER)):
+            return str(cand.resolve())
+    raise FitError(f"the training cache (split {split!r}) of the classifier of {path} was not "
+                   f"found at {recorded} nor among the --cache inputs; pass --cache for it")
+
+
+def read_rows(cache_dir: Path, rows: np.ndarray, columns: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """``columns`` of the sorted global ``rows`` only, one shard in memory at a time."""
+    cache = ClassifierCache.open(cache_dir)
+    parts: dict[str, list] = {c: [] for c in ("index", *columns)}
+    for shard in cache.manifest["shards"]:
+        a, b = int(shard["start"]), int(shard["stop"])
+        local = rows[(rows >= a) & (rows < b)] - a
+        if len(local):
+            data = read_columns(Path(cache_dir) / shard["file"], ("index", *columns))
+            for c in parts:
+                parts[c].append(data[c][local])
+    out = {c: np.concatenate(v) for c, v in parts.items()}
+    if not np.array_equal(out["index"], rows):
+        raise FitError(f"cache {cache_dir}: rows {rows[:5].tolist()}... are not all in it")
+    return out
+
+
+def fit_heldout(task: FitTask, names: tuple[str, ...] = ("ts", "pnorm")) -> dict:
+    """T ("ts") and/or p ("pnorm") on the task's rows (valid ones); a reason instead of a value
+    on failure.  Called in the baseline workers, so fitting overlaps the other evaluations."""
+    rows = np.asarray(task.rows, dtype=np.int64)
+    cols = read_rows(Path(task.train_cache), rows, ("label", "valid", "logits"))
+    ok = cols["valid"] == 1
+    logits, labels = cols["logits"][ok], cols["label"][ok]
+    record = {"train_cache": task.train_cache, "runs": list(task.runs),
+              "rows": int(ok.sum()), "invalid_rows_skipped": int((~ok).sum()),
+              "rows_sha256": hashlib.sha256(rows.tobytes()).hexdigest()[:16],
+              "ts": None, "pnorm": None, "undefined": {}}
+    what = f"held-out rows of {task.train_cache}"
+    for name, fit in (("ts", fit_temperature), ("pnorm", fit_pnorm)):
+        if name not in names:
+            continue
+        try:
+            record[name] = fit(logits, labels, what)
+        except FitError as err:
+            record["undefined"][name] = str(err)
+    return record

@@ -1,0 +1,125 @@
+"""What the report adds beyond the paper, end to end on a small synthetic study: where T and p are
+fitted (and why not), the paired comparisons, the seed-mean intervals and the fd-shifts export."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.synthetic_runs import write_cache, write_run, write_study
+from cache.outputs import read_outputs
+from cache.reader import ClassifierCache
+from pipeline.core import metrics as M
+from pipeline.report.calibrate import fit_pnorm, fit_temperature
+from pipeline.report.heldout import read_rows
+from pipeline.report.run import ReportConfig, report
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("small")
+    write_study(root, n=900, pairs=(("vit", "vit"),), losses=("ce", "ss"), seeds=(0, 1),
+                n_train=3000, bad_rows=(7,))
+    return root
+
+
+def run_report(root: Path, out: Path, **kw) -> dict:
+    report(ReportConfig(runs_root=str(root / "runs"), out=str(out), figures=False, jobs=1, **kw))
+    return json.loads((out / "report.json").read_text())
+
+
+def test_fits_use_the_held_out_training_rows(small, tmp_path):
+    doc = run_report(small, tmp_path / "r", resamples=100)
+    fit = doc["fits"][str((small / "cache" / "vit" / "test").resolve())]
+    rows = json.loads(next((small / "runs").glob("*/val_split.json")).read_text())["val_rows"]
+    assert fit["train_cache"] == str((small / "cache" / "vit" / "train").resolve())
+    assert fit["rows"] == len(rows) == 300 and len(fit["runs"]) == 4
+    cols = ClassifierCache.open(small / "cache" / "vit" / "train").load(["label", "logits"])
+    logits, labels = cols["logits"][rows], cols["label"][rows]
+    assert fit["ts"]["temperature"] == pytest.approx(fit_temperature(logits, labels)["temperature"])
+    assert fit["pnorm"]["p"] == fit_pnorm(logits, labels)["p"]
+    ts = next(r for r in doc["splits"][0]["rows"] if r["loss"] == "ts")
+    assert ts["fit"]["value"]["temperature"] == fit["ts"]["temperature"]
+    part = read_rows(small / "cache" / "vit" / "train", np.array(rows[:5]), ("label",))
+    assert np.array_equal(part["label"], cols["label"][rows[:5]])
+
+
+def test_disjoint_or_missing_held_out_rows_are_reasons(small, tmp_path):
+    root = tmp_path / "copy"
+    cache = write_cache(root / "cache" / "vit" / "test", n=400, model="vit")
+    train = write_cache(root / "cache" / "vit" / "train", n=2000, model="vit", seed=5,
+                        weights_seed=0, split="train")
+    write_run(root / "runs" / "a", cache, oracle="vit", classifier="vit", loss="ss", seed=0,
+              group="g", train_cache=train, val_rows=list(range(0, 200)))
+    write_run(root / "runs" / "b", cache, oracle="vit", classifier="vit", loss="ss", seed=1,
+              group="g", train_cache=train, val_rows=list(range(200, 400)))
+    doc = run_report(root, tmp_path / "r1", resamples=0)
+    reason = doc["fits"][str(cache.resolve())]["reason"]
+    assert "share no held-out row" in reason
+    ts = next(r for r in doc["splits"][0]["rows"] if r["loss"] == "ts")
+    assert ts["agg"]["standard"]["auc"]["mean"] is None
+    assert "share no held-out row" in ts["agg"]["standard"]["auc"]["undefined"]
+    (root / "runs" / "b" / "val_split.json").unlink()
+    doc = run_report(root, tmp_path / "r2", resamples=0)
+    assert "has no val_split.json" in doc["fits"][str(cache.resolve())]["reason"]
+
+
+def test_paired_comparisons_and_seed_mean_intervals(small, tmp_path):
+    doc = run_report(small, tmp_path / "r", resamples=300, ci_seed=3)
+    split = doc["splits"][0]
+    rows = {r["loss"]: r for r in split["rows"]}
+    comps = {c["other"]: c for c in split["comparisons"]}
+    assert set(comps) == {"CE", "MCP"}
+    for other, key in (("CE", "ce"), ("MCP", "mcp")):
+        for name in ("auc", "aurc"):
+            entry = comps[other]["metrics"][name]
+            delta = rows["ss"]["agg"]["standard"][name]["mean"] - rows[key]["agg"]["standard"][name]["mean"]
+            assert entry["delta"] == pytest.approx(delta)
+            assert entry["ci"]["low"] <= entry["delta"] <= entry["ci"]["high"]
+    # the seed-mean interval covers the mean; same seed -> same numbers, other seed -> others
+    cell = rows["ss"]["agg"]["standard"]["auc"]
+    assert cell["n"] == 2 and cell["ci"]["low"] <= cell["mean"] <= cell["ci"]["high"]
+    again = run_report(small, tmp_path / "r2", resamples=300, ci_seed=3)
+    other = run_report(small, tmp_path / "r3", resamples=300, ci_seed=4)
+    same = {c["other"]: c for c in again["splits"][0]["comparisons"]}
+    assert same["CE"]["metrics"]["auc"]["ci"] == comps["CE"]["metrics"]["auc"]["ci"]
+    diff = {c["other"]: c for c in other["splits"][0]["comparisons"]}
+    assert diff["CE"]["metrics"]["auc"]["ci"] != comps["CE"]["metrics"]["auc"]["ci"]
+    # --no-ci: no intervals anywhere, and the comparisons say why
+    none = run_report(small, tmp_path / "r4", resamples=0)
+    c = none["splits"][0]["comparisons"][0]["metrics"]["auc"]
+    assert c["ci"]["undefined"] and c["delta"] is not None
+    assert "ci" not in none["splits"][0]["rows"][0]["agg"]["standard"]["auc"]
+
+
+def test_fd_shifts_export_shapes_and_columns(small, tmp_path):
+    out = tmp_path / "r"
+    run_report(small, out, resamples=0, export=("fd-shifts",))
+    root = out / "fd-shifts"
+    index = json.loads((root / "index.json").read_text())
+    cache = ClassifierCache.open(small / "cache" / "vit" / "test")
+    cols = cache.load(["label", "valid", "logits"])
+    valid = cols["valid"] == 1
+    k = cache.identity["num_classes"]
+    with np.load(root / "vit" / "test" / "posthoc" / "test_results" / "raw_logits.npz") as npz:
+        raw = npz.f.arr_0                       # how fd-shifts reads it
+    assert raw.shape == (int(valid.sum()), k + 2) == (899, k + 2)
+    assert np.array_equal(raw[:, :k], cols["logits"][valid].astype(np.float32))
+    assert np.array_equal(raw[:, k], cols["label"][valid]) and (raw[:, k + 1] == 0).all()
+    runs = [e for e in index["experiments"] if e["run"] and e["split"] == "test"]
+    assert len(runs) == 4 and all(e["excluded_indices"] == [7] for e in runs)
+    for e in runs:
+        exp = root / e["dir"] / "test_results"
+        with np.load(exp / "external_confids.npz") as npz:
+            confids = npz.f.arr_0
+        with np.load(exp / "raw_logits.npz") as npz:
+            assert np.array_equal(npz.f.arr_0, raw)
+        o = read_outputs(Path(e["run"]) / "outputs" / "test.h5")
+        assert confids.shape == (899,)
+        assert np.array_equal(confids, o.columns["confidence"][valid].astype(np.float32))
+        # fd-shifts' own AUROC on these arrays = ours
+        correct = raw[:, :k].argmax(1) == raw[:, k]
+        assert M.auc(confids, correct) == pytest.approx(M.auc(o.columns["confidence"][valid],
+                                                              o.columns["correct"][valid] == 1))
