@@ -118,7 +118,8 @@ def _print_extract_summary(split: str, s: dict) -> None:
     t = s.get("inference") or {}
     if not s["already_complete"] and t.get("model_ms_per_img") is not None:
         click.echo(f"[{split}] classifier inference {t['model_ms_per_img']:.4f} ms/img per view "
-                   f"(forward only, {t['device']}, batch {t['batch_size']}, {t['precision']})")
+                   f"(forward only, {t['device']}, batch {t['batch_size']}, {t['precision']}"
+                   f"{', incl. warm-up: one batch only' if t.get('includes_warmup') else ''})")
 
 
 def _unclaim_if_nothing_written(out: Path, existed: bool, world: int) -> None:

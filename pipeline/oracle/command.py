@@ -187,7 +187,8 @@ def _print_output(o: dict) -> None:
     t = o.get("inference") or {}
     if t.get("model_ms_per_img") is not None:
         click.echo(f"  [{o['split']}] oracle inference {t['model_ms_per_img']:.4f} ms/img "
-                   f"(forward only, {t['device']}, batch {t['batch_size']}, {t['precision']})")
+                   f"(forward only, {t['device']}, batch {t['batch_size']}, {t['precision']}"
+                   f"{', incl. warm-up: one batch only' if t.get('includes_warmup') else ''})")
 
 
 @click.command()
