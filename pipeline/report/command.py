@@ -26,7 +26,8 @@ import click
 @click.option("--resamples", default=1000, show_default=True, type=click.IntRange(0),
               help="Bootstrap resamples for the 95% intervals (0: none, as --no-ci).")
 @click.option("--no-ci", is_flag=True, help="No bootstrap intervals (and no paired intervals).")
-@click.option("--ci-seed", default=0, show_default=True, help="Seed of the bootstrap resamples.")
+@click.option("--ci-seed", default=0, show_default=True, type=click.IntRange(0),
+              help="Seed of the bootstrap resamples.")
 @click.option("--ci-in-tables", is_flag=True, help="Also print the intervals in report.md and "
               "report.tex (they are always in report.csv and report.json).")
 @click.option("--rc-full-range", is_flag=True, help="Risk-coverage plots on selective risk 0-1 "
