@@ -113,14 +113,20 @@ def _run_stage2(fn, *args):
               "step N (checkpoint written), e.g. to fit a job's time limit; re-run to continue.")
 @click.option("--resume", is_flag=True, help="Require a checkpoint to continue from (an "
               "incomplete run is resumed anyway; this refuses to start afresh).")
+@click.option("--head-only", is_flag=True, help="Freeze the oracle backbone and train its head "
+              "on cached features: `extract --features --flip-view` of the ORACLE's model on the "
+              "same splits (seconds per run). Writes an ordinary run directory.")
+@click.option("--features-cache", type=click.Path(path_type=Path), default=None, help="--head-only:"
+              " cache root holding the oracle's feature caches. Default: --cache.")
 @click.option("--no-progress", is_flag=True)
-def train_oracle(classifier, oracle, loss, data, cache, out, labels_file, train_split, eval_splits,
+@click.pass_context
+def train_oracle(ctx, classifier, oracle, loss, data, cache, out, labels_file, train_split, eval_splits,
                  runs_root, seed, weights, random_init, model_kwargs, preprocess, z_head, gamma,
                  alpha_pos, alpha_neg, class_balanced, cb_beta, pos_weight, neg_weight, broadcast, lr,
                  weight_decay, momentum, warmup_steps, cycle_momentum, batch_size, accum_steps,
                  epochs, flip, train_limit, val_fraction, val_every, split_seed, precision,
                  channels_last, compile_, device, workers, eval_batch_size, ckpt_every, log_every,
-                 stop_at_step, resume, no_progress):
+                 stop_at_step, resume, head_only, features_cache, no_progress):
     """Stage 2: train an oracle on cached classifier targets; score the eval split(s)."""
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
     # stays free of torch.
@@ -144,14 +150,44 @@ def train_oracle(classifier, oracle, loss, data, cache, out, labels_file, train_
         split_seed=split_seed, precision=precision, channels_last=channels_last,
         compile=compile_, device=device, workers=_default_workers() if workers is None else workers,
         eval_batch_size=eval_batch_size, ckpt_every=ckpt_every, log_every=log_every,
-        stop_at_step=stop_at_step, resume=resume, progress=not no_progress)
-    summary = _run_stage2(train, cfg)
+        stop_at_step=stop_at_step, resume=resume, progress=not no_progress,
+        head_only=head_only, features_cache=str(features_cache) if features_cache else None)
+    check_head_only_options(ctx)
+    if head_only:
+        from pipeline.oracle.headonly import train_head_only
+        summary = _run_stage2(lambda c: train_head_only([c])[0], cfg)
+    else:
+        summary = _run_stage2(train, cfg)
     if dist.info().is_main:
         _print_train_summary(summary)
     dist.shutdown(dist.info())
 
 
+# train-oracle options that only the fine-tuned loop uses: refused by name with --head-only.
+FINE_TUNE_ONLY = ("accum_steps", "precision", "channels_last", "compile_", "workers",
+                  "eval_batch_size", "ckpt_every", "stop_at_step", "resume")
+
+
+def check_head_only_options(ctx: click.Context) -> None:
+    """--head-only with an option of the fine-tuned loop (or --features-cache without it): a
+    usage error naming the option, instead of silently ignoring it."""
+    given = {p.name: p for p in ctx.command.params
+             if ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE}
+    if not ctx.params.get("head_only"):
+        if "features_cache" in given:
+            raise click.UsageError("--features-cache applies to --head-only training only")
+        return
+    wrong = [given[n].opts[0] for n in FINE_TUNE_ONLY if n in given]
+    if wrong:
+        raise click.UsageError(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not "
+                               "apply to --head-only (the head trains in float32 on cached "
+                               "features, in one process, without a DataLoader or mid-run "
+                               "checkpoints; a re-run retrains an incomplete run)")
+
+
 def _print_train_summary(s: dict) -> None:
+    if s["status"] == "failed":
+        raise click.ClickException(f"training failed: {s.get('error')} ({s['run_dir']})")
     if s["status"] in ("stopped", "interrupted"):
         click.echo(f"{s['status']} after step {s['step']} of {s['total_steps']} (checkpoint "
                    f"written); re-run the same command to continue: {s['run_dir']}")

@@ -32,7 +32,7 @@ CHECKPOINTS, OUTPUTS = "checkpoints", "outputs"
 # the training cache (dataset fingerprint, classifier weights).
 NOT_IN_GROUP = ("seed", "out", "runs_root", "artifacts", "data", "cache", "labels_file", "eval_splits",
                 "resume", "progress", "workers", "device", "compile", "eval_batch_size",
-                "ckpt_every", "log_every", "stop_at_step")
+                "ckpt_every", "log_every", "stop_at_step", "features_cache")
 
 
 class RunError(RuntimeError):
