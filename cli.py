@@ -17,6 +17,7 @@ from pipeline.demo.command import demo
 from pipeline.extract.command import extract
 from pipeline.oracle.command import predict, train_oracle
 from pipeline.report.command import report
+from pipeline.sweep.command import sweep
 
 
 # Errors a user can fix: printed as one clear message, exit code 1 (no traceback).  Imported only
@@ -56,7 +57,7 @@ def cli():
     """Trustworthiness oracles (Luo et al., NeurIPS 2021): extract -> train-oracle -> report."""
 
 
-for command in (extract, train_oracle, predict, report, fit_classifier, demo):
+for command in (extract, train_oracle, predict, sweep, report, fit_classifier, demo):
     cli.add_command(command)
 
 

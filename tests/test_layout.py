@@ -22,6 +22,7 @@ ALLOWED = {
     "classifier": {"cache", "core", "data", "classifier"},
     "oracle": {"cache", "core", "data", "oracle"},
     "report": {"cache", "core", "report"},
+    "sweep": {"cache", "core", "data", "oracle", "sweep"},   # trains oracles through the oracle stage
     "demo": {"cache", "core", "data", "report", "demo"},   # runs the stages as subprocesses
 }
 # The only core modules `report` may use: they import no torch.

@@ -131,27 +131,9 @@ def train_oracle(ctx, classifier, oracle, loss, data, cache, out, labels_file, t
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
     # stays free of torch.
     from pipeline.core import dist
-    from pipeline.oracle.train import TrainConfig, train
+    from pipeline.oracle.train import train
 
-    artifacts = default_artifacts(data)
-    cfg = TrainConfig(
-        classifier=classifier, loss=loss, oracle=oracle, data=data,
-        cache=str(cache or artifacts / "cache"), artifacts=str(artifacts),
-        out=str(out) if out else None, runs_root=str(runs_root) if runs_root else None,
-        labels_file=labels_file, train_split=train_split,
-        eval_splits=tuple(eval_splits), seed=seed, weights=weights, random_init=random_init,
-        model_kwargs=json_option(model_kwargs, "--model-kwargs"), preprocess=preprocess,
-        z=z_head, gamma=gamma, alpha_pos=alpha_pos, alpha_neg=alpha_neg,
-        class_balanced=class_balanced, cb_beta=cb_beta, pos_weight=pos_weight,
-        neg_weight=neg_weight, broadcast=broadcast, lr=lr, weight_decay=weight_decay,
-        momentum=momentum, warmup_steps=warmup_steps, cycle_momentum=cycle_momentum,
-        batch_size=batch_size, accum_steps=accum_steps, epochs=epochs, flip=flip,
-        train_limit=train_limit, val_fraction=val_fraction, val_every=val_every,
-        split_seed=split_seed, precision=precision, channels_last=channels_last,
-        compile=compile_, device=device, workers=_default_workers() if workers is None else workers,
-        eval_batch_size=eval_batch_size, ckpt_every=ckpt_every, log_every=log_every,
-        stop_at_step=stop_at_step, resume=resume, progress=not no_progress,
-        head_only=head_only, features_cache=str(features_cache) if features_cache else None)
+    cfg = config_from_params(ctx.params)
     check_head_only_options(ctx)
     if head_only:
         from pipeline.oracle.headonly import train_head_only
@@ -161,6 +143,30 @@ def train_oracle(ctx, classifier, oracle, loss, data, cache, out, labels_file, t
     if dist.info().is_main:
         _print_train_summary(summary)
     dist.shutdown(dist.info())
+
+
+def config_from_params(params: dict):
+    """train-oracle's parsed options -> TrainConfig (also used by ``cli.py sweep``)."""
+    from pipeline.oracle.train import TrainConfig
+
+    p = dict(params)
+    artifacts = default_artifacts(p["data"])
+    same = ("classifier", "loss", "oracle", "data", "labels_file", "train_split", "seed", "weights",
+            "random_init", "preprocess", "gamma", "alpha_pos", "alpha_neg", "class_balanced",
+            "cb_beta", "pos_weight", "neg_weight", "broadcast", "lr", "weight_decay", "momentum",
+            "warmup_steps", "cycle_momentum", "batch_size", "accum_steps", "epochs", "flip",
+            "train_limit", "val_fraction", "val_every", "split_seed", "precision",
+            "channels_last", "device", "eval_batch_size", "ckpt_every", "log_every",
+            "stop_at_step", "resume", "head_only")
+    path = lambda key: str(p[key]) if p[key] else None  # noqa: E731
+    cfg = TrainConfig(
+        **{k: p[k] for k in same}, cache=str(p["cache"] or artifacts / "cache"),
+        artifacts=str(artifacts), out=path("out"), runs_root=path("runs_root"),
+        eval_splits=tuple(p["eval_splits"]),
+        model_kwargs=json_option(p["model_kwargs"], "--model-kwargs"), z=p["z_head"],
+        compile=p["compile_"], workers=_default_workers() if p["workers"] is None else p["workers"],
+        progress=not p["no_progress"], features_cache=path("features_cache"))
+    return cfg
 
 
 # train-oracle options that only the fine-tuned loop uses: refused by name with --head-only.
