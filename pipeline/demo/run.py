@@ -25,7 +25,7 @@ from cache.manifest import write_json_atomic
 from cache.reader import split_tag
 from pipeline.report import tables as T
 
-CLI = Path(__file__).resolve().parents[1] / "cli.py"
+CLI = Path(__file__).resolve().parents[2] / "cli.py"     # pipeline/demo/run.py -> cli.py
 BROADCAST = "--authors-broadcast"
 
 
