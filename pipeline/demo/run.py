@@ -159,6 +159,7 @@ def _by_stage(results: list[StepResult]) -> dict[str, float]:
 
 def _write_log(cfg: DemoConfig, results: list[StepResult], total: float, failed: bool) -> Path:
     path = Path(cfg.artifacts) / "demo.json"
+    path.parent.mkdir(parents=True, exist_ok=True)   # a first step that fails wrote nothing yet
     write_json_atomic(path, {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
         "failed": failed, "seconds": round(total, 1), "by_stage": _by_stage(results),
