@@ -23,7 +23,8 @@ ALLOWED = {
     "oracle": {"cache", "core", "data", "oracle"},
     "report": {"cache", "core", "report"},
     "sweep": {"cache", "core", "data", "oracle", "sweep"},   # trains oracles through the oracle stage
-    "demo": {"cache", "core", "data", "report", "demo"},   # runs the stages as subprocesses
+    # runs the stages as subprocesses, the seconds-long head-only ones through their commands
+    "demo": {"cache", "core", "data", "report", "oracle", "sweep", "demo"},
 }
 # The only core modules `report` may use: they import no torch.
 TORCH_FREE_CORE = {"pipeline.core", "pipeline.core.metrics", "pipeline.core.presets",
