@@ -169,34 +169,32 @@ def train_bank(table: FeatureTable, schedule: StepSchedule, losses: list[LossCon
     val_o = table.correct[torch.as_tensor(val_rows, device=device)].cpu().numpy() \
         if len(val_rows) else None
     t0, t_val = time.perf_counter(), 0.0
-    for epoch_start in range(0, total, schedule.steps_per_epoch):
-        steps = range(epoch_start, min(total, epoch_start + schedule.steps_per_epoch))
-        rows = torch.as_tensor(np.stack([schedule.batch_rows(k) for k in steps]), device=device)
-        flips = torch.as_tensor(np.stack([schedule.batch_flips(k) for k in steps]),
-                                device=device) if schedule.flip else None
-        for i, step in enumerate(steps):
-            idx = table.index(rows[i], None if flips is None else flips[i])
-            o, pt = table.correct[idx], table.p_true[idx]
-            z = head_z(table.x[idx], w, b, s.hyperplane)
-            per_head = loss_fn(z, o, pt).mean(0)                     # (P,)
-            opt.zero_grad(set_to_none=True)
-            per_head.sum().backward()
-            opt.step()
-            sched.step()
-            lrs[step] = opt.param_groups[0]["lr"]      # as the fine-tuned loop logs it
-            with torch.no_grad():
-                step_loss[step] = per_head
-                pos = (o > 0.5)[:, None]
-                step_counts[step] = torch.stack([((z > 0) & pos).sum(0), pos.sum(0).expand(P),
-                                                 ((z < s.tnr_logit) & ~pos).sum(0),
-                                                 (~pos).sum(0).expand(P)]).float()
-            done = step + 1
-            if s.val_every is not None and val_o is not None and (done % s.val_every == 0
-                                                                  or done == total):
-                tv = time.perf_counter()
-                _validate(table, val_rows, val_o, w, b, s, loss_fn, done, results,
-                          step_loss[:done])
-                t_val += time.perf_counter() - tv
+    # a step's ops are (B, D) x (D, P): on the CPU, intra-op threads only add synchronisation
+    # (5-15x slower steps measured on a busy 2-core machine); validation keeps every thread
+    threads = torch.get_num_threads()
+    try:
+        for epoch_start in range(0, total, schedule.steps_per_epoch):
+            steps = range(epoch_start, min(total, epoch_start + schedule.steps_per_epoch))
+            rows = torch.as_tensor(np.stack([schedule.batch_rows(k) for k in steps]), device=device)
+            flips = torch.as_tensor(np.stack([schedule.batch_flips(k) for k in steps]),
+                                    device=device) if schedule.flip else None
+            for i, step in enumerate(steps):
+                if device.type == "cpu" and torch.get_num_threads() != 1:
+                    torch.set_num_threads(1)
+                idx = table.index(rows[i], None if flips is None else flips[i])
+                step_loss[step], step_counts[step] = _step(table, idx, w, b, s, loss_fn, opt)
+                sched.step()
+                lrs[step] = opt.param_groups[0]["lr"]      # as the fine-tuned loop logs it
+                done = step + 1
+                if s.val_every is not None and val_o is not None and (done % s.val_every == 0
+                                                                      or done == total):
+                    tv = time.perf_counter()
+                    torch.set_num_threads(threads)
+                    _validate(table, val_rows, val_o, w, b, s, loss_fn, done, results,
+                              step_loss[:done])
+                    t_val += time.perf_counter() - tv
+    finally:
+        torch.set_num_threads(threads)
     elapsed = time.perf_counter() - t0
     finite = torch.isfinite(step_loss).all(0).cpu().numpy()
     for p in np.flatnonzero(~finite):
@@ -207,6 +205,24 @@ def train_bank(table: FeatureTable, schedule: StepSchedule, losses: list[LossCon
                  step_counts.cpu().numpy(), lrs, s.log_every, schedule.batch_size,
                  elapsed - t_val, w, b)
     return results, {"train_s": elapsed - t_val, "val_s": t_val, "steps": total, "heads": P}
+
+
+def _step(table: FeatureTable, idx: torch.Tensor, w, b, s: BankSettings, loss_fn: BankLoss,
+          opt) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step of every head on rows ``idx``; (per-head mean loss (P,), counts (4, P):
+    TP, P, TN, N), both detached and on the device."""
+    o, pt = table.correct[idx], table.p_true[idx]
+    z = head_z(table.x[idx], w, b, s.hyperplane)
+    per_head = loss_fn(z, o, pt).mean(0)
+    opt.zero_grad(set_to_none=True)
+    per_head.sum().backward()
+    opt.step()
+    with torch.no_grad():
+        pos = (o > 0.5)[:, None]
+        n = w.shape[0]
+        counts = torch.stack([((z > 0) & pos).sum(0), pos.sum(0).expand(n),
+                              ((z < s.tnr_logit) & ~pos).sum(0), (~pos).sum(0).expand(n)])
+    return per_head.detach(), counts.float()
 
 
 def _state(w: torch.Tensor, b: torch.Tensor, p: int) -> dict:
