@@ -5,10 +5,9 @@ import json
 import subprocess
 import sys
 
-from conftest import ROOT
-
-
 import pytest
+
+from conftest import ROOT
 
 
 @pytest.mark.slow  # ~10 s on a quiet 2-core machine, 30 s on a busy one
