@@ -57,7 +57,7 @@ def demo_run(tmp_path_factory):
             "--classifiers", "vit", "--oracles", "vit,resnet", "--losses", "ss",
             "--broadcast-losses", "ce", "--fit-args", "--max-samples 1000 --epochs 1",
             "--train-args", "--epochs 1", "--no-progress"]
-    proc = subprocess.run(args, cwd=tmp, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(args, cwd=tmp, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"tmp": tmp, "data": data, "art": tmp / "artifacts" / "fmnist-small",
             "stdout": proc.stdout}
