@@ -163,7 +163,10 @@ def train_bank(table: FeatureTable, schedule: StepSchedule, losses: list[LossCon
                                                 cycle_momentum=s.cycle_momentum)
     loss_fn = BankLoss(losses, device)
     step_loss = torch.zeros(total, P, device=device)
-    step_counts = torch.zeros(total, 4, P, device=device)     # TP, P, TN, N of each step
+    # each step's z and rows, for the running TPR/TNR of the log (counted once at the end: two
+    # copies per step instead of a dozen small kernels)
+    z_hist = torch.zeros(total, schedule.batch_size, P, device=device)
+    idx_hist = torch.zeros(total, schedule.batch_size, dtype=torch.int64, device=device)
     lrs = np.zeros(total)
     results = [HeadResult(np.zeros(0)) for _ in range(P)]
     val_o = table.correct[torch.as_tensor(val_rows, device=device)].cpu().numpy() \
@@ -182,7 +185,8 @@ def train_bank(table: FeatureTable, schedule: StepSchedule, losses: list[LossCon
                 if device.type == "cpu" and torch.get_num_threads() != 1:
                     torch.set_num_threads(1)
                 idx = table.index(rows[i], None if flips is None else flips[i])
-                step_loss[step], step_counts[step] = _step(table, idx, w, b, s, loss_fn, opt)
+                step_loss[step], z_hist[step] = _step(table, idx, w, b, s, loss_fn, opt)
+                idx_hist[step] = idx
                 sched.step()
                 lrs[step] = opt.param_groups[0]["lr"]      # as the fine-tuned loop logs it
                 done = step + 1
@@ -201,28 +205,34 @@ def train_bank(table: FeatureTable, schedule: StepSchedule, losses: list[LossCon
         if results[p].diverged_at is None:
             bad = torch.nonzero(~torch.isfinite(step_loss[:, p])).flatten()
             results[p].diverged_at = int(bad[0]) + 1
-    _finish_logs(results, step_loss.cpu().numpy().astype(np.float64),
-                 step_counts.cpu().numpy(), lrs, s.log_every, schedule.batch_size,
-                 elapsed - t_val, w, b)
+    counts = _counts(table, z_hist, idx_hist, s.tnr_logit)
+    _finish_logs(results, step_loss.cpu().numpy().astype(np.float64), counts, lrs, s.log_every,
+                 schedule.batch_size, elapsed - t_val, w, b)
     return results, {"train_s": elapsed - t_val, "val_s": t_val, "steps": total, "heads": P}
 
 
 def _step(table: FeatureTable, idx: torch.Tensor, w, b, s: BankSettings, loss_fn: BankLoss,
           opt) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step of every head on rows ``idx``; (per-head mean loss (P,), counts (4, P):
-    TP, P, TN, N), both detached and on the device."""
+    """One optimizer step of every head on rows ``idx``; (per-head mean loss (P,), z (B, P) before
+    the update), both detached and on the device."""
     o, pt = table.correct[idx], table.p_true[idx]
     z = head_z(table.x[idx], w, b, s.hyperplane)
     per_head = loss_fn(z, o, pt).mean(0)
     opt.zero_grad(set_to_none=True)
     per_head.sum().backward()
     opt.step()
-    with torch.no_grad():
-        pos = (o > 0.5)[:, None]
-        n = w.shape[0]
-        counts = torch.stack([((z > 0) & pos).sum(0), pos.sum(0).expand(n),
-                              ((z < s.tnr_logit) & ~pos).sum(0), (~pos).sum(0).expand(n)])
-    return per_head.detach(), counts.float()
+    return per_head.detach(), z.detach()
+
+
+@torch.no_grad()
+def _counts(table: FeatureTable, z: torch.Tensor, idx: torch.Tensor, tnr_logit: float) -> np.ndarray:
+    """(steps, 4, P) float64: TP, P, TN, N of every step's batch (z > 0 counts as trusted; TNR
+    below ``tnr_logit``), as the fine-tuned loop counts them."""
+    pos = (table.correct[idx] > 0.5)[:, :, None]                     # (steps, B, 1)
+    n = z.shape[2]
+    counts = torch.stack([((z > 0) & pos).sum(1), pos.sum(1).expand(-1, n),
+                          ((z < tnr_logit) & ~pos).sum(1), (~pos).sum(1).expand(-1, n)], dim=1)
+    return counts.cpu().numpy().astype(np.float64)
 
 
 def _state(w: torch.Tensor, b: torch.Tensor, p: int) -> dict:
