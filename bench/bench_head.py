@@ -214,8 +214,10 @@ def main() -> None:
     grid = 3 if args.quick and args.grid == 10 else args.grid
     ft = dict(FINETUNE_IMG_S)
     if args.finetune_img_s:
-        ft.update({int(k): float(v) for k, v in (x.split(":") for x in args.finetune_img_s.split(","))})
-    print(f"bench_head: device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else platform.processor() or 'cpu'}), "
+        pairs = (x.split(":") for x in args.finetune_img_s.split(","))
+        ft.update({int(k): float(v) for k, v in pairs})
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+    print(f"bench_head: device {device} ({name or 'cpu'}), "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads; {n:,} train rows, "
           f"{n_val:,} val rows, batch {args.batch}")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_head_"))

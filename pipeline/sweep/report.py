@@ -42,7 +42,8 @@ def _fmt(x) -> str:
 def markdown(summary: dict) -> str:
     head, rows = table_rows(summary)
     chosen = ", ".join(f"{NAMES[k]} = {v:g}" for k, v in summary["chosen"].items())
-    lines = [f"# Sweep ({summary['mode']} protocol, {'fine-tuned' if summary['fine_tune'] else 'head-only'} oracles)",
+    kind = "fine-tuned" if summary["fine_tune"] else "head-only"
+    lines = [f"# Sweep ({summary['mode']} protocol, {kind} oracles)",
              "", f"Chosen on the held-out validation rows by {summary['criterion']}: **{chosen}**.",
              "The evaluation split's columns are shown for information; they take no part in "
              "the choice.", "", "| " + " | ".join(head[:-1]) + " |",
@@ -97,14 +98,15 @@ def write_figures(out: Path, summary: dict) -> list[Path]:
         FigureCanvasAgg(fig)
         ax_b, ax_c = fig.subplots(1, 2)
         ax_b.plot(x, [p["mean_train_loss"] for p in pts], "o-", color="k")
-        ax_b.set(xlabel=NAMES[option], ylabel="mean training loss", title="(b) loss vs " + NAMES[option])
+        ax_b.set(xlabel=NAMES[option], ylabel="mean training loss",
+                 title="(b) loss vs " + NAMES[option])
         for key, colour in (("tpr", "tab:blue"), ("tnr", "tab:red")):
             ax_c.plot(x, [_get(p, "val", key) for p in pts], "o-", color=colour,
                       label=f"{key.upper()} (held-out val)")
             ev = [_get(p, "eval", key) for p in pts]
-            if any(math.isfinite(v) for v in ev):
-                ax_c.plot(x, ev, "s--", color=colour, alpha=0.5,
-                          label=f"{key.upper()} ({pts[0]['eval']['split'] if pts[0].get('eval') else 'eval'})")
+            tag = next((p["eval"]["split"] for p in pts if p.get("eval")), None)
+            if tag is not None:
+                ax_c.plot(x, ev, "s--", color=colour, alpha=0.5, label=f"{key.upper()} ({tag})")
         ax_c.axvline(summary["chosen"][option], color="grey", lw=0.8, ls=":")
         ax_c.set(xlabel=NAMES[option], ylabel="rate", ylim=(-0.02, 1.02),
                  title=f"(c) TPR / TNR vs {NAMES[option]} (chosen {summary['chosen'][option]:g})")

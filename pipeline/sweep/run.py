@@ -93,7 +93,8 @@ def collect(summary: dict, values: dict, eval_tag: str) -> dict:
     """A point's row: its values, held-out validation metrics at the chosen checkpoint, mean
     training loss, and (for information only) the evaluation split's metrics."""
     row = {"values": values, "status": summary["status"], "run_dir": summary.get("run_dir"),
-           "already_complete": bool(summary.get("already_complete")), "val": None, "eval": None, "mean_train_loss": math.nan}
+           "already_complete": bool(summary.get("already_complete")), "val": None,
+           "eval": None, "mean_train_loss": math.nan}
     if summary["status"] != "complete":
         row["error"] = summary.get("error")
         return row
@@ -127,8 +128,9 @@ def run_sweep(cfg: SweepConfig, echo=print) -> dict:
     t0, rows, record = time.perf_counter(), [], []
     for s, options in enumerate(stages, 1):
         points = stage_points(options, cfg.swept, chosen)
+        held = _values_text({k: v for k, v in chosen.items() if k not in options})
         echo(f"stage {s}/{len(stages)}: {', '.join(FLAGS[o] for o in options)} over "
-             f"{len(points)} point(s) at {_values_text({k: v for k, v in chosen.items() if k not in options}) or 'the defaults'}")
+             f"{len(points)} point(s) at {held or 'the defaults'}")
         summaries = train_points(cfg, points, root, echo)
         eval_tag = _eval_tag(summaries)
         stage_rows = [{**collect(sm, p, eval_tag), "stage": s} for sm, p in zip(summaries, points)]
