@@ -20,7 +20,7 @@ project's format (``cache/``: 1,281,167 training rows with both views' fp16 feat
 Loading reads files that were just written (warm page cache); a cold read adds the disk's time
 for 5.1 GB (D = 768) / 13.1 GB (D = 2048).
 
-``--embedded ART`` (CPU figures of the issue): one head-only run on the demo's caches (20,000
+``--embedded ART`` (CPU figures): one head-only run on the demo's caches (20,000
 rows, <vit, vit> SS) and the whole head-only demo grid (4 <O,C> x 6 losses), in this process,
 through the same function ``train-oracle --head-only`` calls; the caches must hold features
 (``make demo``).  ``--extraction``: extract's img/s with and without ``--features`` on the
@@ -170,19 +170,20 @@ def embedded(art: Path, quiet: bool) -> dict:
 
 
 def extraction(art: Path) -> dict:
-    """extract's img/s on the embedded train split (vit, both views) with / without --features."""
+    """extract's img/s on the embedded test split (10,000 rows; vit, both views, CPU fp32) with
+    and without --features, and the cache's size."""
     from pipeline.extract.run import ExtractConfig, extract
 
     out = {}
     for features in (False, True):
         tmp = Path(tempfile.mkdtemp(prefix="bench_head_extract_"))
         try:
-            cfg = ExtractConfig(classifier="vit", out=tmp / "vit" / "train", split="train",
+            cfg = ExtractConfig(classifier="vit", out=tmp / "vit" / "test", split="test",
                                 precision="fp32", device="cpu", flip_view=True,
                                 features=features, progress=False,
                                 weights=str(art / "classifiers" / "vit.pt"))
             s = extract(cfg)
-            size = sum(p.stat().st_size for p in (tmp / "vit" / "train").glob("shard-*.h5"))
+            size = sum(p.stat().st_size for p in (tmp / "vit" / "test").glob("shard-*.h5"))
             out["with_features" if features else "without"] = {
                 "img_per_s": s["img_per_s"], "rows": s["rows"], "cache_mb": round(size / 2**20, 1)}
         finally:
@@ -258,7 +259,7 @@ def main() -> None:
         report["embedded"] = emb
         if args.extraction:
             ext = extraction(args.embedded)
-            print("extract vit train (60,000 rows, both views, CPU fp32): "
+            print("extract vit test (10,000 rows, both views, CPU fp32): "
                   + "; ".join(f"{k}: {v['img_per_s']} img/s, {v['cache_mb']} MB"
                               for k, v in ext.items()))
             report["extraction"] = ext
