@@ -23,7 +23,7 @@ import shlex
 import subprocess
 import sys
 import time
-from contextlib import nullcontext, redirect_stderr, redirect_stdout
+from contextlib import ExitStack, redirect_stderr, redirect_stdout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -160,7 +160,10 @@ def run_in_process(step: Step, capture: bool) -> StepResult:
     """The step's click command called in this process; a failure is its exit code, as for a
     subprocess (click's usage/run errors, a user error of the stage: 1, with its message)."""
     t0, buf = time.perf_counter(), io.StringIO()
-    with (redirect_stdout(buf), redirect_stderr(buf)) if capture else nullcontext():
+    with ExitStack() as stack:
+        if capture:
+            stack.enter_context(redirect_stdout(buf))
+            stack.enter_context(redirect_stderr(buf))
         try:
             IN_PROCESS[step.args[0]].main(list(step.args[1:]), prog_name="cli.py",
                                           standalone_mode=False)
