@@ -253,3 +253,19 @@ def test_a_complete_head_only_run_is_skipped(tree, tmp_path):
     before = (run / "run.json").read_text()
     res = run_cli(args)
     assert "already complete" in res.output and (run / "run.json").read_text() == before
+
+
+def test_fine_tuned_runs_keep_their_group_and_head_only_runs_get_their_own():
+    """Run directories written before --head-only existed are found again (same group hash)."""
+    from dataclasses import asdict
+
+    from pipeline.oracle.runs import group_hash
+    from pipeline.oracle.train import TrainConfig
+
+    ident = {"model": "m", "weights_sha256": "w", "dataset_fingerprint": "f", "split": "train",
+             "corruption": "none"}
+    new = asdict(TrainConfig())
+    before = {k: v for k, v in new.items() if k not in ("head_only", "features_cache")}
+    assert group_hash(new, ident) == group_hash(before, ident)
+    assert group_hash({**new, "features_cache": "/elsewhere"}, ident) == group_hash(before, ident)
+    assert group_hash({**new, "head_only": True}, ident) != group_hash(before, ident)
