@@ -20,6 +20,7 @@ from pipeline.demo.command import demo
 from pipeline.extract.command import extract
 from pipeline.oracle.command import predict, train_oracle
 from pipeline.report.command import report
+from pipeline.sweep.command import sweep
 
 
 # Errors a user can fix: printed as one clear message, exit code 1 (no traceback).  Imported only
@@ -72,7 +73,8 @@ def cli():
     """Trustworthiness oracles (Luo et al., NeurIPS 2021): extract -> train-oracle -> report."""
 
 
-for command in (extract, train_oracle, predict, report, fit_classifier, attack, corrupt, demo):
+for command in (extract, train_oracle, predict, sweep, report, fit_classifier, attack, corrupt,
+                demo):
     cli.add_command(command)
 
 

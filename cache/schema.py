@@ -38,6 +38,10 @@ CLASSIFIER_COLUMNS: dict[str, str] = {
 # Columns of the horizontally flipped view (--flip-view): same meaning, suffix "_flip".
 FLIP_COLUMNS = ("logits", "pred", "correct", "p_true", "p_max")
 FEATURE_COLUMN = "features"  # (N, D) float16 pooled pre-logit features (--features)
+# The flipped view's features (--features with --flip-view): what a head-only oracle trained with
+# random flips reads for a flipped row.  Caches that have it carry ``features_flip: true`` in
+# their identity (absent otherwise, so caches without it keep their identity).
+FEATURE_FLIP_COLUMN = "features_flip"
 
 # Per-row columns of an oracle output file.
 ORACLE_COLUMNS: dict[str, str] = {
@@ -55,7 +59,7 @@ ORACLE_COLUMNS: dict[str, str] = {
 CLASSIFIER_IDENTITY = (
     "schema_version", "kind", "model", "model_kwargs", "weights_sha256", "preprocess",
     "data_config", "dataset", "dataset_fingerprint", "split", "corruption", "num_rows",
-    "num_classes", "precision", "flip_view", "features", "shard_size", "decode",
+    "num_classes", "precision", "flip_view", "features", "features_flip", "shard_size", "decode",
 )
 
 ORACLE_IDENTITY = (

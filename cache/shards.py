@@ -224,3 +224,30 @@ def load_split(cache_dir: Path, manifest: Mapping[str, Any],
         raise CacheError(f"cache {cache_dir}: shard rows are not the indices 0..{n_rows - 1}; "
                          "the cache is corrupt — delete it and re-run `cli.py extract`")
     return out
+
+
+def read_column_into(cache_dir: Path, manifest: Mapping[str, Any], name: str,
+                     out: np.ndarray) -> None:
+    """Fill ``out`` (N, ...) with column ``name`` of a complete cache, shard by shard, straight
+    into the rows ``[start, stop)`` of each shard (no concatenated copy: a 1.28M x 2048 feature
+    column is 5 GB).  Each shard's ``index`` must be exactly its row range."""
+    import h5py
+
+    n = manifest["identity"]["num_rows"]
+    if out.shape[0] != n:
+        raise ValueError(f"read_column_into: out has {out.shape[0]} rows, the cache {n}")
+    for shard in manifest["shards"]:
+        a, b = int(shard["start"]), int(shard["stop"])
+        path = Path(cache_dir) / shard["file"]
+        with h5py.File(path, "r") as fh:
+            if name not in fh:
+                raise CacheError(f"{path} has no column {name!r}; it holds {sorted(fh.keys())}")
+            if not np.array_equal(fh["index"][...], np.arange(a, b)):
+                raise CacheError(f"{path}: rows are not the indices {a}..{b - 1}; the cache is "
+                                 "corrupt — delete it and re-run `cli.py extract`")
+            ds = fh[name]
+            if ds.shape != (b - a, *out.shape[1:]) or ds.dtype != out.dtype:
+                raise CacheError(f"{path}: column {name!r} is {ds.dtype} {ds.shape}, expected "
+                                 f"{out.dtype} {(b - a, *out.shape[1:])}")
+            if b > a:
+                ds.read_direct(out, dest_sel=np.s_[a:b])

@@ -24,17 +24,24 @@ RANGE_METRICS = ("fpr95", "aupr_err", "aupr_succ", "auc", "tpr", "tnr")
 def test_plan_is_the_documented_grid():
     default = run_cli(["demo", "--dry-run"]).output.splitlines()
     full = run_cli(["demo", "--dry-run", "--full"]).output.splitlines()
-    trains = [l for l in full if " train-oracle " in l]
+    trains = [l for l in full if " train-oracle " in l and "--head-only" not in l]
+    heads = [l for l in full if " train-oracle --head-only " in l]
     per_seed = len(DEMO["classifiers"]) * len(DEMO["oracles"]) * (
         len(DEMO["losses"]) + len(DEMO["broadcast_losses"]))
-    assert per_seed == 24 and len(trains) == 3 * per_seed
-    assert len(default) == len(full) - 2 * per_seed and DEMO["seeds"] == 1
-    assert all("--eval-split test-gaussian_noise-5" in l for l in trains)
+    assert per_seed == 24 and len(trains) == len(heads) == 3 * per_seed
+    assert [h.replace(" --head-only", "") for h in heads] == trains    # the same grid, head-only
+    assert len(default) == len(full) - 4 * per_seed and DEMO["seeds"] == 1
+    assert all("--eval-split test-gaussian_noise-5" in l for l in trains + heads)
     assert sum("--authors-broadcast" in l for l in trains) == 3 * 8
     assert len(set(trains)) == len(trains)                      # no run twice
+    assert full[-2] == "python cli.py sweep --classifier vit --oracle vit"
+    no_head = run_cli(["demo", "--dry-run", "--no-head-only"]).output.splitlines()
+    assert len(no_head) == len(default) - per_seed - 1
+    assert not any("--head-only" in l or " sweep " in l or " --features" in l for l in no_head)
     assert full[:2] == ["python cli.py fit-classifier --classifier vit",
                         "python cli.py fit-classifier --classifier resnet"]
-    assert "python cli.py extract --classifier vit --split train --split test --flip-view" in full
+    assert ("python cli.py extract --classifier vit --split train --split test --flip-view "
+            "--features") in full
     assert full[-1] == "python cli.py report"
     # commands carry no hyperparameters: they come from presets.py, as for the bare commands
     assert not any(opt in l for l in full for opt in ("--lr", "--batch-size", "--epochs"))
@@ -60,12 +67,14 @@ def demo_run(tmp_path_factory):
 def test_demo_prints_commands_and_the_main_table(demo_run):
     out = demo_run["stdout"]
     log = json.loads((demo_run["art"] / "demo.json").read_text())
-    assert [s["stage"] for s in log["steps"]] == ["fit"] * 2 + ["extract"] * 2 + [
-        "attack", "extract"] + ["train"] * 4 + ["predict"] * 4 + ["report"]
+    assert [s["stage"] for s in log["steps"]] == ["fit"] * 2 + ["extract"] * 4 + [
+        "attack", "extract"] + ["train"] * 4 + ["predict"] * 4 + ["head-only"] * 4 + [
+        "sweep", "report"]
     assert not log["failed"] and all(s["returncode"] == 0 for s in log["steps"])
     for step in log["steps"]:
         assert f"$ {step['command']}" in out
-    assert "demo finished: 15 commands" in out
+    assert "demo finished: 22 commands" in out
+    assert "python cli.py train-oracle --classifier vit --oracle vit" in out    # the sweep's choice
     assert "report: artifacts/fmnist-small/report/report.md (splits test, test-gaussian_noise-5" in out
     assert "### Trust metrics — paper definitions" in out and "| ⟨vit, vit⟩ | CE (broadcast) |" in out
 
@@ -83,14 +92,16 @@ def test_demo_caches_and_runs(demo_run):
     assert 0.3 < clean < 0.95 and noisy < clean                # a realistic share of errors, a shift
     runs = sorted((art / "runs").iterdir())
     assert sorted(r.name.rsplit("_", 1)[0] for r in runs) == sorted(
-        f"{o}-vit_{loss}_seed0" for o in ("vit", "resnet") for loss in ("ce_broadcast", "ss"))
+        f"{o}-vit_{loss}{head}_seed0" for o in ("vit", "resnet") for loss in ("ce_broadcast", "ss")
+        for head in ("", "_head-only"))
     for run in runs:
         record = json.loads((run / "run.json").read_text())
         cfg = record["run"]["config"]
         assert record["status"] == "complete" and record["protocol"]["preset"].endswith("EMBEDDED_ORACLE")
         assert (cfg["lr"], cfg["momentum"], cfg["batch_size"], cfg["precision"]) == tuple(
             EMBEDDED_ORACLE[k] for k in ("lr", "momentum", "batch_size", "precision"))
-        assert cfg["epochs"] == 1                                # --train-args override
+        # --train-args override the fine-tuned runs only
+        assert cfg["epochs"] == (EMBEDDED_ORACLE["epochs"] if cfg["head_only"] else 1)
         for tag in ("test", "test-gaussian_noise-5"):
             check_outputs_aligned(run / "outputs" / f"{tag}.h5", art / "cache" / "vit" / tag)
         # predict: each run on its classifier's adversarial copy of test
@@ -125,7 +136,8 @@ def test_demo_report_has_every_row_and_sane_metrics(demo_run):
     for tag, split in splits.items():
         rows = split["rows"]
         oracle = {(r["oracle"], r["loss_label"]) for r in rows if r["kind"] == "oracle"}
-        assert oracle == {(o, l) for o in ("vit", "resnet") for l in ("SS", "CE (broadcast)")}
+        assert oracle == {(o, l) for o in ("vit", "resnet") for l in (
+            "SS", "CE (broadcast)", "SS (head-only)", "CE (broadcast, head-only)")}
         assert {r["loss_label"] for r in rows if r["kind"] == "baseline"} == {
             "MCP", "Neg. entropy", "Max logit", "Energy", "DOCTOR (D_alpha)",
             "MSP (temp. scaled)", "MaxLogit-pNorm"}

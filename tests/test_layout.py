@@ -24,7 +24,9 @@ ALLOWED = {
     "corrupt": {"cache", "core", "data", "corrupt"},
     "attack": {"cache", "core", "data", "attack"},
     "report": {"cache", "core", "report"},
-    "demo": {"cache", "core", "data", "report", "demo"},   # runs the stages as subprocesses
+    "sweep": {"cache", "core", "data", "oracle", "sweep"},   # trains oracles through the oracle stage
+    # runs the stages as subprocesses, the seconds-long head-only ones through their commands
+    "demo": {"cache", "core", "data", "report", "oracle", "sweep", "demo"},
 }
 # The only core modules `report` may use: they import no torch.
 TORCH_FREE_CORE = {"pipeline.core", "pipeline.core.metrics", "pipeline.core.selective",

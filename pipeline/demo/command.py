@@ -33,14 +33,20 @@ from pipeline.data.sources import default_artifacts
 @click.option("--extract-args", callback=args_option, help="Extra options for every extract.")
 @click.option("--train-args", callback=args_option, help="Extra options for every "
               "train-oracle, e.g. '--train-limit 0' (every row).")
+@click.option("--head-args", callback=args_option, help="Extra options for every head-only "
+              "train-oracle and the sweep.")
+@click.option("--no-head-only", is_flag=True, help="Skip the head-only grid and the alpha sweep "
+              "(and the features they read).")
 @click.option("--report-args", callback=args_option, help="Extra options for report.")
 @click.option("--dry-run", is_flag=True, help="Print the commands and stop.")
 @click.option("--no-progress", is_flag=True, help="No progress bars in the steps.")
 def demo(seeds, full, data, corruption, severity, classifiers, oracles, losses, broadcast_losses,
-         fit_args, extract_args, train_args, report_args, dry_run, no_progress):
+         fit_args, extract_args, train_args, head_args, no_head_only, report_args, dry_run,
+         no_progress):
     """The whole pipeline on the embedded Fashion-MNIST through the cli.py commands a user would
-    type (each printed before it runs): fit-classifier, extract, train-oracle for every
-    <oracle, classifier> pair and loss, report. Re-running skips completed steps."""
+    type (each printed before it runs): fit-classifier, extract (with features), train-oracle
+    for every <oracle, classifier> pair and loss, fine-tuned and head-only, an alpha sweep,
+    report. Re-running skips completed steps."""
     # Imported on call: a command loads only its own stage.
     from pipeline.demo.run import DemoConfig, DemoError, run
 
@@ -54,7 +60,7 @@ def demo(seeds, full, data, corruption, severity, classifiers, oracles, losses, 
         classifiers=pick(classifiers, "classifiers"), oracles=pick(oracles, "oracles"),
         losses=pick(losses, "losses"), broadcast_losses=pick(broadcast_losses, "broadcast_losses"),
         fit_args=fit_args, extract_args=extract_args, train_args=train_args,
-        report_args=report_args, progress=not no_progress, dry_run=dry_run)
+        head_args=head_args, head_only=not no_head_only, report_args=report_args, progress=not no_progress, dry_run=dry_run)
     if not cfg.classifiers or not cfg.oracles:
         raise click.UsageError("--classifiers and --oracles need at least one name each")
     try:

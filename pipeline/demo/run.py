@@ -1,32 +1,42 @@
 """``cli.py demo``: the whole pipeline on the embedded Fashion-MNIST, through the commands a user
 would type.
 
-fit-classifier vit, resnet -> extract train + test (with the flipped view) and a shifted copy of
-test (ImageNet-C-style corruption) -> an adversarial copy of part of test per classifier (attack,
-then extract it) -> train-oracle for every <oracle, classifier> pair, loss (CE, focal, TCP, SS,
-plus CE/focal in the authors' broadcasting variant) and seed -> predict: every run on its
-classifier's adversarial split -> report.
+fit-classifier vit, resnet -> extract train + test (with the flipped view and the pooled
+features of both views) and a shifted copy of test (ImageNet-C-style corruption) -> an
+adversarial copy of part of test per classifier (attack, then extract it) -> train-oracle for
+every <oracle, classifier> pair, loss (CE, focal, TCP, SS, plus CE/focal in the authors'
+broadcasting variant) and seed -> predict: every fine-tuned run on its classifier's
+adversarial split -> the same grid head-only (the frozen oracle backbone's cached features)
+-> one alpha sweep (<vit, vit> SS, head-only) -> report.
 
-Every step is a subprocess ``python cli.py ...``, printed before it runs so it can be copied.
+Every step is a ``python cli.py ...`` command, printed before it runs so it can be copied: a
+subprocess, except the head-only runs and the sweep (seconds each), which run the same click
+command inside the demo's process (sparing an interpreter start-up, ~3 s, per step).
 The commands themselves skip completed work (checkpoints, caches, runs), so a re-run is cheap and
 ``--seeds 3`` after the default adds only the missing seeds.  Hyperparameters are not passed:
 they come from ``pipeline/core/presets.py``, exactly as for the bare commands.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import shlex
 import subprocess
 import sys
 import time
+from contextlib import ExitStack, redirect_stderr, redirect_stdout
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+
+import click
 
 from cache.manifest import write_json_atomic
 from cache.reader import split_tag
 from pipeline.core.presets import DEMO_ATTACK
+from pipeline.oracle.command import train_oracle
 from pipeline.report import tables as T
+from pipeline.sweep.command import sweep
 
 CLI = Path(__file__).resolve().parents[2] / "cli.py"     # pipeline/demo/run.py -> cli.py
 BROADCAST = "--authors-broadcast"
@@ -51,6 +61,8 @@ class DemoConfig:
     fit_args: tuple[str, ...] = ()          # appended to every fit-classifier command (tests)
     extract_args: tuple[str, ...] = ()
     train_args: tuple[str, ...] = ()
+    head_args: tuple[str, ...] = ()         # head-only train-oracle commands and the sweep
+    head_only: bool = True                  # the head-only grid and the sweep
     report_args: tuple[str, ...] = ()
     progress: bool = True
     dry_run: bool = False
@@ -58,7 +70,7 @@ class DemoConfig:
 
 @dataclass(frozen=True)
 class Step:
-    stage: str                              # fit | extract | attack | train | predict | report
+    stage: str              # fit | extract | attack | train | predict | head-only | sweep | report
     args: tuple[str, ...]                   # cli.py arguments
     label: str
     each_run_of: str | None = None          # classifier: repeat for each of its complete runs
@@ -86,14 +98,18 @@ def plan(cfg: DemoConfig) -> list[Step]:
     for name in dict.fromkeys(cfg.classifiers + cfg.oracles):
         steps.append(Step("fit", ("fit-classifier", "--classifier", name, *data, *quiet,
                                   *cfg.fit_args), f"base classifier {name}"))
-    for name in cfg.classifiers:
+    # every oracle's cache too: a head-only oracle reads its own model's features
+    extracted = cfg.classifiers + (cfg.oracles if cfg.head_only else ())
+    # explicit either way (on is the embedded set's default, presets.EMBEDDED_EXTRACT)
+    feats = ("--features",) if cfg.head_only else ("--no-features",)
+    for name in dict.fromkeys(extracted):
         common = ("extract", "--classifier", name, *data)
         steps.append(Step("extract", (*common, "--split", "train", "--split", "test",
-                                      "--flip-view", *quiet, *cfg.extract_args),
+                                      "--flip-view", *feats, *quiet, *cfg.extract_args),
                           f"{name}: cache train + test"))
         steps.append(Step("extract", (*common, "--split", "test", "--corruption", cfg.corruption,
-                                      "--severity", str(cfg.severity), "--flip-view", *quiet,
-                                      *cfg.extract_args), f"{name}: cache {shifted}"))
+                                      "--severity", str(cfg.severity), "--flip-view", *feats,
+                                      *quiet, *cfg.extract_args), f"{name}: cache {shifted}"))
     adv_root, cache_root = Path(cfg.artifacts) / "adversarial", Path(cfg.artifacts) / "cache"
     steps += adversarial_steps(cfg, data, quiet, adv_root, cache_root)
     variants = [(loss, ()) for loss in cfg.losses]
@@ -112,6 +128,8 @@ def plan(cfg: DemoConfig) -> list[Step]:
             "predict", "--run", RUN_DIR, "--data", str(adv_root), "--split",
             adversarial_split(clf), "--cache", str(cache_root), "--name", DEMO_ATTACK["tag"],
             *quiet), f"every run of {clf} on {adversarial_split(clf)}", each_run_of=clf))
+    if cfg.head_only:
+        steps += head_only_steps(cfg, variants, data, quiet, shifted)
     # the bare `report` reads artifacts/fashion-mnist/runs; another --data writes elsewhere
     where = (("--runs-root", str(Path(cfg.artifacts) / "runs"), "--out",
               str(Path(cfg.artifacts) / "report")) if cfg.data else ())
@@ -149,13 +167,68 @@ def expand(step: Step, runs_root: Path) -> list[Step]:
     runs = []
     for path in sorted(Path(runs_root).glob("*/run.json")):
         doc = json.loads(path.read_text())
-        if doc.get("status") == "complete" and doc["run"]["classifier"] == step.each_run_of:
+        if doc.get("status") == "complete" and doc["run"]["classifier"] == step.each_run_of \
+                and not doc.get("head_only"):   # fine-tuned runs only, whatever exists
             runs.append(path.parent)
     return [replace(step, args=tuple(str(r) if a == RUN_DIR else a for a in step.args),
                     label=f"{step.label}: {r.name}", each_run_of=None) for r in runs]
 
 
+def head_only_steps(cfg: DemoConfig, variants: list, data: tuple, quiet: tuple,
+                    shifted: str) -> list[Step]:
+    """The fine-tuned grid again with --head-only, then the <vit, vit> SS alpha sweep."""
+    steps = []
+    for seed in range(cfg.seeds):
+        for clf in cfg.classifiers:
+            for oracle in cfg.oracles:
+                for loss, extra in variants:
+                    label = (f"<{oracle}, {clf}> {loss}{' (broadcast)' if extra else ''} head-only "
+                             f"seed {seed}")
+                    steps.append(Step("head-only", (
+                        "train-oracle", "--head-only", "--classifier", clf, "--oracle", oracle,
+                        "--loss", loss, *extra, "--seed", str(seed), *data, "--eval-split",
+                        shifted, *quiet, *cfg.head_args), label))
+    if "vit" in cfg.classifiers and "vit" in cfg.oracles and "ss" in cfg.losses:
+        steps.append(Step("sweep", ("sweep", "--classifier", "vit", "--oracle", "vit", *data,
+                                    *quiet, *cfg.head_args), "<vit, vit> SS alpha-/alpha+ sweep"))
+    return steps
+
+
 def run_step(step: Step, capture: bool) -> StepResult:
+    """One ``cli.py`` command; its output goes to the terminal (progress bars) or is kept."""
+    if step.args[0] in IN_PROCESS and step.stage in ("head-only", "sweep"):
+        return run_in_process(step, capture)
+    return run_subprocess(step, capture)
+
+
+# Commands the demo runs inside its own process (the same click objects cli.py dispatches to).
+IN_PROCESS = {"train-oracle": train_oracle, "sweep": sweep}
+
+
+def run_in_process(step: Step, capture: bool) -> StepResult:
+    """The step's click command called in this process; a failure is its exit code, as for a
+    subprocess (click's usage/run errors, a user error of the stage: 1, with its message)."""
+    t0, buf = time.perf_counter(), io.StringIO()
+    with ExitStack() as stack:
+        if capture:
+            stack.enter_context(redirect_stdout(buf))
+            stack.enter_context(redirect_stderr(buf))
+        try:
+            IN_PROCESS[step.args[0]].main(list(step.args[1:]), prog_name="cli.py",
+                                          standalone_mode=False)
+            code = 0
+        except click.ClickException as err:
+            err.show()
+            code = err.exit_code
+        except click.exceptions.Exit as err:
+            code = err.exit_code
+        except Exception as err:  # noqa: BLE001 - a stage's user error (CacheError, ...)
+            click.echo(f"error: {err}", err=True)
+            code = 1
+    return StepResult(step, time.perf_counter() - t0, code, buf.getvalue().splitlines())
+
+
+def run_subprocess(step: Step, capture: bool) -> StepResult:
     """One ``cli.py`` subprocess; its output goes to the terminal (progress bars) or is kept."""
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, str(CLI), *step.args], text=True,

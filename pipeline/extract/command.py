@@ -38,7 +38,10 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
 @click.option("--preprocess", type=click.Choice(["model", "paper"]), default="model",
               show_default=True, help="model: the model's timm eval config; paper: the authors' "
               "square resize, mean = std = 0.5.")
-@click.option("--features", is_flag=True, help="Also store pooled pre-logit features (fp16).")
+@click.option("--features/--no-features", default=None, help="Also store pooled pre-logit "
+              "features (fp16; with --flip-view those of the flipped view too): what "
+              "`train-oracle --head-only` trains on. Default: on for the embedded Fashion-MNIST "
+              "(presets.EMBEDDED_EXTRACT), off elsewhere.")
 @click.option("--flip-view/--no-flip-view", default=None, help="Also store outputs for the "
               "horizontally flipped image, so oracle training can use the target of the view it "
               "shows. Default: on for the embedded Fashion-MNIST (presets.EMBEDDED_EXTRACT, so "
@@ -83,6 +86,8 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
     check_cache_root(root)
     if flip_view is None:
         flip_view = embedded_data(data) and EMBEDDED_EXTRACT["flip_view"]
+    if features is None:
+        features = embedded_data(data) and EMBEDDED_EXTRACT["features"]
     kwargs = json_option(model_kwargs, "--model-kwargs")
     splits = splits or default_splits(data)
     check_splits(data, splits)

@@ -21,7 +21,8 @@ import torch
 from tqdm import tqdm
 
 from cache import manifest as mf
-from cache.schema import FEATURE_COLUMN, FLIP_COLUMNS, KIND_CLASSIFIER, SCHEMA_VERSION, CacheError
+from cache.schema import (FEATURE_COLUMN, FEATURE_FLIP_COLUMN, FLIP_COLUMNS, KIND_CLASSIFIER,
+                          SCHEMA_VERSION, CacheError)
 from cache.shards import (read_attrs, read_columns, shard_entry, shard_is_complete, shard_path,
                           shard_ranges)
 from pipeline.core import dist
@@ -80,13 +81,16 @@ def make_corruption(cfg: ExtractConfig):
 
 def build_identity(cfg: ExtractConfig, samples: SampleList, spec, model, data_cfg) -> dict:
     num_classes = int(model.num_classes)   # checked against the classes by check_num_classes
+    # features_flip only where both views' features are stored: older caches keep their identity,
+    # and an older partial cache with --features --flip-view (no flipped features) is refused
+    both = {"features_flip": True} if cfg.features and cfg.flip_view else {}
     return dict(schema_version=SCHEMA_VERSION, kind=KIND_CLASSIFIER, model=spec.name,
                 model_kwargs=spec.kwargs, weights_sha256=weights_sha256(model),
                 preprocess=cfg.preprocess, data_config=data_cfg.to_dict(), dataset=samples.dataset,
                 dataset_fingerprint=samples.fingerprint, split=samples.split,
                 corruption=corruption_tag(cfg), num_rows=len(samples), num_classes=num_classes,
                 precision=cfg.precision, flip_view=cfg.flip_view, features=cfg.features,
-                shard_size=cfg.shard_size, decode=cfg.decode)
+                shard_size=cfg.shard_size, decode=cfg.decode, **both)
 
 
 def forward_fn(model, features: bool, compile_: bool):
@@ -198,8 +202,7 @@ def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, 
                 x = normalize(images)
                 outputs = classify(fn, x, labels)
                 if cfg.flip_view:
-                    flipped = classify(fn, x.flip(-1), labels)
-                    flipped.pop(FEATURE_COLUMN, None)
+                    flipped = classify(fn, x.flip(-1), labels)   # features -> features_flip
                     outputs.update({f"{k}_flip": v for k, v in flipped.items()})
             sink.push(rows, valid, outputs)
             first = first or len(rows)
@@ -253,6 +256,7 @@ def _write_manifest(cfg, samples, identity, ranges, timing, info) -> None:
     columns = ["index", "label", "valid", "logits", "pred", "correct", "p_true", "p_max"]
     columns += [f"{c}_flip" for c in FLIP_COLUMNS] if cfg.flip_view else []
     columns += [FEATURE_COLUMN] if cfg.features else []
+    columns += [FEATURE_FLIP_COLUMN] if cfg.features and cfg.flip_view else []
     mf.write_json_atomic(Path(cfg.out) / mf.MANIFEST_FILE, {
         "identity": identity, "columns": columns, "shards": shards,
         "summary": _summary(samples, (valid, correct, bad), timing),

@@ -7,4 +7,5 @@ losses.py   CE, focal, TCP, SS      model.py   backbone + scalar head
 step.py     one optimizer step, validation, training state   loop.py  the training loop
 checkpoint.py  atomic checkpoints   runs.py    run directories, run.json, log.jsonl
 predict.py  a trained oracle over a split -> outputs/<tag>.h5 (``cache.outputs``)
+headonly.py --head-only runs  head.py  P heads at once on features  features.py  feature caches
 """

@@ -121,45 +121,87 @@ def _run_stage2(fn, *args):
               "step N (checkpoint written), e.g. to fit a job's time limit; re-run to continue.")
 @click.option("--resume", is_flag=True, help="Require a checkpoint to continue from (an "
               "incomplete run is resumed anyway; this refuses to start afresh).")
+@click.option("--head-only", is_flag=True, help="Freeze the oracle backbone and train its head "
+              "on cached features: `extract --features --flip-view` of the ORACLE's model on the "
+              "same splits (seconds per run). Writes an ordinary run directory.")
+@click.option("--features-cache", type=click.Path(path_type=Path), default=None, help="--head-only:"
+              " cache root holding the oracle's feature caches. Default: --cache.")
 @click.option("--no-progress", is_flag=True)
-def train_oracle(classifier, oracle, loss, data, cache, out, labels_file, train_split, eval_splits,
+@click.pass_context
+def train_oracle(ctx, classifier, oracle, loss, data, cache, out, labels_file, train_split, eval_splits,
                  runs_root, seed, weights, random_init, model_kwargs, preprocess, z_head, gamma,
                  alpha_pos, alpha_neg, class_balanced, cb_beta, pos_weight, neg_weight, broadcast, lr,
                  weight_decay, momentum, warmup_steps, cycle_momentum, batch_size, accum_steps,
                  epochs, flip, train_limit, val_fraction, val_every, split_seed, precision,
                  channels_last, compile_, device, workers, eval_batch_size, ckpt_every, log_every,
-                 stop_at_step, resume, no_progress):
+                 stop_at_step, resume, head_only, features_cache, no_progress):
     """Stage 2: train an oracle on cached classifier targets; score the eval split(s)."""
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
     # stays free of torch.
     from pipeline.core import dist
-    from pipeline.oracle.train import TrainConfig, train
+    from pipeline.oracle.train import train
 
-    artifacts = default_artifacts(data)
-    cfg = TrainConfig(
-        classifier=classifier, loss=loss, oracle=oracle, data=data,
-        cache=str(cache or artifacts / "cache"), artifacts=str(artifacts),
-        out=str(out) if out else None, runs_root=str(runs_root) if runs_root else None,
-        labels_file=labels_file, train_split=train_split,
-        eval_splits=tuple(eval_splits), seed=seed, weights=weights, random_init=random_init,
-        model_kwargs=json_option(model_kwargs, "--model-kwargs"), preprocess=preprocess,
-        z=z_head, gamma=gamma, alpha_pos=alpha_pos, alpha_neg=alpha_neg,
-        class_balanced=class_balanced, cb_beta=cb_beta, pos_weight=pos_weight,
-        neg_weight=neg_weight, broadcast=broadcast, lr=lr, weight_decay=weight_decay,
-        momentum=momentum, warmup_steps=warmup_steps, cycle_momentum=cycle_momentum,
-        batch_size=batch_size, accum_steps=accum_steps, epochs=epochs, flip=flip,
-        train_limit=train_limit, val_fraction=val_fraction, val_every=val_every,
-        split_seed=split_seed, precision=precision, channels_last=channels_last,
-        compile=compile_, device=device, workers=_default_workers() if workers is None else workers,
-        eval_batch_size=eval_batch_size, ckpt_every=ckpt_every, log_every=log_every,
-        stop_at_step=stop_at_step, resume=resume, progress=not no_progress)
-    summary = _run_stage2(train, cfg)
+    cfg = config_from_params(ctx.params)
+    check_head_only_options(ctx)
+    if head_only:
+        from pipeline.oracle.headonly import train_head_only
+        summary = _run_stage2(lambda c: train_head_only([c])[0], cfg)
+    else:
+        summary = _run_stage2(train, cfg)
     if dist.info().is_main:
         _print_train_summary(summary)
     dist.shutdown(dist.info())
 
 
+def config_from_params(params: dict):
+    """train-oracle's parsed options -> TrainConfig (also used by ``cli.py sweep``)."""
+    from pipeline.oracle.train import TrainConfig
+
+    p = dict(params)
+    artifacts = default_artifacts(p["data"])
+    same = ("classifier", "loss", "oracle", "data", "labels_file", "train_split", "seed", "weights",
+            "random_init", "preprocess", "gamma", "alpha_pos", "alpha_neg", "class_balanced",
+            "cb_beta", "pos_weight", "neg_weight", "broadcast", "lr", "weight_decay", "momentum",
+            "warmup_steps", "cycle_momentum", "batch_size", "accum_steps", "epochs", "flip",
+            "train_limit", "val_fraction", "val_every", "split_seed", "precision",
+            "channels_last", "device", "eval_batch_size", "ckpt_every", "log_every",
+            "stop_at_step", "resume", "head_only")
+    path = lambda key: str(p[key]) if p[key] else None  # noqa: E731
+    cfg = TrainConfig(
+        **{k: p[k] for k in same}, cache=str(p["cache"] or artifacts / "cache"),
+        artifacts=str(artifacts), out=path("out"), runs_root=path("runs_root"),
+        eval_splits=tuple(p["eval_splits"]),
+        model_kwargs=json_option(p["model_kwargs"], "--model-kwargs"), z=p["z_head"],
+        compile=p["compile_"], workers=_default_workers() if p["workers"] is None else p["workers"],
+        progress=not p["no_progress"], features_cache=path("features_cache"))
+    return cfg
+
+
+# train-oracle options that only the fine-tuned loop uses: refused by name with --head-only.
+FINE_TUNE_ONLY = ("accum_steps", "precision", "channels_last", "compile_", "workers",
+                  "eval_batch_size", "ckpt_every", "stop_at_step", "resume")
+
+
+def check_head_only_options(ctx: click.Context) -> None:
+    """--head-only with an option of the fine-tuned loop (or --features-cache without it): a
+    usage error naming the option, instead of silently ignoring it."""
+    given = {p.name: p for p in ctx.command.params
+             if ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE}
+    if not ctx.params.get("head_only"):
+        if "features_cache" in given:
+            raise click.UsageError("--features-cache applies to --head-only training only")
+        return
+    wrong = [given[n].opts[0] for n in FINE_TUNE_ONLY if n in given]
+    if wrong:
+        raise click.UsageError(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not "
+                               "apply to --head-only (the head trains in float32 on cached "
+                               "features, in one process, without a DataLoader or mid-run "
+                               "checkpoints; a re-run retrains an incomplete run)")
+
+
 def _print_train_summary(s: dict) -> None:
+    if s["status"] == "failed":
+        raise click.ClickException(f"training failed: {s.get('error')} ({s['run_dir']})")
     if s["status"] in ("stopped", "interrupted"):
         click.echo(f"{s['status']} after step {s['step']} of {s['total_steps']} (checkpoint "
                    f"written); re-run the same command to continue: {s['run_dir']}")

@@ -76,8 +76,14 @@ def build_oracle(spec: ModelSpec, head: str, preprocess: str,
         raise ModelError(f"oracle head {head!r}: expected one of {HEADS}")
     backbone = build_model(spec, seed=seed)
     data_cfg = resolve_data_config(backbone, spec, preprocess)
+    return attach_head(backbone, head, seed), data_cfg
+
+
+def attach_head(backbone: nn.Module, head: str, seed: int) -> Oracle:
+    """``backbone`` (a timm classifier) without its classifier, plus a fresh head initialised
+    from ``seed`` (the head a head-only run of that seed starts from, too)."""
     dim = feature_dim(backbone)
     backbone.reset_classifier(0)
     torch.manual_seed(seed)
     oracle = Oracle(backbone, ScalarHead(dim, normalised=head == "hyperplane"))
-    return oracle.train(), data_cfg
+    return oracle.train()

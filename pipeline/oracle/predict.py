@@ -21,14 +21,14 @@ from cache.outputs import classifier_ref, read_outputs, write_outputs
 from cache.schema import CacheError, CacheMismatch, identity_diff
 from cache.shards import read_attrs
 from pipeline.core import dist
-from pipeline.core.models import DataConfig, ModelSpec
+from pipeline.core.models import DataConfig, ModelSpec, build_model, weights_sha256
 from pipeline.core.options import check_output_name
 from pipeline.core.precision import autocast
 from pipeline.core.timing import ModelTimer
 from pipeline.data.images import GpuNormalize, ImageRows, make_loader, transform_for
 from pipeline.data.sources import is_embedded
 from pipeline.oracle.checkpoint import BEST, load_checkpoint, unwrap
-from pipeline.oracle.model import Oracle, build_oracle
+from pipeline.oracle.model import Oracle, attach_head, build_oracle
 from pipeline.oracle.runs import CHECKPOINTS, OUTPUTS, RunError, read_run_file, write_run_file
 from pipeline.oracle.targets import Split, open_split
 
@@ -114,18 +114,27 @@ def write_split_outputs(model: Oracle, split: Split, path: Path, record: dict,
     timer = ModelTimer(device)
     z_rows = oracle_z(model, split, rows, data_cfg, info=info, device=device,
                       desc=f"predict {split.tag}", timer=timer, **run_opts)
-    inference = timer.result(run_opts["precision"])
+    return write_z_outputs(split, cols, rows, z_rows, path, record, info,
+                           inference=timer.result(run_opts["precision"]))
+
+
+def write_z_outputs(split: Split, cols: dict, rows: np.ndarray, z_rows: np.ndarray, path: Path,
+                    record: dict, info: dist.DistInfo, inference: dict | None = None) -> dict:
+    """Write z (len(rows),) of the valid ``rows`` of ``split`` as its output file (rank 0);
+    ``cols``: the cache's valid/correct/label/pred columns; ``inference``: the oracle's timing
+    on it (outputs/<name>.timing.json; none for head-only scores).  Returns a summary."""
     n = split.cache.num_rows
     z = np.zeros(n, np.float32)
     conf = np.zeros(n, np.float32)
     z[rows] = z_rows
-    conf[rows] = torch.sigmoid(torch.from_numpy(z_rows)).numpy()
+    conf[rows] = torch.sigmoid(torch.from_numpy(np.asarray(z_rows, np.float32))).numpy()
     ref = classifier_ref(split.cache.path, split.cache.identity)
     if info.is_main:
         write_outputs(path, {"index": np.arange(n, dtype=np.int64), "valid": cols["valid"],
                              "z": z, "confidence": conf, "correct": cols["correct"],
                              "label": cols["label"], "pred": cols["pred"]}, ref, record)
-        write_json_atomic(timing_path(path), inference)
+        if inference is not None:
+            write_json_atomic(timing_path(path), inference)
     dist.barrier(info)
     o = cols["correct"][rows].astype(bool)
     return {"split": split.tag, "rows": int(len(rows)), "path": str(path),
@@ -141,15 +150,36 @@ def timing_path(output: Path) -> Path:
 
 
 def load_trained_oracle(run_dir: Path, run: dict) -> tuple[Oracle, DataConfig, dict]:
-    """The chosen (best) oracle of a finished run, rebuilt without fetching any weights."""
+    """The chosen (best) oracle of a finished run, rebuilt without fetching any weights (a
+    head-only run: its frozen backbone, loaded as the run recorded it and checked against the
+    weights its features came from, with the trained head)."""
     info = run.get("oracle_build")
     if not info:
         raise RunError(f"{run_dir}/run.json has no oracle_build record (not a finished run?)")
+    ckpt = load_checkpoint(Path(run_dir) / CHECKPOINTS / BEST)
+    if info.get("head_only"):
+        return _head_only_oracle(run_dir, info, ckpt), DataConfig.from_dict(info["data_config"]), ckpt
     spec = ModelSpec(info["model"], info["model_kwargs"], None, True, info["data_config"])
     model, _ = build_oracle(spec, info["head"], "model", seed=0)
-    ckpt = load_checkpoint(Path(run_dir) / CHECKPOINTS / BEST)
     model.load_state_dict(ckpt["model"])
     return model, DataConfig.from_dict(info["data_config"]), ckpt
+
+
+def _head_only_oracle(run_dir: Path, info: dict, ckpt: dict) -> Oracle:
+    bb = info["backbone"]
+    spec = ModelSpec(info["model"], info["model_kwargs"], bb["weights"], bb["random_init"],
+                     info["data_config"])
+    backbone = build_model(spec, seed=bb["seed"])
+    found = weights_sha256(backbone)
+    if found != bb["weights_sha256"]:
+        raise RunError(f"{run_dir} is a head-only run whose head was trained on features of "
+                       f"backbone weights {bb['weights_sha256'][:12]}..., but "
+                       f"{bb['weights'] or 'the hub weights of ' + info['model']} now holds "
+                       f"{found[:12]}...: restore those weights (or re-run the head-only training "
+                       "on features of the current ones)")
+    model = attach_head(backbone, info["head"], seed=0)
+    model.head.load_state_dict(ckpt["head"])
+    return model
 
 
 def default_output_name(data: str | None, record: dict, tag: str) -> str:

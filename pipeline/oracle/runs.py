@@ -33,7 +33,7 @@ CHECKPOINTS, OUTPUTS = "checkpoints", "outputs"
 # the training cache (dataset fingerprint, classifier weights).
 NOT_IN_GROUP = ("seed", "out", "runs_root", "artifacts", "data", "cache", "labels_file", "eval_splits",
                 "resume", "progress", "workers", "device", "compile", "eval_batch_size",
-                "ckpt_every", "log_every", "stop_at_step")
+                "ckpt_every", "log_every", "stop_at_step", "features_cache")
 
 
 class RunError(RuntimeError):
@@ -47,6 +47,8 @@ class TrainingDiverged(RunError):
 def group_hash(config: Mapping[str, Any], train_identity: Mapping[str, Any]) -> str:
     """12 hex digits naming everything that defines a run except its seed."""
     keep = {k: v for k, v in config.items() if k not in NOT_IN_GROUP}
+    if not keep.get("head_only"):      # fine-tuned runs keep the group they had before --head-only
+        keep.pop("head_only", None)
     keep["train_cache"] = {k: train_identity.get(k) for k in
                            ("model", "weights_sha256", "dataset_fingerprint", "split", "corruption")}
     return hashlib.sha256(json.dumps(canonical(keep), sort_keys=True).encode()).hexdigest()[:12]

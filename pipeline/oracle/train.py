@@ -90,6 +90,9 @@ class TrainConfig:
     stop_at_step: int | None = None
     resume: bool = False
     progress: bool = True
+    # head-only: the frozen oracle backbone's cached features (pipeline.oracle.headonly)
+    head_only: bool = False
+    features_cache: str | None = None      # cache root of the oracle's features; None: --cache
 
 
 @dataclass
@@ -159,6 +162,8 @@ def prepare(cfg: TrainConfig, info: dist.DistInfo) -> Prepared:
     check_loss_options(cfg.loss, given)
     train = open_split(cfg.data, Path(cfg.cache), cfg.classifier, cfg.train_split, cfg.labels_file)
     embedded = is_embedded(cfg.data) or train.samples.dataset == FMNIST_NAME
+    if cfg.head_only:     # the head always trains in float32 (on fp16-stored features)
+        cfg = replace(cfg, precision="fp32")
     cfg, protocol = resolve_protocol(cfg, embedded)
     eval_tags = tuple(dict.fromkeys(default_eval_splits(cfg.data, train) + tuple(cfg.eval_splits)))
     evals = [open_split(cfg.data, Path(cfg.cache), cfg.classifier, tag, cfg.labels_file,
@@ -176,7 +181,7 @@ def prepare(cfg: TrainConfig, info: dist.DistInfo) -> Prepared:
                             preprocess=cfg.preprocess or train.cache.identity["preprocess"],
                             z=z_head, gamma=loss.gamma, alpha_pos=loss.alpha_pos,
                             alpha_neg=loss.alpha_neg, cb_beta=loss.cb_beta))
-    tags = variant_tags(loss, z_head)
+    tags = variant_tags(loss, z_head) + (["head-only"] if cfg.head_only else [])
     group = group_hash(config, train.cache.identity)
     record = run_record(config, oracle_model=spec.name, variant="+".join(tags),
                         loss_label=loss_label(loss, tags), group=group,
@@ -231,7 +236,11 @@ def run_extras(prep: Prepared, schedule_info: dict) -> dict:
 
 
 def train(cfg: TrainConfig) -> dict:
-    """Run stage 2 for one (oracle, classifier, loss, seed); returns a summary dict."""
+    """Run stage 2 for one (oracle, classifier, loss, seed); returns a summary dict.
+    (Head-only runs: ``pipeline.oracle.headonly.train_head_only``.)"""
+    if cfg.head_only or cfg.features_cache:
+        raise RunError("head-only runs are trained by pipeline.oracle.headonly.train_head_only "
+                       "(--features-cache applies to --head-only only)")
     info, device = dist.init(cfg.device)
     prep = prepare(cfg, info)
     existed = prep.run_dir.exists()

@@ -1,0 +1,271 @@
+"""Benchmark of head-only oracles (``train-oracle --head-only``, ``cli.py sweep``) on feature caches.
+
+    python bench/bench_head.py                      # CUDA: ImageNet-sized caches, D = 768 and 2048
+    python bench/bench_head.py --quick              # CPU smoke run (small caches, seconds)
+    python bench/bench_head.py --quick --embedded artifacts/fashion-mnist   # + the demo's figures
+
+Per feature width D (ViT-B 768, ResNet-50 2048), on a synthetic feature cache written in the
+project's format (``cache/``: 1,281,167 training rows with both views' fp16 features and targets,
+50,000 val rows; the correctness is a noisy linear function of the features, so the head learns):
+
+  one run    end to end, loading included: open the caches, targets and both views' features
+             into (pinned) memory and onto the device, one epoch of head-only SS at the paper's
+             protocol (batch 40, SGD + OneCycle, held-out validation 4x), then scoring the 50,000
+             val rows.  Printed beside it: a full fine-tune of the same point, one epoch at
+             bench_train's img/s at batch 40 (``--finetune-img-s``, docs/PERFORMANCE.md), and the
+             ratio.
+  grid       a 10 x 10 alpha+ / alpha- grid = 100 heads trained as one bank (features loaded once)
+             plus scoring every head on the val rows.
+
+Loading reads files that were just written (warm page cache); a cold read adds the disk's time
+for 5.1 GB (D = 768) / 13.1 GB (D = 2048).
+
+``--embedded ART`` (CPU figures): one head-only run on the demo's caches (20,000
+rows, <vit, vit> SS) and the whole head-only demo grid (4 <O,C> x 6 losses), in this process,
+through the same function ``train-oracle --head-only`` calls; the caches must hold features
+(``make demo``).  ``--extraction``: extract's img/s with and without ``--features`` on the
+embedded train split, and the feature columns' size.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cache.manifest import write_json_atomic  # noqa: E402
+from cache.reader import ClassifierCache  # noqa: E402
+from cache.schema import KIND_CLASSIFIER, SCHEMA_VERSION  # noqa: E402
+from cache.shards import shard_ranges, write_shard  # noqa: E402
+from pipeline.oracle.features import load_table  # noqa: E402
+from pipeline.oracle.head import BankSettings, score, train_bank  # noqa: E402
+from pipeline.oracle.losses import resolve_loss  # noqa: E402
+from pipeline.oracle.sampler import StepSchedule, carve_rows  # noqa: E402
+
+N_TRAIN, N_VAL = 1_281_167, 50_000
+# bench_train's fast path at the paper's batch 40, one H200 (docs/PERFORMANCE.md, 2026-11-26):
+# ViT-B/16@224 1,679 img/s, ResNet-50 1,524 img/s.
+FINETUNE_IMG_S = {768: 1679.0, 2048: 1524.0}
+
+
+def write_feature_cache(path: Path, n: int, dim: int, seed: int, shard: int = 100_000) -> None:
+    """A complete classifier cache with features (both views) and targets, shard by shard.
+    o = [x . u + noise > 0]: a head can learn it, so validation and SS's slopes mean something."""
+    rng = np.random.default_rng(seed)
+    u = np.random.default_rng(123).standard_normal(dim).astype(np.float32) / np.sqrt(dim)
+    identity = {"schema_version": SCHEMA_VERSION, "kind": KIND_CLASSIFIER, "model": "synthetic",
+                "model_kwargs": {}, "weights_sha256": "0" * 64, "preprocess": "model",
+                "data_config": {}, "dataset": "synthetic", "dataset_fingerprint": "synthetic",
+                "split": path.name, "corruption": "none", "num_rows": n, "num_classes": 1000,
+                "precision": "bf16", "flip_view": True, "features": True, "features_flip": True,
+                "shard_size": shard, "decode": "cpu"}
+    path.mkdir(parents=True, exist_ok=True)
+    shards = []
+    for s, (a, b) in enumerate(shard_ranges(n, shard)):
+        m = b - a
+        cols = {"index": np.arange(a, b, dtype=np.int64), "valid": np.ones(m, np.uint8)}
+        for suffix in ("", "_flip"):
+            x = rng.standard_normal((m, dim), dtype=np.float32)
+            o = (x @ u + 0.7 * rng.standard_normal(m, dtype=np.float32) > -1.0)
+            cols["features" + suffix] = x.astype(np.float16)
+            cols["correct" + suffix] = o.astype(np.uint8)
+            cols["p_true" + suffix] = np.where(o, 0.9, 0.1).astype(np.float32)
+        name = f"shard-{s:05d}.h5"
+        write_shard(path / name, cols, {**identity, "start": a, "stop": b, "bad_rows": []})
+        shards.append({"file": name, "start": a, "stop": b})
+    columns = ["index", "valid", "correct", "p_true", "correct_flip", "p_true_flip", "features",
+               "features_flip"]
+    write_json_atomic(path / "manifest.json", {"identity": identity, "columns": columns,
+                                               "shards": shards, "summary": {}})
+
+
+def settings(total: int, val_every: int | None) -> BankSettings:
+    """The paper's protocol (presets.PAPER_ORACLE): lr 1e-5, momentum 0.05, 100 warm-up steps."""
+    return BankSettings(hyperplane=True, lr=1e-5, momentum=0.05, weight_decay=0.0,
+                        pct_start=min(max(100, 2), max(2, int(0.3 * total)), total - 1) / total,
+                        cycle_momentum=False, seed=0, tnr_logit=0.0, val_every=val_every,
+                        log_every=10)
+
+
+def one_pass(train_dir: Path, val_dir: Path, device, batch: int, epochs: int,
+             alphas: list[tuple[float, float]]) -> dict:
+    """Open + load + train a bank of len(alphas) SS heads + score val; seconds per phase."""
+    t0 = time.perf_counter()
+    train = ClassifierCache.open(train_dir)
+    targets = train.load(["valid", "correct", "p_true", "correct_flip", "p_true_flip"])
+    table = load_table(train, SimpleNamespace(cache=train), targets, True, device)
+    _sync(device)
+    t_load = time.perf_counter()
+    rows, val_rows = carve_rows(np.flatnonzero(targets["valid"]), 0.05, None, 0)
+    schedule = StepSchedule(rows, batch, epochs, 0, True)
+    losses = [resolve_loss("ss", {"alpha_pos": a, "alpha_neg": b}, (1.0, 3.0), None)
+              for a, b in alphas]
+    total = schedule.total_steps
+    results, timing = train_bank(table, schedule, losses, settings(total, max(1, total // 4)),
+                                 val_rows)
+    _sync(device)
+    t_train = time.perf_counter()
+    val = ClassifierCache.open(val_dir)
+    vt = val.load(["correct", "p_true"])
+    vtable = load_table(val, SimpleNamespace(cache=val), vt, False, device)
+    w = torch.cat([r.best_state["linear.weight"] for r in results]).to(device)
+    b = torch.cat([r.best_state["linear.bias"] for r in results]).to(device)
+    z = score(vtable, np.arange(val.num_rows), w, b, True)
+    t_end = time.perf_counter()
+    assert z.shape == (val.num_rows, len(alphas)) and np.isfinite(z).all()
+    return {"load_s": t_load - t0, "train_s": t_train - t_load, "score_val_s": t_end - t_train,
+            "total_s": t_end - t0, "steps": total, "heads": len(alphas),
+            "validation_s": round(timing["val_s"], 3),
+            "best_val_aupr_error": max(r.best_score or 0 for r in results)}
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def embedded(art: Path, quiet: bool) -> dict:
+    """One head-only run and the whole head-only demo grid on the demo's caches (CPU, in-process,
+    each run into a fresh runs root): seconds, imports excluded."""
+    from pipeline.core.presets import DEMO
+    from pipeline.oracle.headonly import train_head_only
+    from pipeline.oracle.train import TrainConfig
+
+    runs = Path(tempfile.mkdtemp(prefix="bench_head_runs_"))
+    base = TrainConfig(cache=str(art / "cache"), artifacts=str(art), runs_root=str(runs),
+                       eval_splits=(f"test-{DEMO['corruption']}-{DEMO['severity']}",),
+                       head_only=True, device="cpu", progress=not quiet)
+    try:
+        t0, c0 = time.perf_counter(), time.process_time()
+        train_head_only([replace(base, classifier="vit", oracle="vit", loss="ss")])
+        one, one_cpu = time.perf_counter() - t0, time.process_time() - c0
+        have = [m for m in DEMO["classifiers"] if (art / "cache" / m / "train").exists()]
+        grid = [replace(base, classifier=c, oracle=o, loss=loss, broadcast=bc)
+                for c in have for o in have
+                for loss, bc in [(l, False) for l in DEMO["losses"]]
+                + [(l, True) for l in DEMO["broadcast_losses"]]]
+        shutil.rmtree(runs)
+        t0, c0 = time.perf_counter(), time.process_time()
+        for cfg in grid:                      # one command each, as the demo runs them
+            train_head_only([cfg])
+        whole, whole_cpu = time.perf_counter() - t0, time.process_time() - c0
+    finally:
+        shutil.rmtree(runs, ignore_errors=True)
+    return {"one_run_s": round(one, 2), "one_run_cpu_s": round(one_cpu, 2),
+            "grid_runs": len(grid), "grid_s": round(whole, 2), "grid_cpu_s": round(whole_cpu, 2),
+            "load_average": os.getloadavg()[0]}
+
+
+def extraction(art: Path) -> dict:
+    """extract's img/s on the embedded test split (10,000 rows; vit, both views, CPU fp32) with
+    and without --features, and the cache's size."""
+    from pipeline.extract.run import ExtractConfig, extract
+
+    out = {}
+    for features in (False, True):
+        tmp = Path(tempfile.mkdtemp(prefix="bench_head_extract_"))
+        try:
+            cfg = ExtractConfig(classifier="vit", out=tmp / "vit" / "test", split="test",
+                                precision="fp32", device="cpu", flip_view=True,
+                                features=features, progress=False,
+                                weights=str(art / "classifiers" / "vit.pt"))
+            s = extract(cfg)
+            size = sum(p.stat().st_size for p in (tmp / "vit" / "test").glob("shard-*.h5"))
+            out["with_features" if features else "without"] = {
+                "img_per_s": s["img_per_s"], "rows": s["rows"], "cache_mb": round(size / 2**20, 1)}
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="CPU smoke run: 20,000 rows, D 64/128")
+    ap.add_argument("--dims", default=None, help="feature widths (default 768,2048; quick 64,128)")
+    ap.add_argument("--rows", type=int, default=None)
+    ap.add_argument("--val-rows", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=40, help="the paper's batch")
+    ap.add_argument("--grid", type=int, default=10, help="alpha values per axis (grid = N x N)")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--workdir", default=None, help="where the synthetic caches go (default tmp)")
+    ap.add_argument("--finetune-img-s", default=None, help="D:img/s,... of a full fine-tune at "
+                    "the same batch (default: bench_train's H200 figures)")
+    ap.add_argument("--embedded", type=Path, default=None, help="demo artifacts (with features)")
+    ap.add_argument("--extraction", action="store_true", help="with --embedded: extract's cost")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = ap.parse_args()
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() and not args.quick
+                                          else "cpu"))
+    dims = [int(d) for d in (args.dims or ("64,128" if args.quick else "768,2048")).split(",")]
+    n = args.rows or (20_000 if args.quick else N_TRAIN)
+    n_val = args.val_rows or (5_000 if args.quick else N_VAL)
+    grid = 3 if args.quick and args.grid == 10 else args.grid
+    ft = dict(FINETUNE_IMG_S)
+    if args.finetune_img_s:
+        pairs = (x.split(":") for x in args.finetune_img_s.split(","))
+        ft.update({int(k): float(v) for k, v in pairs})
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+    print(f"bench_head: device {device} ({name or 'cpu'}), "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads; {n:,} train rows, "
+          f"{n_val:,} val rows, batch {args.batch}")
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_head_"))
+    report = {"device": str(device), "rows": n, "val_rows": n_val, "batch": args.batch, "dims": {}}
+    try:
+        for dim in dims:
+            t0 = time.perf_counter()
+            write_feature_cache(work / f"d{dim}" / "train", n, dim, seed=1)
+            write_feature_cache(work / f"d{dim}" / "val", n_val, dim, seed=2)
+            print(f"\nD = {dim}: caches written in {time.perf_counter() - t0:.1f}s "
+                  f"({sum(p.stat().st_size for p in (work / f'd{dim}').rglob('*.h5')) / 2**30:.2f} GiB)")
+            one = one_pass(work / f"d{dim}" / "train", work / f"d{dim}" / "val", device,
+                           args.batch, 1, [(1.0, 3.0)])
+            ref = n / ft[dim] if dim in ft else None
+            print(f"  one run (load {one['load_s']:.1f}s + {one['steps']:,} steps "
+                  f"{one['train_s']:.1f}s + score val {one['score_val_s']:.2f}s): "
+                  f"{one['total_s']:.1f}s end to end"
+                  + (f"; full fine-tune of the point ~{ref:,.0f}s at {ft[dim]:,.0f} img/s "
+                     f"(bench_train): {ref / one['total_s']:,.0f}x" if ref else ""))
+            alphas = [(float(a), float(b)) for a in np.linspace(0.5, 5, grid)
+                      for b in np.linspace(1, 10, grid)]
+            many = one_pass(work / f"d{dim}" / "train", work / f"d{dim}" / "val", device,
+                            args.batch, 1, alphas)
+            print(f"  {grid}x{grid} alpha grid ({len(alphas)} heads, one bank): "
+                  f"{many['total_s']:.1f}s end to end (train {many['train_s']:.1f}s incl. "
+                  f"validation {many['validation_s']:.1f}s)")
+            report["dims"][dim] = {"one_run": one, "grid": many, "finetune_s": ref}
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.embedded:
+        emb = embedded(args.embedded, quiet=True)
+        print(f"\nembedded ({args.embedded}): one head-only run (<vit, vit> SS, 20,000 rows) "
+              f"{emb['one_run_s']:.2f}s (CPU time {emb['one_run_cpu_s']:.2f}s); the head-only "
+              f"demo grid ({emb['grid_runs']} runs) {emb['grid_s']:.1f}s (CPU time "
+              f"{emb['grid_cpu_s']:.1f}s); in-process, imports excluded; load average "
+              f"{emb['load_average']:.1f}")
+        report["embedded"] = emb
+        if args.extraction:
+            ext = extraction(args.embedded)
+            print("extract vit test (10,000 rows, both views, CPU fp32): "
+                  + "; ".join(f"{k}: {v['img_per_s']} img/s, {v['cache_mb']} MB"
+                              for k, v in ext.items()))
+            report["extraction"] = ext
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""``cli.py sweep``: sweep options + train-oracle's options (passed through) -> one call."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+DEFAULTS_TEXT = "1,2,3,4,5,6,8 for --alpha-neg and 0.5,1,2,3,4 for --alpha-pos"
+
+
+@click.command("sweep", context_settings={"ignore_unknown_options": True,
+                                          "allow_interspersed_args": True})
+@click.option("--alpha-neg", default=None, help="SS: comma-separated alpha- values.")
+@click.option("--alpha-pos", default=None, help="SS: comma-separated alpha+ values. Without any "
+              f"value list, an SS sweep uses {DEFAULTS_TEXT}.")
+@click.option("--gamma", default=None, help="Focal: comma-separated gamma values.")
+@click.option("--pos-weight", default=None, help="ce/focal/ss: weights of correct rows.")
+@click.option("--neg-weight", default=None, help="ce/focal/ss: weights of incorrect rows.")
+@click.option("--cb-beta", default=None, help="ce/focal/ss: class-balanced betas (implies "
+              "--class-balanced).")
+@click.option("--fixed-alpha-pos", type=float, default=None, help="alpha+ while alpha- is swept "
+              "(paper protocol). Default: the oracle's preset (ViT 1, ResNet 2).")
+@click.option("--fixed-alpha-neg", type=float, default=None, help="alpha- while only alpha+ is "
+              "swept. Default: the oracle's preset (ViT 3, ResNet 5).")
+@click.option("--mode", type=click.Choice(["paper", "grid"]), default="paper", show_default=True,
+              help="paper: alpha- with alpha+ fixed, then alpha+ at the chosen alpha-, then each "
+              "further option in turn; grid: every combination.")
+@click.option("--criterion", type=click.Choice(["tpr-tnr", "aupr-error", "auc", "aupr-success"]),
+              default="tpr-tnr", show_default=True, help="What the choice maximises on the "
+              "HELD-OUT validation rows: tpr-tnr = (TPR + TNR) / 2 (the paper's trade-off), or "
+              "the chosen checkpoint's AUPR-Error (standard), AUC, AUPR-Success.")
+@click.option("--fine-tune", is_flag=True, help="One ordinary (full fine-tuning) train-oracle "
+              "run per point, resumable, instead of head-only oracles on cached features.")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Sweep directory "
+              "(runs/, sweep.md/.csv/.json, figures/). Default: artifacts/<dataset>/sweeps/"
+              "<oracle>-<classifier>_<loss>_<head-only|fine-tune>_seed<N>_<hash>.")
+@click.option("--no-figures", is_flag=True)
+@click.argument("train_args", nargs=-1, type=click.UNPROCESSED)
+def sweep(alpha_neg, alpha_pos, gamma, pos_weight, neg_weight, cb_beta, fixed_alpha_pos,
+          fixed_alpha_neg, mode, criterion, fine_tune, out, no_figures, train_args):
+    """Choose loss parameters on held-out rows: one oracle per point (paper Fig. 4b/c).
+
+    Every other option is train-oracle's and is shared by all points, e.g.
+
+        python cli.py sweep --classifier vit --oracle vit
+
+    (SS, paper protocol, head-only oracles on `extract --features --flip-view` caches). Ends by
+    printing the train-oracle command with the chosen values; re-running skips complete points.
+    """
+    from pipeline.oracle.command import check_head_only_options, config_from_params, train_oracle
+    from pipeline.oracle.losses import LossOptionError
+    from pipeline.oracle.runs import RunError
+    from pipeline.sweep.grid import DEFAULT_VALUES, SweepError, parse_values
+    from pipeline.sweep.run import SweepConfig, default_fixed, run_sweep
+
+    args = list(train_args)
+    for flag in ("--head-only", "--out", "--resume", "--stop-at-step"):
+        if flag in args:
+            raise click.UsageError(f"{flag} is not a sweep option: the sweep "
+                                   + ("sets it (--fine-tune for full runs)" if flag == "--head-only"
+                                      else "names its runs under its own --out directory"))
+    ctx = train_oracle.make_context("train-oracle", args + ([] if fine_tune else ["--head-only"]))
+    if not fine_tune:
+        check_head_only_options(ctx)
+    base = config_from_params(ctx.params)
+    given = {"alpha_neg": alpha_neg, "alpha_pos": alpha_pos, "gamma": gamma,
+             "pos_weight": pos_weight, "neg_weight": neg_weight, "cb_beta": cb_beta}
+    try:
+        swept = {k: parse_values(v, "--" + k.replace("_", "-")) for k, v in given.items() if v}
+        if base.loss == "ss" and not swept:
+            swept = dict(DEFAULT_VALUES)
+        fixed = default_fixed(base)
+        fixed.update({k: v for k, v in (("alpha_pos", fixed_alpha_pos),
+                                        ("alpha_neg", fixed_alpha_neg)) if v is not None})
+        cfg = SweepConfig(base, tuple(args), swept, fixed, mode, criterion, fine_tune, out,
+                          not no_figures)
+        s = run_sweep(cfg, echo=click.echo)
+    except (SweepError, LossOptionError) as err:
+        raise click.UsageError(str(err)) from None
+    except RunError as err:
+        raise click.ClickException(str(err)) from None
+    failed = [p for p in s["points"] if p["status"] != "complete"]
+    click.echo(f"sweep: {len(s['points'])} point(s) in {s['elapsed_s']:.1f}s"
+               + (f", {len(failed)} failed" if failed else "") + f"; {s['sweep_dir']}")
+    for path in s["files"]:
+        click.echo(f"  wrote {path}")
+    click.echo("train the chosen oracle"
+               + ("" if fine_tune else " (the sweep trained head-only oracles; add --head-only "
+                  "for one)") + ":")
+    click.echo(s["command"])

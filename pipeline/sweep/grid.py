@@ -1,0 +1,80 @@
+"""Which points a sweep trains: the paper's coordinate protocol or a full grid, and the choice.
+
+Paper protocol (default, paper §5 "Ablation Study"): α⁻ over its values with α⁺ fixed, then α⁺
+over its values at the chosen α⁻, then each further swept option in turn at the values chosen so
+far.  ``grid``: every combination at once (one stage).  A point is a dict option -> value, the
+options being TrainConfig's numeric loss fields.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+# Numeric loss options a sweep may vary (TrainConfig field -> the loss it applies to; None: any
+# loss with class weights).  cb_beta implies --class-balanced.
+SWEEPABLE = {"alpha_neg": ("ss",), "alpha_pos": ("ss",), "gamma": ("focal",),
+             "pos_weight": ("ce", "focal", "ss"), "neg_weight": ("ce", "focal", "ss"),
+             "cb_beta": ("ce", "focal", "ss")}
+FLAGS = {k: "--" + k.replace("_", "-") for k in SWEEPABLE}
+# The paper's Fig. 4 range around its ViT / ResNet choices (alpha+ 1 / 2, alpha- 3 / 5).
+DEFAULT_VALUES = {"alpha_neg": (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0),
+                  "alpha_pos": (0.5, 1.0, 2.0, 3.0, 4.0)}
+# Criteria on the held-out validation rows; every one is "higher is better".
+CRITERIA = {
+    "tpr-tnr": lambda m: (m["tpr"] + m["tnr"]) / 2,   # the paper's "trade-off between TPR and TNR"
+    "aupr-error": lambda m: m["aupr_error"],          # the checkpoint choice's metric (standard)
+    "auc": lambda m: m["auc"],
+    "aupr-success": lambda m: m["aupr_success"],
+}
+
+
+class SweepError(ValueError):
+    """A sweep that cannot be run as asked (option, value or protocol)."""
+
+
+def parse_values(text: str, flag: str) -> tuple[float, ...]:
+    """'1,2,3' -> (1.0, 2.0, 3.0): positive finite numbers, duplicates dropped, order kept."""
+    try:
+        values = tuple(dict.fromkeys(float(v) for v in text.split(",") if v.strip()))
+    except ValueError:
+        raise SweepError(f"{flag} {text!r}: expected comma-separated numbers, e.g. 1,2,3") from None
+    bad = [v for v in values if not (math.isfinite(v) and v > 0)]
+    if not values or bad:
+        raise SweepError(f"{flag} {text!r}: expected positive finite numbers")
+    if flag == "--cb-beta" and any(v >= 1 for v in values):
+        raise SweepError(f"--cb-beta {text!r}: expected 0 < beta < 1")
+    return values
+
+
+def plan_stages(loss: str, swept: dict[str, tuple[float, ...]], mode: str) -> list[list[str]]:
+    """The options of each stage, in order: [["alpha_neg"], ["alpha_pos"], ...] or one stage
+    holding every option (grid).  Refuses options that do not apply to ``loss``."""
+    for name in swept:
+        if loss not in SWEEPABLE[name]:
+            raise SweepError(f"{FLAGS[name]} does not apply to --loss {loss} (it applies to "
+                             f"--loss {'/'.join(SWEEPABLE[name])})")
+    if not swept:
+        raise SweepError(f"nothing to sweep for --loss {loss}: give value lists, e.g. "
+                         + ("--gamma 0.5,1,2,5" if loss == "focal" else "--neg-weight 1,2,5"))
+    order = [k for k in SWEEPABLE if k in swept]
+    return [order] if mode == "grid" else [[k] for k in order]
+
+
+def stage_points(options: list[str], swept: dict[str, tuple[float, ...]],
+                 chosen: dict[str, float]) -> list[dict[str, float]]:
+    """The points of one stage: every combination of its options' values, the other options at
+    ``chosen`` (the fixed values and earlier stages' choices)."""
+    combos = itertools.product(*(swept[k] for k in options))
+    return [{**chosen, **dict(zip(options, combo))} for combo in combos]
+
+
+def choose(points: list[dict], criterion: str) -> dict | None:
+    """The point with the highest validation criterion (NaN never chosen; the first on ties).
+    ``points``: dicts with ``val`` = the chosen checkpoint's held-out metrics."""
+    score = CRITERIA[criterion]
+    best, best_score = None, -math.inf
+    for p in points:
+        s = score(p["val"]) if p.get("val") else math.nan
+        if math.isfinite(s) and s > best_score:
+            best, best_score = p, s
+    return best

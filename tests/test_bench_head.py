@@ -1,0 +1,25 @@
+"""bench/bench_head.py runs (CPU, small sizes) and prints what the GPU run reports."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+
+@pytest.mark.slow  # ~10 s on a quiet 2-core machine, 30 s on a busy one
+def test_bench_head_quick_runs(tmp_path):
+    out = tmp_path / "figures.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_head.py"), "--quick",
+                           "--rows", "3000", "--val-rows", "500", "--grid", "2", "--dims", "32",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "one run (load" in proc.stdout and "full fine-tune" not in proc.stdout
+    assert "2x2 alpha grid (4 heads, one bank)" in proc.stdout
+    doc = json.loads(out.read_text())
+    one = doc["dims"]["32"]["one_run"]
+    assert one["steps"] == (3000 - 150) // 40 and one["heads"] == 1 and one["total_s"] > 0
+    assert doc["dims"]["32"]["grid"]["heads"] == 4
