@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.core.metrics import Ranked, UndefinedMetric, optimal_aurc, rank
+from pipeline.core.metrics import Ranked, UndefinedMetric, rank
 
 COVERAGES = (80, 90, 95)                 # percent: selective risk at these coverages
 RISKS = (1, 5, 10)                       # percent: coverage at these selective risks
