@@ -42,11 +42,25 @@ def test_choose_uses_validation_only():
 
 
 def invert_correctness(cache_dir: Path) -> None:
-    """Make the evaluation split disagree with the training split: flip o on every row."""
+    """Make the evaluation split disagree with the training split: flip o on every row.  The
+    edit is re-sealed (column hashes, manifest entries) as a writer would, since every read
+    checks them (an unsealed edit is refused as damage)."""
+    from cache.integrity import column_hash
+    from cache.manifest import MANIFEST_FILE
+    from cache.shards import HASHES, shard_entry
+    from cache.schema import to_attr
+
     for shard in cache_dir.glob("shard-*.h5"):
         with h5py.File(shard, "r+") as fh:
+            hashes = json.loads(fh.attrs[HASHES])
             for col in ("correct", "correct_flip"):
                 fh[col][...] = 1 - fh[col][...]
+                hashes[col] = column_hash(fh[col][...])
+            fh.attrs[HASHES] = to_attr(hashes)
+    manifest = json.loads((cache_dir / MANIFEST_FILE).read_text())
+    manifest["shards"] = [shard_entry(cache_dir / e["file"], e["start"], e["stop"])
+                          for e in manifest["shards"]]
+    (cache_dir / MANIFEST_FILE).write_text(json.dumps(manifest))
 
 
 def test_head_only_sweep_chooses_on_validation_rows_when_the_test_split_disagrees(tree, tmp_path):

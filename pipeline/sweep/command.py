@@ -5,6 +5,8 @@ from pathlib import Path
 
 import click
 
+from pipeline.core.options import positive
+
 DEFAULTS_TEXT = "1,2,3,4,5,6,8 for --alpha-neg and 0.5,1,2,3,4 for --alpha-pos"
 
 
@@ -18,9 +20,9 @@ DEFAULTS_TEXT = "1,2,3,4,5,6,8 for --alpha-neg and 0.5,1,2,3,4 for --alpha-pos"
 @click.option("--neg-weight", default=None, help="ce/focal/ss: weights of incorrect rows.")
 @click.option("--cb-beta", default=None, help="ce/focal/ss: class-balanced betas (implies "
               "--class-balanced).")
-@click.option("--fixed-alpha-pos", type=float, default=None, help="alpha+ while alpha- is swept "
+@click.option("--fixed-alpha-pos", type=positive(), default=None, help="alpha+ while alpha- is swept "
               "(paper protocol). Default: the oracle's preset (ViT 1, ResNet 2).")
-@click.option("--fixed-alpha-neg", type=float, default=None, help="alpha- while only alpha+ is "
+@click.option("--fixed-alpha-neg", type=positive(), default=None, help="alpha- while only alpha+ is "
               "swept. Default: the oracle's preset (ViT 3, ResNet 5).")
 @click.option("--mode", type=click.Choice(["paper", "grid"]), default="paper", show_default=True,
               help="paper: alpha- with alpha+ fixed, then alpha+ at the chosen alpha-, then each "
