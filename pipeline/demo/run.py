@@ -10,8 +10,8 @@ adversarial split -> the same grid head-only (the frozen oracle backbone's cache
 -> one alpha sweep (<vit, vit> SS, head-only) -> report.
 
 Every step is a ``python cli.py ...`` command, printed before it runs so it can be copied: a
-subprocess, except the head-only runs and the sweep (seconds each), which run the same click
-command inside the demo's process (sparing an interpreter start-up, ~3 s, per step).
+subprocess, except the head-only runs, the sweep and the predictions (seconds each), which run
+the same click command inside the demo's process (sparing an interpreter start-up, ~3 s, each).
 The commands themselves skip completed work (checkpoints, caches, runs), so a re-run is cheap and
 ``--seeds 3`` after the default adds only the missing seeds.  Hyperparameters are not passed:
 they come from ``pipeline/core/presets.py``, exactly as for the bare commands.
@@ -34,7 +34,7 @@ import click
 from cache.manifest import write_json_atomic
 from cache.reader import split_tag
 from pipeline.core.presets import DEMO_ATTACK
-from pipeline.oracle.command import train_oracle
+from pipeline.oracle.command import predict, train_oracle
 from pipeline.report import tables as T
 from pipeline.sweep.command import sweep
 
@@ -196,13 +196,14 @@ def head_only_steps(cfg: DemoConfig, variants: list, data: tuple, quiet: tuple,
 
 def run_step(step: Step, capture: bool) -> StepResult:
     """One ``cli.py`` command; its output goes to the terminal (progress bars) or is kept."""
-    if step.args[0] in IN_PROCESS and step.stage in ("head-only", "sweep"):
+    if step.args[0] in IN_PROCESS and step.stage in ("head-only", "sweep", "predict"):
         return run_in_process(step, capture)
     return run_subprocess(step, capture)
 
 
-# Commands the demo runs inside its own process (the same click objects cli.py dispatches to).
-IN_PROCESS = {"train-oracle": train_oracle, "sweep": sweep}
+# Commands the demo runs inside its own process (the same click objects cli.py dispatches to):
+# seconds-long steps, where an interpreter start-up (~3 s with torch) would be most of the cost.
+IN_PROCESS = {"train-oracle": train_oracle, "sweep": sweep, "predict": predict}
 
 
 def run_in_process(step: Step, capture: bool) -> StepResult:
