@@ -1,33 +1,38 @@
-"""Benchmark of stage-2 oracle training: the fast path vs the authors' style, in the same run.
+"""Benchmark of stage-2 oracle training: the step eager and CUDA-graphed, the authors' style, peak
+memory and the paper's grid projected from what was measured, all in the same run.
 
-    python bench/bench_train.py                          # CUDA: ViT-B/16@224 and ResNet-50
+    python bench/bench_train.py                          # CUDA: ViT-B/16@224, @384, ResNet-50
     python bench/bench_train.py --data /jpegs            # an ImageNet-shaped JPEG folder
     python bench/bench_train.py --models resnet50 --fill-batch 512 --steps 60
     python bench/bench_train.py --tiny                   # CPU smoke run (tiny models, ~1 min)
 
---data takes any ImageFolder root (ROOT/train/<class>/*.JPEG, e.g. from bench/make_jpegs.py); without
-it, bench/make_jpegs.py generates --images JPEGs into a temporary folder.  Models are random-init (no hub needed):
-speed does not depend on the weights.
+--data takes any ImageFolder root (ROOT/train/<class>/*.JPEG, e.g. from bench/make_jpegs.py);
+without it, bench/make_jpegs.py generates --images JPEGs into a temporary folder.  Models are
+random-init (no hub needed): speed does not depend on the weights.
 
-Measured per model (the oracle and the classifier share the architecture, as <ViT,ViT>/<RSN,RSN>):
-  fast        the project's training step (pipeline.oracle.step.train_step): targets from RAM (no
-              classifier), uint8 loader + on-device normalise + flip, bf16 autocast, channels_last,
-              torch.compile where it helps (both measured, the faster one is used)
-  fast/gpu    the same step on one batch already on the device (the accelerator's ceiling)
-  authors     the authors' style: PIL decode + Resize((s,s)) + flip + ToTensor + Normalize in the
-              workers, fp32, the frozen classifier's forward on every step to get o, then the step
-  infer       bf16 inference of the classifier (what stage 1's extraction costs per image)
-at a GPU-filling batch and at the paper's batch 40, img/s, with the fast/authors ratio.  The
-projection is the paper's grid: 4 <O,C> pairs x 4 losses = 16 runs of one epoch over ImageNet
-train (1,281,167 images) plus scoring val (50,000), one GPU; the fast path adds one extraction of
-train (+ flipped view) and val per classifier.
+Measured per model (the oracle and the classifier share the architecture, as <ViT,ViT>/<RSN,RSN>),
+at a GPU-filling batch (256; halved until it fits) and at the paper's batch of 40:
+  eager / graph  the project's training step (pipeline.oracle.step.train_step, and the same step
+              captured in one CUDA graph, pipeline.oracle.graph): targets from RAM (no
+              classifier), uint8 loader, normalise + flip on the device, bf16, channels_last;
+              "e2e" with the loader, "resident" on one batch already on the device
+  authors     the authors' style at batch 40: PIL decode + Resize((s,s)) + flip + float
+              normalise in the workers, fp32, the frozen classifier's forward every step
+  infer       bf16 inference of the classifier (extraction, validation and scoring cost)
+  memory      peak GPU memory of the step per (batch, precision, path), and the largest batch
+              that fits a 40 GB card (fitted from two batch sizes, then verified by training at it
+              with the process limited to 40 GB)
+The ratio batch-40 img/s / fill-batch img/s is printed per path (the goal: >= 0.8 graphed).
+The projection is the paper's grid with the presets' models: 4 <O,C> pairs of {ViT-B/16@384,
+ResNet-50@224} x 4 losses = 16 one-epoch runs over ImageNet train (1,281,167 images, 5% held
+out and validated 4 times) plus scoring val (50,000), one GPU, plus one extraction of train
+(+ its flipped view) and val per classifier; beside it the authors' style at batch 40.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import platform
 import sys
 import tempfile
 import time
@@ -38,209 +43,198 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.core import dist  # noqa: E402
-from pipeline.core.models import ModelSpec  # noqa: E402
-from pipeline.core.precision import autocast, grad_scaler  # noqa: E402
-from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, make_loader  # noqa: E402
+from bench.train_parts import (PRESET_MODELS, TINY, authors_step, classifier_infer,  # noqa: E402
+                               fast_objects, forward_flops, make_jpegs, spec, timed)
+from pipeline.core.timing import device_name  # noqa: E402
+from pipeline.data.images import ImageRows, ResizeCrop, default_workers, make_loader  # noqa: E402
 from pipeline.data.sources import list_split  # noqa: E402
-from pipeline.oracle.losses import LossConfig  # noqa: E402
-from pipeline.oracle.model import build_oracle  # noqa: E402
+from pipeline.oracle.graph import choose_step  # noqa: E402
 from pipeline.oracle.sampler import StepSchedule, loader_batches, micro_slices  # noqa: E402
-from pipeline.oracle.step import TargetTable, TrainObjects, train_step  # noqa: E402
+from pipeline.oracle.step import TargetTable  # noqa: E402
 
-N_TRAIN, N_VAL = 1_281_167, 50_000
-TINY = {"vit_tiny_patch16_224": {"img_size": 64, "depth": 2, "embed_dim": 64, "num_heads": 2},
-        "resnet10t": {}}
-TINY_DATA = {"input_size": (3, 64, 64), "interpolation": "bilinear", "crop_pct": 1.0,
-             "crop_mode": "center", "mean": (0.5,) * 3, "std": (0.5,) * 3}
+N_TRAIN, N_VAL, HELD_OUT, VALIDATIONS = 1_281_167, 50_000, 0.05, 4
+GB40 = 40 * 1000**3          # an A100-40GB: 40 GB of device memory
+BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}   # dense, datasheets
 
 
-def spec(name: str, tiny: bool) -> ModelSpec:
-    """Random-init model; tiny models also get a 64 px input (CPU smoke runs)."""
-    return ModelSpec(name, TINY.get(name, {}) if tiny else {}, None, True, TINY_DATA if tiny else None)
-
-
-def make_jpegs(root: Path, n: int) -> Path:
-    """n ImageNet-shaped JPEGs (bench/make_jpegs.py: real photos, ~500x375, ~100 KB) in
-    ROOT/train/<wnid>/, when no --data is given."""
-    import os
-
-    from bench.make_jpegs import generate
-
-    generate(root, n, 0, classes=10, seed=0, procs=max(1, (os.cpu_count() or 2) - 1))
-    return root
-
-
-def timed(step, warmup: int, steps: int, images_per_step: int, device) -> float:
-    """img/s of ``step()`` over ``steps`` calls after ``warmup`` calls."""
-    for _ in range(warmup):
-        step()
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync()
-    return steps * images_per_step / (time.perf_counter() - t0)
-
-
-def fast_objects(ms: ModelSpec, device, compile_: bool):
-    model, data_cfg = build_oracle(ms, "hyperplane", "model", 0)
-    model = model.to(device).to(memory_format=torch.channels_last)
-    step_model = torch.compile(model) if compile_ else model
-    opt = torch.optim.SGD(model.parameters(), lr=1e-5, momentum=0.05)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-5, total_steps=10**6,
-                                                pct_start=100 / 10**6, cycle_momentum=False)
-    objs = TrainObjects(model, step_model, None, opt, sched, grad_scaler("bf16", device),
-                        GpuNormalize(data_cfg, device), LossConfig("ss", alpha_pos=1, alpha_neg=3),
-                        "bf16", device, dist.DistInfo(), 0.0)
-    return objs, data_cfg
-
-
-def bench_fast(ms: ModelSpec, samples, batch, a, device, compile_: bool) -> dict:
-    """The project's step with its loader (e2e) and on a resident batch (gpu)."""
-    objs, data_cfg = fast_objects(ms, device, compile_)
-    n = len(samples)
+def random_targets(n: int) -> TargetTable:
     rng = np.random.default_rng(0)
-    targets = TargetTable.from_arrays({k: rng.random(n).astype(np.float32).round() if "correct" in k
-                                       else rng.random(n).astype(np.float32)
-                                       for k in ("correct", "correct_flip", "p_true", "p_true_flip")})
-    total = a.warmup + a.steps
+    return TargetTable.from_arrays({k: (rng.random(n) > 0.3).astype(np.float32) if "correct" in k
+                                    else rng.random(n).astype(np.float32)
+                                    for k in ("correct", "correct_flip", "p_true", "p_true_flip")})
+
+
+def bench_step(ms, samples, batch: int, path: str, precision: str, a, device) -> dict:
+    """img/s of the step with its loader (e2e) and on a resident batch, and its peak memory."""
+    objs, data_cfg = fast_objects(ms, device, precision, compile_=path == "compiled")
+    step_fn, record = choose_step(objs, "off" if path == "eager" else "on", 1)
+    n, total = len(samples), a.warmup + a.steps
     if n < batch:
         raise SystemExit(f"--data has {n} images, fewer than the batch {batch}")
-    schedule = StepSchedule(np.arange(n), batch, math.ceil(total / (n // batch)), 0, True)
+    targets = random_targets(n)
+    schedule = StepSchedule(np.arange(n), batch, math.ceil(2 * total / (n // batch)), 0, True)
     slices = micro_slices(batch, 1, 0, 1)
     loader = make_loader(ImageRows(samples, ResizeCrop(data_cfg)),
-                         loader_batches(schedule, 0, slices)[:total], a.workers,
+                         loader_batches(schedule, 0, slices)[:2 * total], a.workers,
                          pin_memory=device.type == "cuda")
     it, counter = iter(loader), iter(range(10**9))
-    e2e = timed(lambda: train_step(objs, it, next(counter), schedule, slices, targets),
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    e2e = timed(lambda: step_fn(objs, it, next(counter), schedule, slices, targets),
                 a.warmup, a.steps, batch, device)
-    images, rows, valid = next(iter(make_loader(ImageRows(samples, ResizeCrop(data_cfg)),
-                                                [list(range(batch))], 0, False)))
-    schedule.batch_rows = lambda step: np.arange(batch)   # the resident batch's rows, every step
-    resident = iter(lambda: (images, rows, valid), None)
-    gpu = timed(lambda: train_step(objs, resident, 0, schedule, slices, targets),
+    first = next(it)                  # the loader's next batch, fed again and again
+    rows = first[1].numpy()
+    resident = iter(lambda: first, None)
+    fixed = StepSchedule(rows, batch, 10**6, 0, True)
+    fixed.batch_rows = lambda step: rows
+    gpu = timed(lambda: step_fn(objs, resident, next(counter), fixed, slices, targets),
                 a.warmup, a.steps, batch, device)
-    return {"e2e": e2e, "gpu": gpu}
+    peak = torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None
+    return {"e2e": e2e, "resident": gpu, "peak_gb": peak, "path": record["mode"]}
 
 
-def authors_loader(samples, size: int, batch: int, workers: int, steps: int, pin: bool):
-    """The authors' data path: PIL decode, square resize, flip, float tensors from the workers."""
-    from PIL import Image
-    from torchvision import transforms as T
-
-    tf = T.Compose([T.Resize((size, size)), T.RandomHorizontalFlip(), T.ToTensor(),
-                    T.Normalize([0.5] * 3, [0.5] * 3)])
-
-    class Folder(torch.utils.data.Dataset):
-        def __len__(self):
-            return len(samples)
-
-        def __getitem__(self, i):
-            with Image.open(samples.path(i)) as im:
-                return tf(im.convert("RGB")), int(samples.labels[i])
-
-    sampler = torch.utils.data.RandomSampler(Folder(), replacement=True, num_samples=steps * batch)
-    return torch.utils.data.DataLoader(Folder(), batch, sampler=sampler, num_workers=workers,
-                                       pin_memory=pin, drop_last=True)
-
-
-def bench_authors(ms: ModelSpec, samples, batch, a, device) -> dict:
-    """fp32, classifier forward each step, CE on sigmoid (the authors' loop), + components."""
-    import timm
-
-    classifier = timm.create_model(ms.name, **ms.kwargs).to(device).eval()
-    oracle, data_cfg = build_oracle(ms, "linear", "paper", 0)
-    oracle = oracle.to(device)
-    opt = torch.optim.SGD(oracle.parameters(), lr=1e-5, momentum=0.05)
-    size = data_cfg.input_size[-1]
-
-    def step(x, y):
-        with torch.no_grad():
-            o = (classifier(x).argmax(1) == y).float()
-        p = torch.sigmoid(oracle(x))
-        loss = (-o * torch.log(p + 1e-7) - (1 - o) * torch.log(1 - p + 1e-7)).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
-    it = iter(authors_loader(samples, size, batch, a.workers, a.warmup + a.steps,
-                             device.type == "cuda"))
-    e2e = timed(lambda: step(*(t.to(device, non_blocking=True) for t in next(it))),
-                a.warmup, a.steps, batch, device)
-    x = torch.randn(batch, 3, size, size, device=device)
-    y = torch.zeros(batch, dtype=torch.long, device=device)
-    gpu = timed(lambda: step(x, y), a.warmup, a.steps, batch, device)
-    with torch.no_grad():
-        cls_fwd = timed(lambda: classifier(x), a.warmup, a.steps, batch, device)
-    del classifier, oracle, opt
-    return {"e2e": e2e, "gpu": gpu, "classifier_fp32": cls_fwd}
+def peak_only(ms, batch: int, path: str, precision: str, device, steps: int = 3,
+              limit: float | None = None) -> float | None:
+    """Peak GB of ``steps`` steps on a random resident batch; None if it ran out of memory
+    (``limit``: the process may use at most this many bytes of the device)."""
+    torch.cuda.empty_cache()
+    device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
+    total = torch.cuda.get_device_properties(device).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, (limit or total) / total), device)
+    torch.cuda.reset_peak_memory_stats(device)
+    try:
+        objs, data_cfg = fast_objects(ms, device, precision)
+        step_fn, _ = choose_step(objs, "off" if path == "eager" else "on", 1)
+        x = torch.randint(0, 256, (batch, *data_cfg.input_size), dtype=torch.uint8)
+        rows = np.arange(batch)
+        sched = StepSchedule(rows, batch, 10**6, 0, True)
+        sched.batch_rows = lambda step: rows
+        feed = iter(lambda: (x, torch.from_numpy(rows), None), None)
+        for s in range(steps):
+            step_fn(objs, feed, s, sched, micro_slices(batch, 1, 0, 1), random_targets(batch))
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) / 1e9
+    except torch.cuda.OutOfMemoryError:
+        return None
+    finally:
+        objs = step_fn = None
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
 
 
-def bench_infer(ms: ModelSpec, batch, a, device) -> float:
-    import timm
-
-    model = timm.create_model(ms.name, **ms.kwargs).to(device).eval()
-    model = model.to(memory_format=torch.channels_last)
-    size = build_oracle(ms, "linear", "model", 0)[1].input_size
-    x = torch.randn(batch, *size, device=device).contiguous(memory_format=torch.channels_last)
-    with torch.inference_mode(), autocast("bf16", device):
-        return timed(lambda: model(x), a.warmup, a.steps, batch, device)
-
-
-def project(res: dict, models: list[str]) -> dict:
-    """Hours for the paper's grid (every measured oracle x classifier pair, 4 losses, 1 epoch)."""
-    def fast(batch_key):
-        train = sum(4 * (N_TRAIN / res[o]["fast"][batch_key]["e2e"] + N_VAL / res[o]["infer"])
-                    for o in models for _ in models)
-        extract = sum((2 * N_TRAIN + N_VAL) / res[c]["infer"] for c in models)  # + flipped view
-        return (train + extract) / 3600
-
-    def authors_pair(o, c):  # swap the classifier's fp32 forward cost into the measured e2e
-        r = res[o]["authors"]["paper"]
-        per_img = 1 / r["e2e"] - 1 / r["classifier_fp32"] + 1 / res[c]["authors"]["paper"]["classifier_fp32"]
-        val = N_VAL * (1 / r["classifier_fp32"] + 1 / res[c]["authors"]["paper"]["classifier_fp32"])
-        return 4 * (N_TRAIN * per_img + val)
-
-    authors = sum(authors_pair(o, c) for o in models for c in models) / 3600
-    return {"runs": 4 * len(models) ** 2, "fast_fill_h": fast("fill"), "fast_paper_batch_h": fast("paper"),
-            "authors_h": authors}
+def largest_batch_40gb(ms, points: dict[int, float], path: str, device) -> dict:
+    """Fit peak = a + b * batch through two measured points, then verify under a 40 GB cap
+    (stepping down 10% per failure); a multiple of 8."""
+    (b1, m1), (b2, m2) = sorted(points.items())[:1] + sorted(points.items())[-1:]
+    slope = (m2 - m1) / (b2 - b1)
+    guess = int(((GB40 / 1e9 - m1) / slope + b1) // 8 * 8)
+    for _ in range(4):
+        peak = peak_only(ms, guess, path, "bf16", device, limit=GB40)
+        if peak is not None:
+            return {"batch": guess, "peak_gb": round(peak, 1), "verified": True,
+                    "gb_per_image": round(slope, 3)}
+        guess = int(guess * 0.9 // 8 * 8)
+    return {"batch": guess, "verified": False, "gb_per_image": round(slope, 3)}
 
 
-def bench_model(ms: ModelSpec, samples, a, device) -> dict:
-    out, name = {"fast": {}, "authors": {}}, ms.name
-    for key, batch in (("fill", a.fill_batch), ("paper", 40)):
-        runs = {"eager": bench_fast(ms, samples, batch, a, device, False)}
-        if a.compile:
-            runs["compiled"] = bench_fast(ms, samples, batch, a, device, True)
-        best = max(runs, key=lambda k: runs[k]["e2e"])
-        out["fast"][key] = {**runs[best], "mode": best,
-                            "all": {k: {m: round(v, 1) for m, v in r.items()} for k, r in runs.items()}}
-        out["authors"][key] = bench_authors(ms, samples, batch, a, device)
-        print(f"  {name} batch {batch}: fast {out['fast'][key]['e2e']:.0f} img/s ({best}; "
-              f"gpu-resident {out['fast'][key]['gpu']:.0f}), authors {out['authors'][key]['e2e']:.0f}",
-              flush=True)
-    out["infer"] = bench_infer(ms, a.fill_batch, a, device)
+def bench_model(name: str, samples, a, device) -> dict:
+    ms, cuda = spec(name, a.tiny), device.type == "cuda"
+    paths = (("eager", "graph") + (("compiled",) if a.compile else ())) if cuda else ("eager",)
+    out = {"steps": {}, "memory": {}}
+    fill = a.fill_batch
+    while True:    # the largest power-of-two share of --fill-batch that fits
+        try:
+            out["steps"]["fill"] = {p: bench_step(ms, samples, fill, p, "bf16", a, device)
+                                    for p in paths}
+            break
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            fill //= 2
+            print(f"  {name}: out of memory, fill batch {fill}", flush=True)
+    out["fill_batch"] = fill
+    out["steps"]["paper"] = {p: bench_step(ms, samples, 40, p, "bf16", a, device) for p in paths}
+    for p in paths:
+        f, s = out["steps"]["fill"][p], out["steps"]["paper"][p]
+        print(f"  {name} {p}: batch {fill} {f['e2e']:,.0f} img/s (resident {f['resident']:,.0f}),"
+              f" batch 40 {s['e2e']:,.0f} (resident {s['resident']:,.0f}): ratio "
+              f"{s['e2e'] / f['e2e']:.2f}", flush=True)
+    out["authors"] = authors_step(ms, samples, 40, a, device)
+    out["infer"] = classifier_infer(ms, a.fill_batch, a, device)
+    out["train_gflop_per_img"] = 3 * forward_flops(ms) / 1e9      # forward + backward ~ 3x
+    if cuda:
+        for prec in a.precisions:
+            for p in ("eager", "graph"):
+                out["memory"][f"{prec}/{p}"] = {
+                    b: peak_only(ms, b, p, prec, device) for b in sorted({40, fill})}
+        pts = {b: v for b, v in out["memory"]["bf16/graph"].items() if v is not None}
+        if len(pts) == 2:
+            out["max_batch_40gb"] = largest_batch_40gb(ms, pts, "graph", device)
     return out
 
 
-def print_table(res: dict, proj: dict, device_name: str, a) -> None:
-    print(f"\n## Oracle training ({device_name}, {time.strftime('%Y-%m-%d')}, torch "
-          f"{torch.__version__}, {a.workers} workers)\n")
-    print("| model | batch | fast img/s | fast, batch resident on device | authors' style img/s | ratio |")
-    print("|---|---|---|---|---|---|")
+def project(res: dict, a) -> dict:
+    """Hours of the paper's grid on one device from the preset models' measured img/s."""
+    o_models = [m for m in PRESET_MODELS if m in res]
+    if len(o_models) < 2:
+        return {}
+    rows = N_TRAIN * (1 - HELD_OUT)
+    infer_imgs = N_VAL + VALIDATIONS * HELD_OUT * N_TRAIN
+
+    def grid(key: str, path: str) -> float:
+        train = sum(4 * (rows / res[o]["steps"][key][path]["e2e"] + infer_imgs / res[o]["infer"])
+                    for o in o_models for _ in o_models)
+        extract = sum((2 * N_TRAIN + N_VAL) / res[c]["infer"] for c in o_models)
+        return (train + extract) / 3600
+
+    def authors_pair(o, c):      # swap the classifier's fp32 forward cost into the measured e2e
+        r, rc = res[o]["authors"], res[c]["authors"]
+        per_img = 1 / r["e2e"] - 1 / r["classifier_fp32"] + 1 / rc["classifier_fp32"]
+        return 4 * (N_TRAIN * per_img + N_VAL * (1 / r["classifier_fp32"] + 1 / rc["classifier_fp32"]))
+
+    out = {"runs": 4 * len(o_models) ** 2, "models": o_models,
+           "authors_h": sum(authors_pair(o, c) for o in o_models for c in o_models) / 3600}
+    for path in ("eager", "graph"):
+        if all(path in res[o]["steps"]["paper"] for o in o_models):
+            out[f"{path}_paper_h"] = grid("paper", path)
+            out[f"{path}_fill_h"] = grid("fill", path)
+    return out
+
+
+def print_table(res: dict, proj: dict, a, device) -> None:
+    name = device_name(device)
+    peak = next((v for k, v in BF16_PEAK_TFLOPS.items() if k in name), None)
+    print(f"\n## Oracle training ({name}, {time.strftime('%Y-%m-%d')}, torch {torch.__version__},"
+          f" {a.workers} workers, bf16)\n")
+    print("| model | path | fill batch img/s (resident) | batch 40 img/s (resident) | ratio 40/fill |"
+          " batch-40 TFLOP/s (% bf16 peak) | authors' style, batch 40 |")
+    print("|---|---|---|---|---|---|---|")
     for m, r in res.items():
-        for key, batch in (("fill", a.fill_batch), ("paper", 40)):
-            f, au = r["fast"][key], r["authors"][key]
-            print(f"| {m} | {batch} | {f['e2e']:,.0f} ({f['mode']}) | {f['gpu']:,.0f} | "
-                  f"{au['e2e']:,.0f} | {f['e2e'] / au['e2e']:.1f}x |")
-    print(f"\nbf16 inference (extraction): " + ", ".join(f"{m} {r['infer']:,.0f} img/s"
-                                                        for m, r in res.items()))
-    print(f"\nProjected wall time of the paper's {proj['runs']}-run ImageNet grid on one device: "
-          f"fast path {proj['fast_fill_h']:.1f} h at batch {a.fill_batch} "
-          f"({proj['fast_paper_batch_h']:.1f} h at batch 40, extraction included) vs the authors' "
-          f"style {proj['authors_h']:.1f} h at batch 40 ({proj['authors_h'] / proj['fast_fill_h']:.1f}x).")
+        for p, f in r["steps"]["fill"].items():
+            s = r["steps"]["paper"][p]
+            tf = s["e2e"] * r["train_gflop_per_img"] / 1e3
+            mfu = f" ({100 * tf / peak:.0f}%)" if peak else ""
+            print(f"| {m} | {p} | {r['fill_batch']}: {f['e2e']:,.0f} ({f['resident']:,.0f}) | "
+                  f"{s['e2e']:,.0f} ({s['resident']:,.0f}) | {s['e2e'] / f['e2e']:.2f} | "
+                  f"{tf:.0f}{mfu} | {r['authors']['e2e']:,.0f} |")
+    print("\nbf16 inference: " + ", ".join(f"{m} {r['infer']:,.0f} img/s" for m, r in res.items()))
+    if any(r["memory"] for r in res.values()):
+        print("\n| model | precision/path | peak GB by batch | largest batch on a 40 GB card (bf16, graph) |")
+        print("|---|---|---|---|")
+        for m, r in res.items():
+            fit = r.get("max_batch_40gb", {})
+            for k, v in r["memory"].items():
+                by = ", ".join(f"{b}: {g:.1f}" if g else f"{b}: OOM" for b, g in v.items())
+                best = (f"{fit['batch']} ({'verified' if fit['verified'] else 'NOT verified'}, "
+                        f"{fit['gb_per_image']} GB/img)") if k == "bf16/graph" and fit else ""
+                print(f"| {m} | {k} | {by} | {best} |")
+    if proj:
+        print(f"\nThe paper's {proj['runs']}-run grid ({' x '.join(proj['models'])}), one device, "
+              "extraction included:")
+        for path in ("eager", "graph"):
+            if f"{path}_paper_h" in proj:
+                print(f"  {path}: {proj[f'{path}_paper_h']:.2f} h at batch 40, "
+                      f"{proj[f'{path}_fill_h']:.2f} h at the fill batch")
+        print(f"  authors' style: {proj['authors_h']:.1f} h at batch 40")
 
 
 def main() -> None:
@@ -251,35 +245,35 @@ def main() -> None:
     p.add_argument("--models", default=None, help="comma-separated timm names")
     p.add_argument("--tiny", action="store_true", help="tiny models and sizes (CPU smoke run)")
     p.add_argument("--fill-batch", type=int, default=None, help="default 256 (CUDA) / 16 (tiny)")
-    p.add_argument("--steps", type=int, default=None, help="timed steps (default 50 / 4 tiny)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps (default 50 / 3 tiny)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps (default 10 / 1 tiny)")
     p.add_argument("--workers", type=int, default=None)
-    p.add_argument("--images", type=int, default=None, help="generated JPEGs (default 2000 / 200)")
-    p.add_argument("--no-compile", dest="compile", action="store_false", default=cuda)
+    p.add_argument("--images", type=int, default=None, help="generated JPEGs (default 2000 / 64)")
+    p.add_argument("--precisions", default="bf16,fp32", help="of the memory table")
+    p.add_argument("--compile", action="store_true", help="also time the graphed step with a "
+                   "torch.compile'd model (path 'compiled'; a minute or two of compilation)")
     p.add_argument("--json", default=None, help="also write the results here")
     a = p.parse_args()
-    tiny = a.tiny or not cuda
-    from pipeline.data.images import default_workers
-    a.fill_batch = a.fill_batch or (16 if tiny else 256)
-    a.steps, a.warmup = a.steps or (3 if tiny else 50), a.warmup or (1 if tiny else 10)
+    a.tiny = a.tiny or not cuda
+    a.fill_batch = a.fill_batch or (16 if a.tiny else 256)
+    a.steps, a.warmup = a.steps or (3 if a.tiny else 50), a.warmup or (1 if a.tiny else 10)
     a.workers = default_workers() if a.workers is None else a.workers
-    models = a.models.split(",") if a.models else (list(TINY) if tiny else ["vit_base_patch16_224", "resnet50"])
+    a.precisions = a.precisions.split(",")
+    models = (a.models.split(",") if a.models else list(TINY) if a.tiny
+              else ["vit_base_patch16_224", *PRESET_MODELS])
     device = torch.device("cuda" if cuda else "cpu")
-    torch.backends.cudnn.benchmark = True
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(a.data) if a.data else make_jpegs(Path(tmp), a.images or (64 if tiny else 2000))
+        root = Path(a.data) if a.data else make_jpegs(Path(tmp), a.images or (64 if a.tiny else 2000))
         samples = list_split(str(root), a.split)
-        res = {m: bench_model(spec(m, tiny), samples, a, device) for m in models}
-    proj = project(res, models)
-    name = torch.cuda.get_device_name() if cuda else f"CPU ({platform.processor() or 'unknown'})"
-    print_table(res, proj, name, a)
+        res = {m: bench_model(m, samples, a, device) for m in models}
+    proj = project(res, a)
+    print_table(res, proj, a, device)
     if not cuda:
         print("\n(CPU smoke run: the loader workers and the step share the same cores, so these "
               "figures only show that the benchmark runs; the targets are for CUDA.)")
     if a.json:
-        Path(a.json).write_text(json.dumps({"device": name, "date": time.strftime("%Y-%m-%d"),
-                                            "args": vars(a), "results": res, "projection": proj},
-                                           indent=2, default=str))
+        Path(a.json).write_text(json.dumps({"device": device_name(device), "date": time.strftime(
+            "%Y-%m-%d"), "args": vars(a), "results": res, "projection": proj}, indent=2, default=str))
 
 
 if __name__ == "__main__":

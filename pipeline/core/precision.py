@@ -10,9 +10,11 @@ if TYPE_CHECKING:
 PRECISIONS = ("bf16", "fp16", "fp32")
 
 
-def autocast(precision: str, device: torch.device):
+def autocast(precision: str, device: torch.device, cache: bool = True):
     """Context manager for forward passes. fp32 is a no-op; fp16 on CPU falls back to bf16,
-    which CPUs support natively (fp16 autocast on CPU is slow and rarely what anyone means)."""
+    which CPUs support natively (fp16 autocast on CPU is slow and rarely what anyone means).
+    ``cache=False`` for code captured in a CUDA graph (autocast's weight-cast cache must not
+    outlive the capture); the numbers are the same either way."""
     import torch  # lazily: cli.py imports PRECISIONS, and `report` never needs torch
 
     if precision not in PRECISIONS:
@@ -22,7 +24,7 @@ def autocast(precision: str, device: torch.device):
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     if device.type == "cpu" and dtype == torch.float16:
         dtype = torch.bfloat16
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    return torch.autocast(device_type=device.type, dtype=dtype, cache_enabled=cache)
 
 
 def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:

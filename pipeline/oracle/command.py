@@ -110,6 +110,12 @@ def _run_stage2(fn, *args):
 @click.option("--precision", type=click.Choice(PRECISIONS), default=None, help="[preset]")
 @click.option("--channels-last/--no-channels-last", default=True, show_default=True)
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the training step.")
+@click.option("--cuda-graph", type=click.Choice(["auto", "on", "off"]), default="auto",
+              show_default=True, help="Capture the whole training step (optimizer and "
+              "schedule included) in one CUDA graph: auto = where possible (one CUDA process, "
+              "no --accum-steps, bf16/fp32; with or without --compile), else eager with a note; "
+              "on = refuse "
+              "where impossible. run.json's step_path says which ran.")
 @click.option("--device", default=None, callback=device_option,
               help="cuda, cuda:1, cpu... Default: cuda if available.")
 @click.option("--workers", default=None, type=click.IntRange(0), help="DataLoader workers per "
@@ -133,8 +139,8 @@ def train_oracle(ctx, classifier, oracle, loss, data, cache, out, labels_file, t
                  alpha_pos, alpha_neg, class_balanced, cb_beta, pos_weight, neg_weight, broadcast, lr,
                  weight_decay, momentum, warmup_steps, cycle_momentum, batch_size, accum_steps,
                  epochs, flip, train_limit, val_fraction, val_every, split_seed, precision,
-                 channels_last, compile_, device, workers, eval_batch_size, ckpt_every, log_every,
-                 stop_at_step, resume, head_only, features_cache, no_progress):
+                 channels_last, compile_, cuda_graph, device, workers, eval_batch_size, ckpt_every,
+                 log_every, stop_at_step, resume, head_only, features_cache, no_progress):
     """Stage 2: train an oracle on cached classifier targets; score the eval split(s)."""
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
     # stays free of torch.
@@ -164,7 +170,7 @@ def config_from_params(params: dict):
             "cb_beta", "pos_weight", "neg_weight", "broadcast", "lr", "weight_decay", "momentum",
             "warmup_steps", "cycle_momentum", "batch_size", "accum_steps", "epochs", "flip",
             "train_limit", "val_fraction", "val_every", "split_seed", "precision",
-            "channels_last", "device", "eval_batch_size", "ckpt_every", "log_every",
+            "channels_last", "cuda_graph", "device", "eval_batch_size", "ckpt_every", "log_every",
             "stop_at_step", "resume", "head_only")
     path = lambda key: str(p[key]) if p[key] else None  # noqa: E731
     cfg = TrainConfig(
@@ -178,8 +184,8 @@ def config_from_params(params: dict):
 
 
 # train-oracle options that only the fine-tuned loop uses: refused by name with --head-only.
-FINE_TUNE_ONLY = ("accum_steps", "precision", "channels_last", "compile_", "workers",
-                  "eval_batch_size", "ckpt_every", "stop_at_step", "resume")
+FINE_TUNE_ONLY = ("accum_steps", "precision", "channels_last", "compile_", "cuda_graph",
+                  "workers", "eval_batch_size", "ckpt_every", "stop_at_step", "resume")
 
 
 def check_head_only_options(ctx: click.Context) -> None:

@@ -140,19 +140,20 @@ class LoopSettings:
 
 
 def fit(prep, objs: TrainObjects, data_cfg: DataConfig, state: LoopState,
-        s: LoopSettings) -> str:
+        s: LoopSettings, step_fn=train_step) -> str:
     """Train from ``state.step`` to the end, to --stop-at-step ('stopped') or to a SIGINT/SIGTERM
     ('interrupted'); a checkpoint is written in the last two cases.  Returns the outcome.
-    log.jsonl (and TensorBoard events, when installed) record every logged step."""
+    log.jsonl (and TensorBoard events, when installed) record every logged step.  ``step_fn``:
+    ``train_step`` or a ``pipeline.oracle.graph.GraphedStep`` (same signature and results)."""
     log = StepLog(s.run_dir, state.step, objs.info.is_main)
     try:
-        return _fit(prep, objs, data_cfg, state, s, log)
+        return _fit(prep, objs, data_cfg, state, s, log, step_fn)
     finally:
         log.close()          # flushes the TensorBoard event file
 
 
 def _fit(prep, objs: TrainObjects, data_cfg: DataConfig, state: LoopState, s: LoopSettings,
-         log: StepLog) -> str:
+         log: StepLog, step_fn) -> str:
     info, schedule = objs.info, prep.schedule
     total = schedule.total_steps
     slices = micro_slices(schedule.batch_size, info.world, info.rank, prep.config["accum_steps"])
@@ -170,7 +171,7 @@ def _fit(prep, objs: TrainObjects, data_cfg: DataConfig, state: LoopState, s: Lo
                              pin_memory=objs.device.type == "cuda")
         batches = iter(loader)
         while state.step < total:
-            loss, c, g = train_step(objs, batches, state.step, schedule, slices, table)
+            loss, c, g = step_fn(objs, batches, state.step, schedule, slices, table)
             state.step += 1
             window.append(loss)
             counts += c

@@ -32,8 +32,8 @@ CHECKPOINTS, OUTPUTS = "checkpoints", "outputs"
 # differing only in them (or in the seed) share a group.  Paths are replaced by the identity of
 # the training cache (dataset fingerprint, classifier weights).
 NOT_IN_GROUP = ("seed", "out", "runs_root", "artifacts", "data", "cache", "labels_file", "eval_splits",
-                "resume", "progress", "workers", "device", "compile", "eval_batch_size",
-                "ckpt_every", "log_every", "stop_at_step", "features_cache")
+                "resume", "progress", "workers", "device", "compile", "cuda_graph",
+                "eval_batch_size", "ckpt_every", "log_every", "stop_at_step", "features_cache")
 
 
 class RunError(RuntimeError):

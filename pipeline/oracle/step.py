@@ -77,27 +77,39 @@ def train_step(objs: TrainObjects, batches: Iterator, step: int, schedule: StepS
             raise RuntimeError(f"step {step + 1}: loader delivered rows out of schedule")
         dev = lambda t: t.to(objs.device, non_blocking=True)  # noqa: E731
         o, pt, flip = dev(o_all[sl]), dev(pt_all[sl]), dev(torch.from_numpy(flips[sl]))
-        x = objs.normalize(images)
-        x = torch.where(flip[:, None, None, None], x.flip(-1), x)
         coef = (broadcast_coefficients(objs.loss, dev(o_all), len(o)) if objs.loss.broadcast
                 else None)
         last = a == len(slices) - 1
         sync = nullcontext() if last or objs.ddp is None else objs.ddp.no_sync()
         with sync:
-            with autocast(objs.precision, objs.device):
-                z = objs.step_model(x)
-            z.retain_grad()        # dL/dz: the head's input gradient follows (logging only)
-            loss = per_sample_loss(objs.loss, z, o, pt, coef).mean() / len(slices)
-            objs.scaler.scale(loss).backward()
-        grads += grad_norm_sums(objs, z.grad)
-        loss_sum += loss.detach()
-        zd = z.detach().float()
-        counts += torch.stack([((zd > 0) & (o > 0.5)).sum(), (o > 0.5).sum(),
-                               ((zd < objs.tnr_logit) & (o < 0.5)).sum(), (o < 0.5).sum()]).float()
+            loss, c, g = forward_backward(objs, images, o, pt, flip, coef, len(slices))
+        loss_sum += loss
+        counts += c
+        grads += g
     objs.scaler.step(objs.optimizer)
     objs.scaler.update()
     objs.scheduler.step()
     return loss_sum, counts, grads
+
+
+def forward_backward(objs: TrainObjects, images: torch.Tensor, o: torch.Tensor, pt: torch.Tensor,
+                     flip: torch.Tensor, coef, n_slices: int, autocast_cache: bool = True
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One micro-batch: normalise, flip, forward, loss, backward (gradients accumulate).
+    Returns (loss / n_slices, counts (4,), gradient sums (2,)), detached, on the device.  The
+    same code runs eagerly and inside the captured CUDA graph (pipeline.oracle.graph), which
+    needs ``autocast_cache=False``."""
+    x = objs.normalize(images)
+    x = torch.where(flip[:, None, None, None], x.flip(-1), x)
+    with autocast(objs.precision, objs.device, cache=autocast_cache):
+        z = objs.step_model(x)
+    z.retain_grad()        # dL/dz: the head's input gradient follows (logging only)
+    loss = per_sample_loss(objs.loss, z, o, pt, coef).mean() / n_slices
+    objs.scaler.scale(loss).backward()
+    zd = z.detach().float()
+    counts = torch.stack([((zd > 0) & (o > 0.5)).sum(), (o > 0.5).sum(),
+                          ((zd < objs.tnr_logit) & (o < 0.5)).sum(), (o < 0.5).sum()]).float()
+    return loss.detach(), counts, grad_norm_sums(objs, z.grad)
 
 
 def grad_norm_sums(objs: TrainObjects, z_grad: torch.Tensor) -> torch.Tensor:

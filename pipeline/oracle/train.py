@@ -19,6 +19,7 @@ from pipeline.core.models import ModelError, ModelSpec, resolve_spec
 from pipeline.core.presets import EMBEDDED_ORACLE, PAPER_ORACLE, SS_ALPHAS, family
 from pipeline.data.sources import FMNIST_NAME, is_embedded
 from pipeline.oracle import loop as fit
+from pipeline.oracle.graph import choose_step
 from pipeline.oracle.losses import (LossConfig, check_loss_options, loss_label, resolve_loss,
                                     variant_tags)
 from pipeline.oracle.predict import finish_run
@@ -82,6 +83,7 @@ class TrainConfig:
     precision: str | None = None           # resolved (bf16; fp32 on the embedded dataset)
     channels_last: bool = True
     compile: bool = False
+    cuda_graph: str = "auto"               # auto | on | off (pipeline.oracle.graph)
     device: str | None = None
     workers: int = 8
     eval_batch_size: int = 256
@@ -283,7 +285,9 @@ def _train_claimed(cfg: TrainConfig, prep: Prepared, info: dist.DistInfo, device
     state = fit.LoopState()
     if prep.state == "resume":
         state = fit.resume_state(prep.run_dir, objs, prep)
-    extras = {**run_extras(prep, sched), "oracle_build": oracle_build(prep, data_cfg)}
+    step_fn, step_path = choose_step(objs, cfg.cuda_graph, cfg.accum_steps)
+    extras = {**run_extras(prep, sched), "oracle_build": oracle_build(prep, data_cfg),
+              "step_path": step_path}   # the dict a failed capture updates (auto: eager)
     write_val_split(prep, info)
     if info.is_main:
         write_run_file(prep.run_dir, prep.record, "running", step=state.step, **extras)
@@ -294,7 +298,7 @@ def _train_claimed(cfg: TrainConfig, prep: Prepared, info: dist.DistInfo, device
         max(1, cfg.ckpt_every), cfg.stop_at_step, cfg.workers, cfg.eval_batch_size, cfg.progress)
     resumed_at = state.step
     try:
-        outcome = fit.fit(prep, objs, data_cfg, state, settings)
+        outcome = fit.fit(prep, objs, data_cfg, state, settings, step_fn)
     except TrainingDiverged as err:
         if info.is_main:
             write_run_file(prep.run_dir, prep.record, "failed", step=state.step, error=str(err),
