@@ -131,7 +131,7 @@ def bench_model(name: str, samples, args, device: torch.device) -> dict:
         except Exception as err:  # noqa: BLE001 - report and go on with the other variants
             res[variant] = {"error": f"{type(err).__name__}: {err}"[:500]}
         r = res[variant]
-        line = (f"{r['img_per_s']:>9,.0f} img/s steady, {r['end_to_end_img_per_s']:>9,.0f} "
+        line = (f"{fmt(r['img_per_s'])} img/s steady, {fmt(r['end_to_end_img_per_s'])} "
                 f"end-to-end ({r['rows']} rows)" if "error" not in r else r["error"])
         if "logit_max_abs_diff" in r:
             line += (f"; vs {extra['reference_variant']}: logits max |d| {r['logit_max_abs_diff']}, "
@@ -158,6 +158,11 @@ def bench_model(name: str, samples, args, device: torch.device) -> dict:
             extra["profile"] = {"error": f"{type(err).__name__}: {err}"[:500]}
         print(f"  {name:<24} profile: {json.dumps(extra['profile'])}", flush=True)
     return summarise(name, res, device, extra)
+
+
+def fmt(rate) -> str:
+    """img/s for the table; None (a single batch: no steady figure) as n/a."""
+    return f"{rate:>9,.0f}" if rate is not None else f"{'n/a':>9}"
 
 
 def decode_of(variant: str) -> str:
