@@ -114,10 +114,13 @@ class DeviceDecoder:
         self.samples, self.transform, self.device, self.skip_bad = samples, transform, device, skip_bad
         self.resize = BatchResize(transform.cfg)
         cuda = device.type == "cuda"
-        self.alloc_stream = torch.cuda.Stream(device) if cuda else None
+        hw = uses_hardware(mode)
+        # hw: nvImageCodec decodes in this stream's order; high priority so the kernels the
+        # engines leave to the SMs (colour conversion) do not queue behind the model's
+        self.alloc_stream = torch.cuda.Stream(device, priority=-1 if hw else 0) if cuda else None
         self.stream = torch.cuda.Stream(device, priority=-1) if cuda else None
         # built (and self-tested) here: an unusable decoder is refused before anything is written
-        self.hw = HardwareJpeg(device) if uses_hardware(mode) else None
+        self.hw = HardwareJpeg(device) if hw else None
         self._held: deque = deque()
         if device.type != "cpu" and self.hw is None:
             self._self_test()

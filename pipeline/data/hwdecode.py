@@ -1,10 +1,13 @@
 """JPEG decoding on the GPU's hardware JPEG engines (``extract --decode hw|hw-mixed``).
 
-torchvision's ``decode_jpeg(device="cuda")`` (``--decode gpu``) runs nvJPEG's CUDA kernels on the
-SMs, where they contend with the model.  A100, A30, H100, H200 (and later data-centre GPUs) also
-carry NVJPG engines, fixed-function JPEG decoders beside the SMs; NVIDIA's nvImageCodec library
-(the optional extra ``nvimgcodec``, imported only when asked for) drives them in batches.  Here
-the decoder is built with the hardware backend ONLY: a file the engines cannot decode comes back
+A100, A30, H100, H200 (and later data-centre GPUs) carry NVJPG engines, fixed-function JPEG
+decoders beside the SMs.  torchvision's batched ``decode_jpeg(device="cuda")`` (``--decode gpu``)
+already sends baseline JPEGs to them (nvJPEG's hardware backend), but from a low-priority stream of
+its own, with two host synchronisations per call, and what the engines leave to CUDA kernels
+(colour conversion) queues behind the model's kernels.  NVIDIA's nvImageCodec library (the optional
+extra ``nvimgcodec``, imported only when asked for) drives the same engines with the decoding
+ordered on a stream of ours (``DeviceDecoder`` gives it a high-priority one).  Here the decoder
+is built with the hardware backend ONLY: a file the engines cannot decode comes back
 as ``None`` and ``DeviceDecoder`` decodes it on the CPU, as it does for ``gpu`` -- never silently
 on the SMs, so what decoded a row stays a pure function of the file and the row index (nvImageCodec's
 own load balancing between backends would make it depend on the batch).
