@@ -14,8 +14,9 @@ content does not depend on worker count, batch order or the number of processes:
   faster when both the CPU decoders and the accelerator are near their limit, e.g. ResNet-50);
   ``mixed:N/D`` (Python API / benchmark): rows with ``i % D < N`` (``mixed`` = ``mixed:1/2``);
 * ``hw``, ``hw-mixed``, ``hw:N/D``: the same rows as ``gpu``, ``mixed``, ``mixed:N/D``, decoded
-  by the GPU's hardware JPEG engines through nvImageCodec (``pipeline.data.hwdecode``) instead of
-  nvJPEG's CUDA kernels; a file the engines refuse is decoded on the CPU, never on the SMs;
+  by the GPU's hardware JPEG engines through nvImageCodec (``pipeline.data.hwdecode``; hardware
+  backend only, on a high-priority stream of ours) instead of torchvision's nvJPEG call; a file
+  the engines refuse is decoded on the CPU, never on the SMs;
 * anything else (PNG, progressive, CMYK/grey, Adobe-RGB or truncated JPEGs) is decoded on the
   CPU in the worker with the same code as ``--decode cpu`` -- including the bad-file handling.
 
@@ -35,13 +36,14 @@ import torch
 
 from pipeline.data.errors import DataError
 from pipeline.data.hwdecode import HardwareJpeg
+from pipeline.data.images import BadImageError, ImageRows, ResizeCrop, decode_file
 from pipeline.data.jpeg import DECODE_MODES, device_decodable, device_share, uses_hardware
+from pipeline.data.resize import BatchResize
+from pipeline.data.sources import SampleList
 
 __all__ = ["DECODE_MODES", "DeviceDecoder", "RawRows", "collate_raw", "device_decodable",
            "device_share", "make_dataset", "uses_hardware"]
-from pipeline.data.images import BadImageError, ImageRows, ResizeCrop, decode_file
-from pipeline.data.resize import BatchResize
-from pipeline.data.sources import SampleList
+
 
 class RawRows(ImageRows):
     """Row ``i`` -> (payload, i, valid): payload = the file's bytes (numpy uint8, decoded later on
