@@ -69,7 +69,7 @@ def load_nvimgcodec():
     except ImportError as err:
         raise DataError(f"--decode hw decodes JPEGs on the GPU's hardware JPEG engines through "
                         f"NVIDIA nvImageCodec, which is not installed ({err}): {INSTALL}; or use "
-                        "--decode gpu (nvJPEG on the SMs)") from None
+                        "--decode gpu (torchvision's nvJPEG)") from None
     return nvimgcodec
 
 
@@ -128,7 +128,7 @@ class HardwareJpeg:
 
     def _advice(self) -> str:
         return (f"The hardware JPEG engines exist on {ENGINES}; nvImageCodec also needs nvJPEG "
-                f"({INSTALL}). Otherwise use --decode gpu (nvJPEG on the SMs) or --decode cpu")
+                f"({INSTALL}). Otherwise use --decode gpu (torchvision's nvJPEG) or --decode cpu")
 
     def _self_test(self) -> None:
         data = _sample_jpeg()
