@@ -54,11 +54,11 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the classifier.")
 @click.option("--decode", type=click.Choice(["cpu", "gpu", "mixed", "hw", "hw-mixed"]),
               default="cpu", show_default=True, help="Where JPEGs are decoded: cpu (loader "
-              "workers), gpu (torchvision's batched nvJPEG on the device, resize there too), mixed (even "
-              "rows on the device, odd rows in the workers), hw / hw-mixed (as gpu / mixed, but "
-              "on the GPU's hardware JPEG engines through nvImageCodec: A100/H100/H200, pip "
-              "install '.[nvimgcodec]'). Other formats always decode on the CPU; the decoder is "
-              "part of the cache identity.")
+              "workers), gpu (torchvision's batched nvJPEG on the device, resize there too), "
+              "mixed (even rows on the device, odd rows in the workers), hw / hw-mixed (as gpu / "
+              "mixed, but through nvImageCodec on the GPU's hardware JPEG engines only: "
+              "A100/H100/H200, pip install '.[nvimgcodec]'). Other formats always decode on the "
+              "CPU; the decoder is part of the cache identity.")
 @click.option("--corruption", default=None, type=click.Choice(CORRUPTIONS), help="One of "
               "ImageNet-C's 19 corruptions, applied to every image before resizing, seeded per "
               "row by --seed (pipeline/data/corruptions.py; docs/DEMO_DATA.md).")
