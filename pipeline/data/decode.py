@@ -186,7 +186,9 @@ class DeviceDecoder:
                 raw = [flat[a:b] for a, b in zip(starts, ends.tolist())]
                 images = self._decode(raw, rows.numpy()[raw_pos.numpy()])
             if self.stream is not None:
-                for img in images or []:
+                # hw: nvImageCodec's buffers are not the caching allocator's; finish() holds the
+                # whole batch (CPU fallbacks included) until its resize is done instead
+                for img in (images or []) if self.hw is None else []:
                     if img is not None:  # its block returns to the pool once finish()'s work is done
                         img.record_stream(self.stream)
                 event = torch.cuda.Event()
