@@ -43,8 +43,8 @@ echo "driver CUDA ${DRIVER_CUDA:-?}: $CU wheels" | tee -a "$OUT/versions.txt"
 if ! $PY -c "import nvidia.nvimgcodec" 2>/dev/null; then
     step install 120 $PY -m pip install --no-index --no-deps $WHEELS/nvidia_nvimgcodec_${CU}-*.whl $WHEELS/$NVJPEG
 fi
-$PY -c "import h5py, click, tqdm, xxhash, timm, sklearn" 2>/dev/null || \
-    step install_deps 180 $PY -m pip install --no-index --find-links "$WHEELS" h5py click tqdm xxhash scikit-learn timm
+$PY -c "import h5py, click, tqdm, xxhash, timm, sklearn, pytest" 2>/dev/null || \
+    step install_deps 180 $PY -m pip install --no-index --find-links "$WHEELS" h5py click tqdm xxhash scikit-learn timm pytest
 step nvimgcodec_version 60 $PY -c "import nvidia.nvimgcodec as n; print('nvimgcodec', n.__version__, 'cuda', n.__cuda_version__)"
 
 # 3. the hardware decoder's self-test (a clear refusal here says why --decode hw cannot run)
