@@ -5,8 +5,13 @@ Compares, in one run on the same JPEGs (``bench/make_jpegs.py``):
 * ``naive``: the authors' style -- PIL decode + timm's PIL transform with float32 ToTensor /
   Normalize in the loader workers, fp32 model, ``.cpu()`` of the logits every batch;
 * our ``extract()`` (the real stage-1 code path, cache written) in variants
-  ``cpu`` | ``gpu`` | ``mixed`` (where JPEGs are decoded, ``--decode``), each optionally
-  ``+compile``; always uint8 until the device, normalise on the device, bf16, channels_last.
+  ``cpu`` | ``gpu`` | ``mixed`` | ``hw`` | ``hw-mixed`` (where JPEGs are decoded, ``--decode``;
+  also ``mixed:N/D``, ``hw:N/D``), each optionally ``+compile``; always uint8 until the device,
+  normalise on the device, bf16, channels_last.
+
+``--profile`` adds what limits the device decoders (``bench/profile_decode.py``): each decoder
+alone (img/s on file bytes already in memory), the model alone, and each decoder while the
+model runs on the same GPU.
 
 Throughput is "steady": rows after the first batch / time after the first batch (worker start-up
 and compilation excluded; the end-to-end figure is printed beside it).  Random-init weights (no
@@ -126,22 +131,42 @@ def bench_model(name: str, samples, args, device: torch.device) -> dict:
         except Exception as err:  # noqa: BLE001 - report and go on with the other variants
             res[variant] = {"error": f"{type(err).__name__}: {err}"[:500]}
         r = res[variant]
-        line = (f"{r['img_per_s']:>9,.0f} img/s steady, {r['end_to_end_img_per_s']:>9,.0f} "
+        line = (f"{fmt(r['img_per_s'])} img/s steady, {fmt(r['end_to_end_img_per_s'])} "
                 f"end-to-end ({r['rows']} rows)" if "error" not in r else r["error"])
         if "logit_max_abs_diff" in r:
             line += (f"; vs {extra['reference_variant']}: logits max |d| {r['logit_max_abs_diff']}, "
                      f"argmax agree {r['argmax_agree']:.4f}, non-finite rows {r['nonfinite_rows']}")
         print(f"  {name:<24} {variant:<14} {line}", flush=True)
-    if args.pixel_check:
+    decoders = [d for d in ("gpu", "hw") if any(decode_of(v).startswith(d) or
+                                              (d == "gpu" and decode_of(v).startswith("mixed"))
+                                              for v in args.variants)]
+    for decode in decoders if args.pixel_check else []:
+        key = "pixel_check" if decode == "gpu" else f"pixel_check_{decode}"
         try:
             from bench.check_decode import check_model
-            extra["pixel_check"] = check_model(name, samples, min(rows, args.pixel_check), args,
-                                               device)
+            extra[key] = check_model(name, samples, min(rows, args.pixel_check), args, device,
+                                     decode)
         except Exception as err:  # noqa: BLE001 - report and go on
-            extra["pixel_check"] = {"error": f"{type(err).__name__}: {err}"[:500]}
-        print(f"  {name:<24} pixel check gpu vs cpu decode: {json.dumps(extra['pixel_check'])}",
+            extra[key] = {"error": f"{type(err).__name__}: {err}"[:500]}
+        print(f"  {name:<24} pixel check {decode} vs cpu decode: {json.dumps(extra[key])}",
               flush=True)
+    if args.profile:
+        try:
+            from bench.profile_decode import profile_model
+            extra["profile"] = profile_model(name, samples, args, device, decoders)
+        except Exception as err:  # noqa: BLE001 - report and go on
+            extra["profile"] = {"error": f"{type(err).__name__}: {err}"[:500]}
+        print(f"  {name:<24} profile: {json.dumps(extra['profile'])}", flush=True)
     return summarise(name, res, device, extra)
+
+
+def fmt(rate) -> str:
+    """img/s for the table; None (a single batch: no steady figure) as n/a."""
+    return f"{rate:>9,.0f}" if rate is not None else f"{'n/a':>9}"
+
+
+def decode_of(variant: str) -> str:
+    return variant.partition("+")[0]
 
 
 def logit_agreement(reference: np.ndarray, logits: np.ndarray) -> dict:
@@ -165,7 +190,9 @@ def summarise(name: str, res: dict, device: torch.device, extra: dict) -> dict:
     naive = ok.get("naive")
     out = {"model": name, "device": device_name(device), "variants": res, "best": best,
            "best_img_per_s": fast.get(best), "naive_img_per_s": naive,
-           "ratio_best_vs_naive": round(fast[best] / naive, 2) if best and naive else None, **extra}
+           "ratio_best_vs_naive": round(fast[best] / naive, 2) if best and naive else None,
+           "ratios_vs_naive": {v: round(r / naive, 2) for v, r in fast.items()} if naive else {},
+           **extra}
     print("BENCH_EXTRACT " + json.dumps(out), flush=True)
     return out
 
@@ -192,8 +219,12 @@ def main(argv=None) -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench_extract"))
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     ap.add_argument("--pixel-check", type=int, default=None, help="rows for the per-row pixel "
-                    "comparison of --decode gpu vs cpu (bench/check_decode.py); default 1024 on "
-                    "CUDA, 0 (off) elsewhere")
+                    "comparison of each device decoder among the variants (gpu/mixed: nvJPEG, "
+                    "hw/hw-mixed: NVJPG engines) vs cpu (bench/check_decode.py); default 1024 "
+                    "on CUDA, 0 (off) elsewhere")
+    ap.add_argument("--profile", action="store_true", help="also time each device decoder "
+                    "alone, the model alone and both together (bench/profile_decode.py)")
+    ap.add_argument("--profile-rows", type=int, default=4096)
     args = ap.parse_args(argv)
     args.variants = [v for v in args.variants.split(",") if v]
     args.workers = default_workers() if args.workers is None else args.workers
@@ -216,7 +247,8 @@ def main(argv=None) -> None:
                "workers": args.workers, "batch_size": args.batch_size, "rows": len(samples),
                "results": {r["model"]: {k: r[k] for k in ("best", "best_img_per_s",
                                                             "naive_img_per_s",
-                                                            "ratio_best_vs_naive")}
+                                                            "ratio_best_vs_naive",
+                                                            "ratios_vs_naive")}
                            for r in results}}
     print("BENCH_EXTRACT_SUMMARY " + json.dumps(summary), flush=True)
     if args.json:

@@ -1,4 +1,4 @@
-"""Pixel-level fidelity of ``--decode gpu`` against ``--decode cpu``, row by row.
+"""Pixel-level fidelity of ``--decode gpu`` (or ``hw``) against ``--decode cpu``, row by row.
 
 The CPU path (``ImageRows``: libjpeg-turbo + ResizeCrop in loader workers) gives the reference
 uint8 model input of each row.  The device path runs as ``extract`` runs it -- ``RawRows`` workers,
@@ -10,6 +10,7 @@ model's logits on both inputs (non-finite rows, largest difference, argmax agree
 same model's logit change under +-1 pixel noise, which says what rounding alone moves.
 
     python bench/check_decode.py --data /tmp/jpegs --models resnet50,vit_base_patch16_224
+    python bench/check_decode.py --data /tmp/jpegs --models resnet50 --decode hw   # NVJPG engines
 """
 from __future__ import annotations
 
@@ -41,14 +42,14 @@ def reference_pixels(samples, transform, rows: int, batch_size: int, workers: in
 
 
 def device_pixels(samples, transform, rows, batch_size, workers, device, model, normalize,
-                  precision) -> tuple[torch.Tensor, torch.Tensor]:
+                  precision, decode: str = "gpu") -> tuple[torch.Tensor, torch.Tensor]:
     """(pixels, logits) of the device path, with the model queued on every batch and the host
     copies consumed one batch late (as ``ShardSink``), so the decoder overlaps queued work."""
     pixels = torch.zeros((rows, *transform.cfg.input_size), dtype=torch.uint8)
     logits = torch.zeros((rows, model.num_classes), dtype=torch.float32)
-    loader = make_loader(RawRows(samples, transform, "gpu"), chunk_batches([(0, rows)], batch_size),
+    loader = make_loader(RawRows(samples, transform, decode), chunk_batches([(0, rows)], batch_size),
                          workers, pin_memory=False, collate_fn=collate_raw)
-    decoder = DeviceDecoder(samples, transform, device, False)
+    decoder = DeviceDecoder(samples, transform, device, False, decode)
     batches = StagedPrefetch(iter(loader), decoder.stages, device)
     pending = None
     try:
@@ -104,7 +105,9 @@ def compare(ref_px, px, ref_logits, logits, noise_logits) -> dict:
             "logit_max_abs_diff_next_row": round(float((ref_logits.roll(1, 0) - ref_logits).abs().max()), 5)}
 
 
-def check_model(name: str, samples, rows: int, args, device: torch.device) -> dict:
+def check_model(name: str, samples, rows: int, args, device: torch.device,
+                decode: str = "gpu") -> dict:
+    """``decode`` (gpu: nvJPEG on the SMs, hw: the NVJPG engines) against the CPU path."""
     spec = resolve_spec(name, False, None, True, {})
     model = build_model(spec, seed=0).eval().to(device).to(memory_format=torch.channels_last)
     data_cfg = resolve_data_config(model, spec, "model")
@@ -112,12 +115,12 @@ def check_model(name: str, samples, rows: int, args, device: torch.device) -> di
     ref = reference_pixels(samples, transform, rows, args.batch_size, args.workers)
     with torch.inference_mode():
         px, logits = device_pixels(samples, transform, rows, args.batch_size, args.workers, device,
-                                   model, normalize, args.precision)
+                                   model, normalize, args.precision, decode)
     ref_logits = model_logits(model, normalize, ref, device, args.precision, args.batch_size)
     noise = torch.randint(-1, 2, ref.shape, generator=torch.Generator().manual_seed(0))
     noisy = (ref.int() + noise).clamp(0, 255).to(torch.uint8)
     noise_logits = model_logits(model, normalize, noisy, device, args.precision, args.batch_size)
-    return {"model": name, **compare(ref, px, ref_logits, logits, noise_logits)}
+    return {"model": name, "decode": decode, **compare(ref, px, ref_logits, logits, noise_logits)}
 
 
 def main(argv=None) -> list[dict]:
@@ -130,6 +133,8 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--precision", default="bf16")
     ap.add_argument("--device", default=None)
+    ap.add_argument("--decode", default="gpu", choices=("gpu", "hw"),
+                    help="the device decoder compared with the CPU path")
     args = ap.parse_args(argv)
     args.workers = default_workers() if args.workers is None else args.workers
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -137,7 +142,7 @@ def main(argv=None) -> list[dict]:
     rows = min(args.rows, len(samples))
     results = []
     for name in [m for m in args.models.split(",") if m]:
-        results.append(check_model(name, samples, rows, args, device))
+        results.append(check_model(name, samples, rows, args, device, args.decode))
         print("CHECK_DECODE " + json.dumps(results[-1]), flush=True)
     return results
 

@@ -4,7 +4,8 @@ sources.py   which samples a split holds (ImageNet layouts, ImageFolder, Fashion
              adversarial splits); classes.py: does output k mean the dataset's class k
 labels.py    label files of flat validation folders; errors.py: DataError (no traceback)
 images.py    decode -> corrupt -> resize/crop in loader workers; normalisation on the device
-decode.py    nvJPEG on the accelerator; resize.py, prefetch.py: batched resize, stages ahead of use
+decode.py    nvJPEG on the accelerator; resize.py, prefetch.py: batched resize, stages ahead of use;
+             jpeg.py: which rows/files go to it; hwdecode.py: the NVJPG engines via nvImageCodec
 corruptions.py  ImageNet-C's 19 corruptions; imagenet_c.py: names, parameters (torch-free);
              imagecorruptions_compat.py: the imagecorruptions package on numpy 2, seeded per call
 """

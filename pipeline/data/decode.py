@@ -1,4 +1,4 @@
-"""JPEG decoding on the accelerator (``extract --decode gpu|mixed``).
+"""JPEG decoding on the accelerator (``extract --decode gpu|mixed|hw|hw-mixed``).
 
 Loader workers only read the file bytes of the images the accelerator will decode (and fully
 decode + resize the others on the CPU, as ``ImageRows`` does); threads of the main process
@@ -13,6 +13,10 @@ content does not depend on worker count, batch order or the number of processes:
 * ``mixed``: those among the even rows (the odd rows keep the CPU busy in parallel, which is
   faster when both the CPU decoders and the accelerator are near their limit, e.g. ResNet-50);
   ``mixed:N/D`` (Python API / benchmark): rows with ``i % D < N`` (``mixed`` = ``mixed:1/2``);
+* ``hw``, ``hw-mixed``, ``hw:N/D``: the same rows as ``gpu``, ``mixed``, ``mixed:N/D``, decoded
+  by the GPU's hardware JPEG engines through nvImageCodec (``pipeline.data.hwdecode``; hardware
+  backend only, on a high-priority stream of ours) instead of torchvision's nvJPEG call; a file
+  the engines refuse is decoded on the CPU, never on the SMs;
 * anything else (PNG, progressive, CMYK/grey, Adobe-RGB or truncated JPEGs) is decoded on the
   CPU in the worker with the same code as ``--decode cpu`` -- including the bad-file handling.
 
@@ -23,6 +27,7 @@ retried with the CPU decoder; if that fails too the row is an error naming file 
 from __future__ import annotations
 
 import warnings
+from collections import deque
 from contextlib import nullcontext
 from typing import Callable
 
@@ -30,53 +35,14 @@ import numpy as np
 import torch
 
 from pipeline.data.errors import DataError
+from pipeline.data.hwdecode import HardwareJpeg
 from pipeline.data.images import BadImageError, ImageRows, ResizeCrop, decode_file
+from pipeline.data.jpeg import DECODE_MODES, device_decodable, device_share, uses_hardware
 from pipeline.data.resize import BatchResize
 from pipeline.data.sources import SampleList
 
-DECODE_MODES = ("cpu", "gpu", "mixed")
-
-
-def device_share(mode: str) -> tuple[int, int]:
-    """(N, D): row ``i`` goes to the device decoder when ``i % D < N`` (if its file is a JPEG it
-    can decode).  ``gpu`` = 1/1, ``mixed`` = 1/2, ``mixed:N/D`` with 0 < N < D <= 64."""
-    if mode == "gpu":
-        return 1, 1
-    if mode == "mixed":
-        return 1, 2
-    kind, _, frac = mode.partition(":")
-    num, _, den = frac.partition("/")
-    if kind == "mixed" and num.isdigit() and den.isdigit() and 0 < int(num) < int(den) <= 64:
-        return int(num), int(den)
-    raise ValueError(f"--decode {mode!r}: expected one of {DECODE_MODES} or mixed:N/D "
-                     "(device rows i % D < N, 0 < N < D <= 64)")
-_SOF_BASELINE = (0xC0, 0xC1)
-_SOF_OTHER = tuple(m for m in range(0xC2, 0xD0) if m not in (0xC4, 0xC8, 0xCC))
-
-
-def device_decodable(data: bytes) -> bool:
-    """True for a complete baseline JPEG with 3 components and no Adobe RGB transform: the
-    kind nvJPEG's batched decoder handles exactly like libjpeg-turbo up to IDCT rounding."""
-    if data[:2] != b"\xff\xd8" or data.rstrip(b"\x00")[-2:] != b"\xff\xd9":
-        return False
-    pos, n = 2, len(data)
-    while pos + 4 <= n:
-        if data[pos] != 0xFF:
-            return False
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        length = int.from_bytes(data[pos + 2: pos + 4], "big")
-        if marker in _SOF_BASELINE:
-            return pos + 9 < n and data[pos + 9] == 3
-        if marker in _SOF_OTHER or marker == 0xDA:  # progressive/lossless/arithmetic, or no SOF
-            return False
-        if marker == 0xEE and data[pos + 4: pos + 9] == b"Adobe" and pos + 15 < n \
-                and data[pos + 15] == 0:
-            return False  # Adobe "transform 0": RGB stored without YCbCr conversion
-        pos += 2 + length
-    return False
+__all__ = ["DECODE_MODES", "DeviceDecoder", "RawRows", "collate_raw", "device_decodable",
+           "device_share", "make_dataset", "uses_hardware"]
 
 
 class RawRows(ImageRows):
@@ -139,16 +105,26 @@ class DeviceDecoder:
     ``record_stream``-ed there, so a block returns to that pool only once the work on it is
     done and nvJPEG never gets a busy one -- no host synchronisation.  The consumer waits on the batch's
     event and ``record_stream``-s the result on its own stream (``StagedPrefetch``).
+
+    ``mode`` hw/hw-mixed/hw:N/D: the hardware JPEG engines (``HardwareJpeg``) decode, ordered on
+    ``alloc_stream``; their buffers are nvImageCodec's, so each batch's decoded images are held
+    until the event after its resize has completed (``_hold``) instead of ``record_stream``.
     """
 
     def __init__(self, samples: SampleList, transform: ResizeCrop, device: torch.device,
-                 skip_bad: bool):
+                 skip_bad: bool, mode: str = "gpu"):
         self.samples, self.transform, self.device, self.skip_bad = samples, transform, device, skip_bad
         self.resize = BatchResize(transform.cfg)
         cuda = device.type == "cuda"
-        self.alloc_stream = torch.cuda.Stream(device) if cuda else None
+        hw = uses_hardware(mode)
+        # hw: nvImageCodec decodes in this stream's order; high priority so the kernels the
+        # engines leave to the SMs (colour conversion) do not queue behind the model's
+        self.alloc_stream = torch.cuda.Stream(device, priority=-1 if hw else 0) if cuda else None
         self.stream = torch.cuda.Stream(device, priority=-1) if cuda else None
-        if device.type != "cpu":
+        # built (and self-tested) here: an unusable decoder is refused before anything is written
+        self.hw = HardwareJpeg(device) if hw else None
+        self._held: deque = deque()
+        if device.type != "cpu" and self.hw is None:
             self._self_test()
 
     def _self_test(self) -> None:
@@ -173,6 +149,13 @@ class DeviceDecoder:
         return torch.cuda.stream(self.stream) if self.stream is not None else nullcontext()
 
     def _decode_jpeg(self, data):
+        if self.hw is not None:
+            if isinstance(data, list):
+                return self.hw(data, self.alloc_stream)
+            img = self.hw([data], self.alloc_stream)[0]
+            if img is None:
+                raise ValueError("the hardware JPEG decoder cannot decode this file")
+            return img
         from torchvision.io import ImageReadMode, decode_jpeg
 
         with warnings.catch_warnings():
@@ -203,7 +186,9 @@ class DeviceDecoder:
                 raw = [flat[a:b] for a, b in zip(starts, ends.tolist())]
                 images = self._decode(raw, rows.numpy()[raw_pos.numpy()])
             if self.stream is not None:
-                for img in images or []:
+                # hw: nvImageCodec's buffers are not the caching allocator's; finish() holds the
+                # whole batch (CPU fallbacks included) until its resize is done instead
+                for img in (images or []) if self.hw is None else []:
                     if img is not None:  # its block returns to the pool once finish()'s work is done
                         img.record_stream(self.stream)
                 event = torch.cuda.Event()
@@ -233,19 +218,33 @@ class DeviceDecoder:
             if self.stream is not None:
                 event = torch.cuda.Event()
                 event.record(self.stream)
+                if self.hw is not None:
+                    self._hold(event, images)
         return out, rows, torch.from_numpy(valid), event
+
+    def _hold(self, event: torch.cuda.Event, images: list | None) -> None:
+        """Keep ``images`` (nvImageCodec's device buffers, freed with the tensors) alive until
+        ``event`` -- the end of the resize that reads them -- has completed."""
+        while self._held and self._held[0][0].query():
+            self._held.popleft()
+        self._held.append((event, images))
 
     def _decode(self, tensors: list[torch.Tensor], rows: np.ndarray) -> list[torch.Tensor | None]:
         try:
-            return list(self._decode_jpeg(tensors))
+            images = list(self._decode_jpeg(tensors))
         except Exception:  # noqa: BLE001 - one bad file fails the whole batch: find it
             return [self._decode_one(t, int(r)) for t, r in zip(tensors, rows)]
+        # the hardware decoder gives None for a file it cannot decode: the CPU decodes it
+        return [img if img is not None else self._decode_cpu(int(r))
+                for img, r in zip(images, rows)]
 
     def _decode_one(self, data: torch.Tensor, row: int) -> torch.Tensor | None:
         try:
             return self._decode_jpeg(data)
         except Exception:  # noqa: BLE001 - retried on the CPU below
-            pass
+            return self._decode_cpu(row)
+
+    def _decode_cpu(self, row: int) -> torch.Tensor | None:
         try:  # same fallback and message as the CPU path
             return decode_file(str(self.samples.path(row))).to(self.device)
         except Exception as err:  # noqa: BLE001 - any decoder failure is a bad row

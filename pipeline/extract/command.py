@@ -52,10 +52,13 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
               help="Rows per HDF5 shard, the unit of resume and of the split between torchrun "
               "processes (ImageNet val = 16 equal shards: 1, 2, 4, 8 or 16 GPUs share it evenly).")
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the classifier.")
-@click.option("--decode", type=click.Choice(["cpu", "gpu", "mixed"]), default="cpu",
-              show_default=True, help="Where JPEGs are decoded: cpu (loader workers), gpu "
-              "(batched nvJPEG on the device, resize there too) or mixed (even rows on the device, "
-              "odd rows in the workers). Other formats always decode on the CPU.")
+@click.option("--decode", type=click.Choice(["cpu", "gpu", "mixed", "hw", "hw-mixed"]),
+              default="cpu", show_default=True, help="Where JPEGs are decoded: cpu (loader "
+              "workers), gpu (torchvision's batched nvJPEG on the device, resize there too), "
+              "mixed (even rows on the device, odd rows in the workers), hw / hw-mixed (as gpu / "
+              "mixed, but through nvImageCodec on the GPU's hardware JPEG engines only: "
+              "A100/H100/H200, pip install '.[nvimgcodec]'). Other formats always decode on the "
+              "CPU; the decoder is part of the cache identity.")
 @click.option("--corruption", default=None, type=click.Choice(CORRUPTIONS), help="One of "
               "ImageNet-C's 19 corruptions, applied to every image before resizing, seeded per "
               "row by --seed (pipeline/data/corruptions.py; docs/DEMO_DATA.md).")
@@ -77,6 +80,14 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
 
     if weights and random_init:
         raise click.UsageError("--weights and --random-init exclude each other")
+    if decode.startswith("hw"):
+        # asked for explicitly: refused (not switched to another decoder) where not installed
+        from pipeline.data.errors import DataError
+        from pipeline.data.hwdecode import load_nvimgcodec
+        try:
+            load_nvimgcodec()
+        except DataError as err:
+            raise click.UsageError(str(err)) from None
     if decode != "cpu" and check_device(device).type != "cuda":
         # the Python API still runs the device decoder on the CPU (tests); the CLI never records
         # a cache as gpu-decoded when no GPU decoded it

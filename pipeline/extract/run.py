@@ -31,7 +31,8 @@ from pipeline.core.precision import autocast
 from pipeline.data.classes import check_num_classes
 from pipeline.core.timing import ModelTimer
 from pipeline.data.corruptions import make_corruption as corruption_fn
-from pipeline.data.decode import DeviceDecoder, collate_raw, make_dataset
+from pipeline.data.decode import DeviceDecoder, collate_raw, make_dataset, uses_hardware
+from pipeline.data.hwdecode import version as nvimgcodec_version
 from pipeline.data.images import (GpuNormalize, chunk_batches, default_workers, make_loader,
                                   transform_for)
 from pipeline.data.prefetch import StagedPrefetch
@@ -60,7 +61,7 @@ class ExtractConfig:
     skip_bad: bool = False
     shard_size: int = 3125            # ImageNet val = 16 equal shards; see cli.py --shard-size
     compile: bool = False
-    decode: str = "cpu"               # cpu | gpu | mixed (pipeline.data.decode)
+    decode: str = "cpu"               # cpu | gpu | mixed | hw | hw-mixed (pipeline.data.jpeg)
     corruption: str | None = None
     severity: int = 0
     seed: int = 0
@@ -134,7 +135,7 @@ def extract(cfg: ExtractConfig) -> dict:
                            make_corruption(cfg), cfg.skip_bad)
     # --decode gpu/mixed: decoded in the main process; built (and self-tested) before the cache
     # directory is claimed, so an unusable decoder leaves nothing behind
-    decoder = DeviceDecoder(samples, dataset.transform, device, cfg.skip_bad) \
+    decoder = DeviceDecoder(samples, dataset.transform, device, cfg.skip_bad, cfg.decode) \
         if cfg.decode != "cpu" else None
     class_notes = check_num_classes(int(model.num_classes), samples, cfg.classifier)
     identity = build_identity(cfg, samples, spec, model, data_cfg)
@@ -265,4 +266,6 @@ def _write_manifest(cfg, samples, identity, ranges, timing, info) -> None:
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
         "info": {"torch": torch.__version__, "timm": timm.__version__, "host": socket.gethostname(),
                  "python": platform.python_version(), "world_size": info.world,
-                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}})
+                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                 # the hardware decoder's pixels come from this library (identity: decode)
+                 **({"nvimgcodec": nvimgcodec_version()} if uses_hardware(cfg.decode) else {})}})
