@@ -140,7 +140,7 @@ def together(decode_step, model_step, bs: int, device, seconds: float = 4.0) -> 
 
     def run_decoder():
         if device.type == "cuda":
-            torch.cuda.set_device(device)
+            torch.cuda.set_device(device.index if device.index is not None else 0)
         with torch.inference_mode():
             result["decode_resize_img_per_s"] = rate(decode_step, bs, device, seconds)
 
