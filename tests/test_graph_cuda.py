@@ -94,10 +94,11 @@ def stage1(tmp_path_factory):
     return data, base / "cache"
 
 
-def test_resume_across_a_captured_step_is_exact(stage1, tmp_path):
+@pytest.mark.parametrize("extra", [(), ("--compile",)], ids=["graph", "compiled+graph"])
+def test_resume_across_a_captured_step_is_exact(stage1, tmp_path, extra):
     data, cache = stage1
     common = ("--lr", 0.05, "--epochs", 2, "--val-fraction", 0.25, "--val-every", 3,
-              "--device", "cuda", "--precision", "bf16", "--cuda-graph", "on")
+              "--device", "cuda", "--precision", "bf16", "--cuda-graph", "on", *extra)
     run_cli(train_args(data, cache, tmp_path / "a", *common, loss="ss"))
     assert json.loads((tmp_path / "a" / "run.json").read_text())["step_path"]["mode"] == "cuda_graph"
     b = tmp_path / "b"
