@@ -185,8 +185,11 @@ def test_sigint_of_a_real_run(tmp_path, fmnist_dir):
     cmd = [sys.executable, str(ROOT / "cli.py"), "extract", "--classifier", "vit", "--random-init",
            "--split", "train", "--out", str(out), "--device", "cpu", "--workers", "1",
            "--shard-size", "500", "--batch-size", "100", "--no-progress"]
+    # SIGINT's default disposition in the child: a suite started as a background job (`make
+    # test &`) inherits "ignore SIGINT", which Python then keeps, and the run would finish
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     cache = out / "vit" / "train"
     deadline = time.time() + 120
     while not (cache / "shard-00000.h5").exists() and proc.poll() is None and time.time() < deadline:
