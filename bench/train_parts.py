@@ -16,7 +16,7 @@ from pipeline.core.models import ModelSpec  # noqa: E402
 from pipeline.core.precision import autocast, grad_scaler  # noqa: E402
 from pipeline.core.presets import IMAGENET_PRESETS  # noqa: E402
 from pipeline.data.images import GpuNormalize  # noqa: E402
-from pipeline.oracle.losses import LossConfig  # noqa: E402
+from pipeline.core.losses import LossConfig  # noqa: E402
 from pipeline.oracle.model import build_oracle  # noqa: E402
 
 # the paper's oracles/classifiers (the presets' architectures without their weight tags)

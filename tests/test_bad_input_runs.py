@@ -212,8 +212,9 @@ def test_an_edited_num_rows_in_the_manifest_is_blamed_on_the_cache_not_on_data(s
 
 def test_no_output_name_leaves_the_outputs_folder(tmp_path):
     """The last guard, whoever built the name (--name, a split tag, a data root's name)."""
-    from pipeline.oracle.predict import output_path
-    from pipeline.oracle.runs import RunError
+    from cache.runs import RunDir, RunError
+
+    output_path = lambda run_dir, name: RunDir(run_dir).output(name)  # noqa: E731
 
     tag = "val-defocus_blur-5"
     assert output_path(tmp_path, tag) == tmp_path / "outputs" / f"{tag}.h5"

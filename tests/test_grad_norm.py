@@ -15,7 +15,8 @@ from oracle_fixtures import run_cli, train_args
 from pipeline.core import dist
 from pipeline.core.models import ModelSpec
 from pipeline.data.images import GpuNormalize
-from pipeline.oracle.losses import LossConfig, broadcast_coefficients, per_sample_loss
+from pipeline.core.losses import LossConfig
+from pipeline.oracle.losses import broadcast_coefficients, per_sample_loss
 from pipeline.oracle.model import build_oracle
 from pipeline.oracle.sampler import StepSchedule, micro_slices
 from pipeline.oracle.step import TargetTable, TrainObjects, train_step

@@ -19,7 +19,7 @@ from pipeline.core.models import ModelSpec
 from pipeline.core.precision import grad_scaler
 from pipeline.data.images import GpuNormalize
 from pipeline.oracle.graph import GraphedStep, choose_step
-from pipeline.oracle.losses import LossConfig
+from pipeline.core.losses import LossConfig
 from pipeline.oracle.model import build_oracle
 from pipeline.oracle.sampler import StepSchedule, micro_slices
 from pipeline.oracle.step import TargetTable, TrainObjects

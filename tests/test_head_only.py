@@ -46,8 +46,8 @@ def only_run(summary_output: str) -> Path:
     ("focal", {}), ("focal", {"broadcast": True, "neg_weight": 3.0}), ("tcp", {}),
     ("ce", {"class_balanced": True})])
 def test_bank_loss_equals_per_sample_loss_column_by_column(loss, opts):
-    from pipeline.oracle.head import BankLoss
-    from pipeline.oracle.losses import broadcast_coefficients, per_sample_loss, resolve_loss
+    from pipeline.core.losses import resolve_loss
+    from pipeline.oracle.losses import HeadLoss as BankLoss, broadcast_coefficients, per_sample_loss
 
     g = torch.Generator().manual_seed(0)
     z = torch.randn(64, 3, generator=g) * 3
@@ -259,8 +259,7 @@ def test_fine_tuned_runs_keep_their_group_and_head_only_runs_get_their_own():
     """Run directories written before --head-only existed are found again (same group hash)."""
     from dataclasses import asdict
 
-    from pipeline.oracle.runs import group_hash
-    from pipeline.oracle.train import TrainConfig
+    from pipeline.oracle.config import TrainConfig, group_hash
 
     ident = {"model": "m", "weights_sha256": "w", "dataset_fingerprint": "f", "split": "train",
              "corruption": "none"}

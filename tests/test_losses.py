@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from pipeline.oracle.losses import (LossConfig, LossOptionError, broadcast_coefficients,
-                                    check_loss_options, class_balanced_weights, coefficients,
-                                    loss_label, per_sample_loss, resolve_loss, steep_slope,
-                                    steep_slope_max, variant_tags)
+from pipeline.core.losses import (LossConfig, LossOptionError, check_loss_options,
+                                  class_balanced_weights, loss_label, resolve_loss, variant_tags)
+from pipeline.oracle.losses import (broadcast_coefficients, coefficients, per_sample_loss,
+                                    steep_slope, steep_slope_max)
 
 Z = torch.tensor([0.0, 2.0, 2.0, -1.0, -3.0])
 O = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0])

@@ -69,7 +69,7 @@ def test_targets_follow_the_view_shown():
 def test_validation_score_is_the_standard_aupr_error():
     from sklearn.metrics import average_precision_score, roc_auc_score
 
-    from pipeline.oracle.step import val_metrics
+    from pipeline.core.metrics import validation_metrics as val_metrics
 
     rng = np.random.default_rng(0)
     o = rng.random(500) < 0.8
@@ -87,7 +87,7 @@ def test_run_lock_refuses_a_live_owner_and_takes_over_a_dead_one(tmp_path):
     import socket
     import subprocess
 
-    from pipeline.oracle.runs import RunError, RunLock
+    from cache.runs import RunError, RunLock
 
     lock = tmp_path / "run" / ".lock"
     with RunLock(tmp_path / "run"):
@@ -103,8 +103,8 @@ def test_run_lock_refuses_a_live_owner_and_takes_over_a_dead_one(tmp_path):
 
 
 def test_onecycle_schedule_follows_the_paper_and_caps_short_warmups():
+    from cache.runs import RunError
     from pipeline.oracle.loop import schedule_info
-    from pipeline.oracle.runs import RunError
 
     cfg = {"warmup_steps": 100, "batch_size": 40, "accum_steps": 1, "cycle_momentum": False,
            "momentum": 0.05}

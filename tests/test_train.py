@@ -220,7 +220,8 @@ def test_corrupted_eval_split_is_scored_on_the_same_corrupted_pixels(stage1, tmp
     assert not np.allclose(shifted.columns["z"], clean, atol=1e-3)
     # the oracle saw exactly the pixels the classifier saw: rescoring them reproduces the file
     from pipeline.core import dist
-    from pipeline.oracle.predict import load_trained_oracle, oracle_z
+    from pipeline.oracle.model import load_trained_oracle
+    from pipeline.oracle.outputs import oracle_z
     from pipeline.oracle.targets import open_split
 
     run = json.loads((out / "run.json").read_text())

@@ -31,6 +31,11 @@ def info() -> DistInfo:
                     int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def local_world() -> int:
+    """Processes on this host (torchrun's LOCAL_WORLD_SIZE), which share its cores."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", info().world))
+
+
 def init(device_arg: str | None) -> tuple[DistInfo, torch.device]:
     """Read torchrun's RANK/WORLD_SIZE/LOCAL_RANK (absent = single process) and pick the device:
     ``cuda:LOCAL_RANK`` under torchrun on GPUs, else ``--device`` or the best available."""

@@ -1,14 +1,75 @@
-"""Click helpers shared by the stages' commands; torch-free, since `cli.py report` imports them."""
+"""Command-line options, each declared once: ``Opt`` (one option's flags, type, default, help) and
+the bundles the commands share (``--data``, ``--device``, ``--precision``, ...), plus click helpers.
+Torch-free, since `cli.py report` imports them.
+
+    @options(DATA, DEVICE, PRECISION, WORKERS.but(help=...))    # click options, in this order
+
+A command whose default differs from the bundle's says so in its help (``Opt.but``).
+"""
 from __future__ import annotations
 
 import json
 import math
 import re
 import shlex
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 import click
 
 from pipeline.core import presets
+from pipeline.core.precision import PRECISIONS, PRECISION_RULE
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One option: click's declarations (flags, then the parameter name where it differs) and
+    keyword arguments."""
+    decls: tuple[str, ...]
+    help: str = ""
+    default: Any = None
+    type: Any = None
+    is_flag: bool = False
+    multiple: bool = False
+    show_default: bool = False
+    callback: Callable | None = None
+
+    @property
+    def flag(self) -> str:
+        """The option as typed (``--flip`` for ``--flip/--no-flip``)."""
+        return self.decls[0].split("/")[0]
+
+    @property
+    def name(self) -> str:
+        """click's parameter name."""
+        if len(self.decls) > 1 and not self.decls[-1].startswith("-"):
+            return self.decls[-1]
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def but(self, **changes) -> "Opt":
+        """This option with another default, help, ... (a command that must differ says so)."""
+        return replace(self, **changes)
+
+    def click_option(self):
+        default = False if self.is_flag and self.default is None else self.default
+        kwargs = {"help": self.help, "default": default, "show_default": self.show_default}
+        if self.type is not None:
+            kwargs["type"] = self.type
+        for key in ("is_flag", "multiple"):
+            if getattr(self, key):
+                kwargs[key] = True
+        if self.callback is not None:
+            kwargs["callback"] = self.callback
+        return click.option(*self.decls, **kwargs)
+
+
+def options(*opts: Opt):
+    """Decorator: the click options of ``opts``, listed in that order by --help."""
+    def apply(fn):
+        for opt in reversed(opts):
+            fn = opt.click_option()(fn)
+        return fn
+    return apply
 
 
 def json_option(value: str | None, name: str) -> dict:
@@ -133,3 +194,33 @@ def output_name_option(ctx, param, value):
     if value is not None and check_output_name(value):
         raise click.BadParameter(check_output_name(value), ctx, param)
     return value
+
+
+def json_callback(ctx, param, value):
+    """A JSON-object option -> dict ({} when not given); a usage error naming the option."""
+    return json_option(value, param.opts[0])
+
+
+# ------------------------------------------------------------------ options shared by commands --
+DATA = Opt(("--data",), help="Dataset root: an ImageNet/ImageFolder tree or the four "
+           "Fashion-MNIST idx files, the same root in every stage. Default: the embedded "
+           "Fashion-MNIST.")
+LABELS = Opt(("--labels", "labels_file"), help="Labels file for a flat val/ folder.")
+CLASSIFIER = Opt(("--classifier",), default="vit", show_default=True, help="The classifier: a "
+                 "preset (vit, resnet) or any timm model name, the same name in every stage.")
+DEVICE = Opt(("--device",), callback=device_option,
+             help="cuda, cuda:1, cpu... Default: cuda if available.")
+PRECISION = Opt(("--precision",), type=click.Choice(PRECISIONS), help=PRECISION_RULE)
+WORKERS = Opt(("--workers",), type=click.IntRange(0), help="DataLoader worker processes per "
+              "process. Default: the usable cores / local ranks, minus one.")
+BATCH_SIZE = Opt(("--batch-size",), type=BATCH, show_default=True, help="Images per batch.")
+WEIGHTS = Opt(("--weights",), help="Local weights file instead of the hub download.")
+RANDOM_INIT = Opt(("--random-init",), is_flag=True, help="No pretrained weights: a seeded "
+                  "random initialisation (tests, benchmarks).")
+MODEL_KWARGS = Opt(("--model-kwargs",), callback=json_callback,
+                   help='JSON for timm.create_model, e.g. \'{"depth": 2}\'.')
+PREPROCESS = Opt(("--preprocess",), type=click.Choice(["model", "paper"]), default="model",
+                 show_default=True, help="model: the model's timm eval config; paper: the "
+                 "authors' square resize, mean = std = 0.5.")
+SEED_OPT = Opt(("--seed",), type=SEED, default=0, show_default=True)
+NO_PROGRESS = Opt(("--no-progress",), is_flag=True, help="No progress bars.")

@@ -8,6 +8,17 @@ if TYPE_CHECKING:
     import torch
 
 PRECISIONS = ("bf16", "fp16", "fp32")
+# The one default of every command's --precision (predict: the run's own).  bf16 autocast on the
+# CPU is slower than fp32 there and moves logits visibly, so the CPU gets fp32.
+PRECISION_RULE = ("Autocast of the forward passes: bf16, fp16 or fp32. Default: bf16 on a CUDA "
+                  "device, fp32 on the CPU.")
+
+
+def default_precision(precision: str | None, device: torch.device) -> str:
+    """``precision`` as given, else PRECISION_RULE's choice for ``device``."""
+    if precision is not None:
+        return precision
+    return "bf16" if device.type == "cuda" else "fp32"
 
 
 def autocast(precision: str, device: torch.device, cache: bool = True):

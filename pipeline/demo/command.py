@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from pipeline.core.losses import LOSSES
 from pipeline.core.options import args_option, names_option
 from pipeline.core.presets import DEMO
 from pipeline.data.imagenet_c import CORRUPTIONS
@@ -24,10 +25,11 @@ from pipeline.data.sources import default_artifacts
               help="Comma-separated classifiers. Default: vit,resnet.")
 @click.option("--oracles", callback=names_option(None), default=None,
               help="Comma-separated oracle backbones. Default: vit,resnet.")
-@click.option("--losses", callback=names_option(("ce", "focal", "tcp", "ss")), default=None,
-              help="Default: ce,focal,tcp,ss.")
-@click.option("--broadcast-losses", callback=names_option(("ce", "focal")), default=None,
-              help="Losses also trained in the authors' broadcasting variant. Default: ce,focal.")
+@click.option("--losses", callback=names_option(tuple(LOSSES)), default=None,
+              help=f"Default: {','.join(DEMO['losses'])}.")
+@click.option("--broadcast-losses", callback=names_option(DEMO["broadcast_losses"]), default=None,
+              help="Losses also trained in the authors' broadcasting variant. Default: "
+              f"{','.join(DEMO['broadcast_losses'])}.")
 @click.option("--fit-args", callback=args_option, help="Extra options for every "
               "fit-classifier command (quoted), e.g. '--max-samples 2000'.")
 @click.option("--extract-args", callback=args_option, help="Extra options for every extract.")

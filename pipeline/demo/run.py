@@ -33,7 +33,8 @@ import click
 
 from cache.manifest import write_json_atomic
 from cache.reader import split_tag
-from pipeline.core.presets import DEMO_ATTACK
+from cache.runs import RunDir, find_runs
+from pipeline.core.presets import DEMO, DEMO_ATTACK
 from pipeline.oracle.command import predict, train_oracle
 from pipeline.report import tables as T
 from pipeline.sweep.command import sweep
@@ -103,7 +104,7 @@ def plan(cfg: DemoConfig) -> list[Step]:
     # explicit either way (on is the embedded set's default, presets.EMBEDDED_EXTRACT)
     feats = ("--features",) if cfg.head_only else ("--no-features",)
     for name in dict.fromkeys(extracted):
-        common = ("extract", "--classifier", name, *data)
+        common = ("extract", "--classifier", name, *data, "--precision", DEMO["extract_precision"])
         steps.append(Step("extract", (*common, "--split", "train", "--split", "test",
                                       "--flip-view", *feats, *quiet, *cfg.extract_args),
                           f"{name}: cache train + test"))
@@ -127,7 +128,8 @@ def plan(cfg: DemoConfig) -> list[Step]:
         steps.append(Step("predict", (
             "predict", "--run", RUN_DIR, "--data", str(adv_root), "--split",
             adversarial_split(clf), "--cache", str(cache_root), "--name", DEMO_ATTACK["tag"],
-            *quiet), f"every run of {clf} on {adversarial_split(clf)}", each_run_of=clf))
+            "--precision", DEMO["predict_precision"], *quiet),
+            f"every run of {clf} on {adversarial_split(clf)}", each_run_of=clf))
     if cfg.head_only:
         steps += head_only_steps(cfg, variants, data, quiet, shifted)
     # the bare `report` reads artifacts/fashion-mnist/runs; another --data writes elsewhere
@@ -164,12 +166,12 @@ def expand(step: Step, runs_root: Path) -> list[Step]:
     """A per-run step -> one step per complete run of its classifier under ``runs_root``."""
     if step.each_run_of is None:
         return [step]
-    runs = []
-    for path in sorted(Path(runs_root).glob("*/run.json")):
-        doc = json.loads(path.read_text())
+    runs, root = [], Path(runs_root)
+    for path in find_runs(root) if root.is_dir() else []:
+        doc = RunDir(path).read_if_any()
         if doc.get("status") == "complete" and doc["run"]["classifier"] == step.each_run_of \
                 and not doc.get("head_only"):   # fine-tuned runs only, whatever exists
-            runs.append(path.parent)
+            runs.append(root / path.relative_to(root.resolve()))
     return [replace(step, args=tuple(str(r) if a == RUN_DIR else a for a in step.args),
                     label=f"{step.label}: {r.name}", each_run_of=None) for r in runs]
 

@@ -7,14 +7,21 @@ index, after checking that both caches list the same samples (dataset, fingerpri
 corruption, rows) and that O's cache holds the oracle's backbone (model, weights, preprocessing).
 
 Every refusal names the cache and prints the ``extract`` command that makes the right one.
+What is loaded (features on the device, the backbone's identity) is kept in a ``FeatureMemo`` the
+caller owns: one ``train_head_only`` call, or a whole sweep; it is freed with it.
+
+Shapes: ``FeatureTable.x`` (2N, D) float16/float32 features (rows [0, N) the plain view, [N, 2N)
+the flipped one; one copy of the plain rows when there is no flipped view).
 """
 from __future__ import annotations
 
+import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+import h5py
 import numpy as np
 import torch
 
@@ -22,13 +29,51 @@ from cache.reader import ClassifierCache, cache_dir_for
 from cache.schema import (FEATURE_COLUMN, FEATURE_FLIP_COLUMN, CacheError, CacheMismatch,
                           check_identity)
 from cache.shards import read_column_into
-from pipeline.oracle.head import FeatureTable
+from pipeline.core.models import build_model, resolve_data_config, weights_sha256
+from pipeline.oracle.prepare import Prepared
 from pipeline.oracle.targets import Split
 
 # What the feature cache must share with the classifier cache it is joined with (same samples).
 SAME_SAMPLES = ("dataset", "dataset_fingerprint", "split", "corruption", "num_rows")
 # What makes the features the oracle backbone's (checked against the backbone built for the run).
 BACKBONE_KEYS = ("model", "model_kwargs", "weights_sha256", "preprocess", "data_config")
+
+
+@dataclass(frozen=True)
+class FeatureTable:
+    """A split's features and targets on the device, both views stacked (module docstring)."""
+    x: torch.Tensor              # (2N, D) or (N, D) without a flipped view
+    correct: torch.Tensor        # (2N,) or (N,) float32
+    p_true: torch.Tensor         # (2N,) or (N,) float32
+    num_rows: int                # N
+    has_flip: bool
+
+    def index(self, rows: torch.Tensor, flips: torch.Tensor | None) -> torch.Tensor:
+        """Row positions of the view shown: the flipped copy (row + N) where flipped."""
+        if flips is None:
+            return rows
+        if not self.has_flip:
+            raise ValueError("flipped rows requested from features without a flipped view")
+        return rows + flips.to(rows.dtype) * self.num_rows
+
+
+@dataclass(frozen=True)
+class Backbone:
+    identity: dict      # BACKBONE_KEYS of the oracle backbone
+    record: dict        # how predict rebuilds it: weights, random_init, seed, weights_sha256
+
+
+@dataclass
+class FeatureMemo:
+    """What head-only runs load once and share: feature tables (at most ``limit``, the device
+    memory they hold is freed with the memo) and backbone identities."""
+    limit: int = 4
+    tables: dict = field(default_factory=dict)
+    backbones: dict = field(default_factory=dict)
+
+    def clear(self) -> None:
+        self.tables.clear()
+        self.backbones.clear()
 
 
 @dataclass(frozen=True)
@@ -91,20 +136,19 @@ def open_features(src: FeatureSource, split: Split, need_flip: bool) -> Classifi
     return cache
 
 
-_MEMO: dict[tuple, FeatureTable] = {}
-
-
 def load_table(cache: ClassifierCache, split: Split, targets: Mapping[str, np.ndarray],
-               with_flip: bool, device: torch.device) -> FeatureTable:
+               with_flip: bool, device: torch.device, memo: FeatureMemo | None = None) -> FeatureTable:
     """Features (both views when ``with_flip``) and the joined targets on ``device``.
 
     ``targets``: the ``correct``/``p_true`` (and ``*_flip``) arrays of C's cache ``split``, indexed
-    by global row like the feature cache.  Loaded once: read straight from the shards into one (pinned, on CUDA)
-    buffer, copied to the device; a second call with the same cache (a sweep) reuses it."""
-    key = (str(cache.path.resolve()), (cache.path / "manifest.json").stat().st_mtime_ns,
+    by global row like the feature cache.  Loaded once: read straight from the shards into one
+    (pinned, on CUDA) buffer, copied to the device; a second call with the same cache and
+    ``memo`` (a sweep's stages) reuses it."""
+    memo = memo if memo is not None else FeatureMemo()
+    key = (str(cache.path.resolve()), json.dumps(cache.manifest["shards"], sort_keys=True),
            with_flip, str(device), str(split.cache.path.resolve()))
-    if key in _MEMO:
-        return _MEMO[key]
+    if key in memo.tables:
+        return memo.tables[key]
     n = cache.num_rows
     dim = _feature_dim(cache)
     views = 2 if with_flip else 1
@@ -120,15 +164,13 @@ def load_table(cache: ClassifierCache, split: Split, targets: Mapping[str, np.nd
     cols = [np.concatenate([targets[k] for k in pair[:views]]).astype(np.float32) for pair in keys]
     table = FeatureTable(x, torch.from_numpy(cols[0]).to(device), torch.from_numpy(cols[1]).to(device),
                          n, with_flip)
-    if len(_MEMO) >= 4:
-        _MEMO.clear()
-    _MEMO[key] = table
+    if len(memo.tables) >= memo.limit:
+        memo.tables.clear()
+    memo.tables[key] = table
     return table
 
 
 def _feature_dim(cache: ClassifierCache) -> int:
-    import h5py
-
     first = cache.path / cache.manifest["shards"][0]["file"]
     with h5py.File(first, "r") as fh:
         return int(fh[FEATURE_COLUMN].shape[1])
@@ -145,3 +187,58 @@ def _check_finite(x: torch.Tensor, n: int, path: Path, chunk: int = 1 << 16) -> 
             raise CacheError(f"feature cache {path}: row {row % n} ({view}) holds a non-finite "
                              "feature; re-extract that cache (a model that overflows in "
                              "--precision fp16 needs bf16 or fp32)")
+
+
+def oracle_backbone(prep: Prepared, memo: FeatureMemo) -> Backbone:
+    """Build the oracle backbone once (CPU) for the identity of its weights.  A random-init
+    backbone is built with the seed its feature cache was extracted with."""
+    spec, preprocess, cfg = prep.spec, prep.cfg.preprocess, prep.cfg
+    seed = 0
+    if spec.random_init:
+        path = cache_dir_for(Path(cfg.features_cache or cfg.cache), cfg.oracle, prep.train.tag)
+        try:
+            seed = int(ClassifierCache.open(path).manifest.get("config", {}).get("seed", 0))
+        except CacheError:
+            seed = 0      # open_features names the missing cache below
+    key = json.dumps([spec.name, spec.kwargs, spec.weights, spec.random_init, seed, preprocess],
+                     sort_keys=True, default=str)
+    if key not in memo.backbones:
+        model = build_model(spec, seed=seed)
+        identity = {"model": spec.name, "model_kwargs": spec.kwargs,
+                    "weights_sha256": weights_sha256(model), "preprocess": preprocess,
+                    "data_config": resolve_data_config(model, spec, preprocess).to_dict()}
+        weights = str(Path(spec.weights).resolve()) if spec.weights else None
+        memo.backbones[key] = Backbone(identity, {"weights": weights,
+                                                  "random_init": spec.random_init, "seed": seed,
+                                                  "weights_sha256": identity["weights_sha256"]})
+    return memo.backbones[key]
+
+
+def feature_source(prep: Prepared, backbone: Backbone) -> FeatureSource:
+    cfg = prep.cfg
+    args = ["--data", cfg.data] if cfg.data else []
+    if cfg.weights:
+        args += ["--weights", cfg.weights]
+    if cfg.random_init:
+        args += ["--random-init", "--seed", str(backbone.record["seed"])]
+    if cfg.model_kwargs:
+        args += ["--model-kwargs", json.dumps(cfg.model_kwargs)]
+    return FeatureSource(Path(cfg.features_cache or cfg.cache), cfg.oracle, backbone.identity,
+                         tuple(args))
+
+
+def check_valid(fcache: ClassifierCache, split: Split, rows: np.ndarray) -> None:
+    """Rows the classifier cache scores must have features (decodable in both extractions)."""
+    valid = fcache.load(["valid"])["valid"].astype(bool)
+    bad = rows[~valid[rows]]
+    if len(bad):
+        raise CacheError(f"feature cache {fcache.path}: row {int(bad[0])} ({len(bad)} in all) is "
+                         f"invalid (undecodable there) but valid in the classifier cache "
+                         f"{split.cache.path}; extract both with the same data and --skip-bad")
+
+
+def feature_record(fc: ClassifierCache) -> dict:
+    """The feature cache's identity as run.json records it (what the head was trained on)."""
+    keys = ("model", "model_kwargs", "weights_sha256", "preprocess", "data_config", "precision",
+            "dataset_fingerprint", "split", "corruption", "num_rows", "features_flip")
+    return {"path": str(fc.path.resolve()), **{k: fc.identity.get(k) for k in keys}}

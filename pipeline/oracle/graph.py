@@ -31,8 +31,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from pipeline.oracle.losses import broadcast_coefficients
-from pipeline.oracle.runs import RunError
+from cache.runs import RunError
 from pipeline.oracle.sampler import StepSchedule, derive_seed
 from pipeline.oracle.step import TargetTable, TrainObjects, forward_backward, train_step
 
@@ -133,7 +132,7 @@ class GraphedStep:
     def _body(self):
         objs = self.objs
         images, o, pt, flip = self.static
-        coef = broadcast_coefficients(objs.loss, o, len(o)) if objs.loss.broadcast else None
+        coef = objs.loss.broadcast_coefficients(o, len(o)) if objs.loss.broadcast else None
         loss, counts, grads = forward_backward(objs, images, o, pt, flip, coef, 1,
                                                autocast_cache=False)
         params = [p for p in objs.optimizer.param_groups[0]["params"] if p.grad is not None]

@@ -1,8 +1,11 @@
-"""Oracle losses on the head's scalar output z (confidence p = sigmoid(z) for every loss).
+"""Oracle losses on the heads' scalar outputs z (confidence p = sigmoid(z) for every loss).
 
-All loss functions return the PER-SAMPLE loss, shape (B,), in float32; the caller takes the mean
-over the batch (the authors' reduction).  Shapes: ``z`` (B,) float, ``o`` (B,) {0, 1} trust
-labels, ``p_true`` (B,) the classifier's softmax probability of the true class.
+One implementation serves a fine-tuned oracle (one head) and a bank of P head-only heads that
+differ only in their loss parameters (a sweep's points): ``HeadLoss`` maps z of shape (B, P) to the
+PER-SAMPLE losses (B, P) in float32, each column with its own parameters; the caller takes the mean
+over the batch (the authors' reduction).  Shapes: ``o`` (B,) {0, 1} trust labels, ``p_true`` (B,)
+the classifier's softmax probability of the true class.  Which losses exist, their options and
+defaults: ``pipeline.core.losses``.
 
 Steep slope (SS), with s = z / (1 + |z|):
 
@@ -18,49 +21,27 @@ CE and focal come in two forms:
 * per-sample (default): each output is compared with its own label;
 * ``broadcast`` — the authors' code: the head's (B, 1) output meets labels of shape (B,), so the
   loss is averaged over all B x B (output, label) pairs, which equals the per-sample loss against
-  the batch's MEAN (weighted) label.  ``broadcast_coefficients`` computes that mean once per
-  global batch, so the variant stays exact under gradient accumulation and DDP.
+  the batch's MEAN (weighted) label.  ``HeadLoss.broadcast_coefficients`` computes that mean once
+  per global batch, so the variant stays exact under gradient accumulation and DDP.
 
 Numerics: log p and log(1 - p) are computed as logsigmoid(z) and logsigmoid(-z); the authors'
-code uses log(sigmoid(z) + 1e-7), which differs only when |z| > ~16.
+code uses log(sigmoid(z) + 1e-7), which differs only when |z| > ~16.  Per-head parameters enter
+as float32 (P,) tensors, rounded once from the Python values (exp(-a) in float64 first, as
+``math.exp``); focal's exponent stays a Python float per head, since torch computes x ** 2 and
+x ** 0.5 exactly for a scalar exponent and through pow() for a tensor one, so every head computes
+what it would compute alone, in a bank or fine-tuned.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 
-LOSSES = ("ce", "focal", "tcp", "ss")
-LOSS_NAMES = {"ce": "CE", "focal": "Focal", "tcp": "TCP", "ss": "SS"}
-FOCAL_GAMMA = 2.0         # the authors' focal loss: gamma = 2, no alpha
-CB_FOCAL_GAMMA = 0.5      # paper App. (class-balanced losses, following Cui et al. 2019)
-CB_BETA = 0.999
+from pipeline.core.losses import LOSSES, LossConfig, LossOptionError
 
 
-class LossOptionError(ValueError):
-    """A loss option that does not apply to the chosen loss, or an invalid value."""
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    """A fully resolved loss: which one, its parameters, and its class weights."""
-    name: str
-    gamma: float | None = None          # focal
-    alpha_pos: float | None = None      # ss
-    alpha_neg: float | None = None      # ss
-    pos_weight: float = 1.0             # weight of o = 1 rows (naive or class-balanced)
-    neg_weight: float = 1.0             # weight of o = 0 rows
-    broadcast: bool = False             # ce/focal: the authors' B x B broadcasting
-    class_balanced: bool = False
-    cb_beta: float | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-# ----------------------------------------------------------------------------- the losses --
 def cross_entropy(z: torch.Tensor, c_pos: torch.Tensor, c_neg: torch.Tensor) -> torch.Tensor:
     """-c_pos log p - c_neg log(1 - p); with c_pos = w+ o, c_neg = w- (1 - o) this is weighted BCE."""
     z = z.float()
@@ -68,12 +49,22 @@ def cross_entropy(z: torch.Tensor, c_pos: torch.Tensor, c_neg: torch.Tensor) -> 
 
 
 def focal(z: torch.Tensor, c_pos: torch.Tensor, c_neg: torch.Tensor,
-          gamma: float = FOCAL_GAMMA) -> torch.Tensor:
-    """-c_pos (1 - p)^gamma log p - c_neg p^gamma log(1 - p)   (no alpha, as the authors)."""
+          gamma: float | Sequence[float] = 2.0) -> torch.Tensor:
+    """-c_pos (1 - p)^gamma log p - c_neg p^gamma log(1 - p)   (no alpha, as the authors).
+    ``gamma``: one float, or one per column of z (B, P)."""
     z = z.float()
     p = torch.sigmoid(z)
-    return (-c_pos * (1 - p).pow(gamma) * F.logsigmoid(z)
-            - c_neg * p.pow(gamma) * F.logsigmoid(-z))
+    return (-c_pos * _pow(1 - p, gamma) * F.logsigmoid(z)
+            - c_neg * _pow(p, gamma) * F.logsigmoid(-z))
+
+
+def _pow(x: torch.Tensor, exponent: float | Sequence[float]) -> torch.Tensor:
+    """x ** exponent with a Python-float exponent per column (see the module docstring)."""
+    if isinstance(exponent, (int, float)):
+        return x.pow(exponent)
+    if all(e == exponent[0] for e in exponent):
+        return x.pow(exponent[0])
+    return torch.stack([x[:, p].pow(e) for p, e in enumerate(exponent)], dim=1)
 
 
 def tcp(z: torch.Tensor, p_true: torch.Tensor) -> torch.Tensor:
@@ -82,12 +73,13 @@ def tcp(z: torch.Tensor, p_true: torch.Tensor) -> torch.Tensor:
 
 
 def steep_slope(z: torch.Tensor, c_pos: torch.Tensor, c_neg: torch.Tensor,
-                alpha_pos: float, alpha_neg: float) -> torch.Tensor:
-    """SS loss in the authors' sign convention (module docstring); c_pos = w+ o, c_neg = w- (1-o)."""
+                alpha_pos, alpha_neg, shift_pos=None, shift_neg=None) -> torch.Tensor:
+    """SS loss in the authors' sign convention (module docstring); c_pos = w+ o, c_neg = w- (1-o).
+    ``alpha_*``: floats, or (P,) tensors for z (B, P) with ``shift_*`` = their exp(-alpha)."""
     z = z.float()
     s = z / (1 + z.abs())
-    pos = torch.exp(-alpha_pos * s) - math.exp(-alpha_pos)
-    neg = torch.exp(alpha_neg * s) - math.exp(-alpha_neg)
+    pos = torch.exp(-alpha_pos * s) - (math.exp(-alpha_pos) if shift_pos is None else shift_pos)
+    neg = torch.exp(alpha_neg * s) - (math.exp(-alpha_neg) if shift_neg is None else shift_neg)
     return c_pos * pos + c_neg * neg
 
 
@@ -96,140 +88,81 @@ def steep_slope_max(alpha_pos: float, alpha_neg: float) -> float:
     return max(math.exp(alpha_pos) - math.exp(-alpha_pos), math.exp(alpha_neg) - math.exp(-alpha_neg))
 
 
-# --------------------------------------------------------------------- weights and targets --
-def class_balanced_weights(n_neg: int, n_pos: int, beta: float = CB_BETA) -> tuple[float, float]:
-    """Cui et al. (2019) effective-number weights (w_neg, w_pos), normalised to sum to 2.
+class HeadLoss:
+    """The per-sample losses of P heads of ONE loss form: z (B, P) -> (B, P), float32.  Fine-tuning
+    is P = 1; a head-only bank trains a sweep's points together (their parameters may differ)."""
 
-    w_c = (1 - beta) / (1 - beta^n_c) for the two classes {incorrect, correct}; n_c counted on the
-    training rows' cached correctness.
-    """
-    if n_neg <= 0 or n_pos <= 0:
-        raise LossOptionError(f"class-balanced weights need both classes; got {n_neg} incorrect "
-                              f"and {n_pos} correct training rows")
-    if not 0.0 < beta < 1.0:
-        raise LossOptionError(f"--cb-beta {beta}: expected 0 < beta < 1")
-    raw = [(1.0 - beta) / (1.0 - beta ** n) for n in (n_neg, n_pos)]
-    total = sum(raw)
-    return 2.0 * raw[0] / total, 2.0 * raw[1] / total
+    def __init__(self, cfgs: Sequence[LossConfig], device: torch.device | None = None):
+        forms = {(c.name, c.broadcast) for c in cfgs}
+        if len(forms) != 1:
+            raise ValueError(f"one bank trains one loss form; got {sorted(forms)}")
+        self.name, self.broadcast = next(iter(forms))
+        if self.name not in LOSSES:
+            raise LossOptionError(f"--loss {self.name!r}: expected one of {tuple(LOSSES)}")
+        vec = lambda values: torch.tensor(values, dtype=torch.float32, device=device)  # noqa: E731
+        self.w_pos = vec([c.pos_weight for c in cfgs])
+        self.w_neg = vec([c.neg_weight for c in cfgs])
+        self.gamma = [c.gamma for c in cfgs]
+        if self.name == "ss":
+            self.a_pos, self.a_neg = vec([c.alpha_pos for c in cfgs]), vec([c.alpha_neg for c in cfgs])
+            self.shift_pos = vec([math.exp(-c.alpha_pos) for c in cfgs])
+            self.shift_neg = vec([math.exp(-c.alpha_neg) for c in cfgs])
+
+    @property
+    def heads(self) -> int:
+        return len(self.w_pos)
+
+    def coefficients(self, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-sample (c_pos, c_neg) = (w+ o, w- (1 - o)), each (B, P)."""
+        o = o.float()[:, None]
+        return o * self.w_pos, (1 - o) * self.w_neg
+
+    def broadcast_coefficients(self, o_global: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The authors' broadcasting: every output meets the GLOBAL batch's mean weighted labels.
+
+        mean_{i,j} l(z_i, o_j) = mean_i [-a_pos log p_i - a_neg log(1 - p_i)] with
+        a_pos = mean_j w+ o_j and a_neg = mean_j w- (1 - o_j)  (same for focal's factors).
+        ``o_global``: labels of the whole optimizer-step batch; ``n``: rows of the local batch.
+        """
+        c_pos, c_neg = self.coefficients(o_global)
+        return c_pos.mean(0).expand(n, -1), c_neg.mean(0).expand(n, -1)
+
+    def __call__(self, z: torch.Tensor, o: torch.Tensor, p_true: torch.Tensor,
+                 coef: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 broadcast: bool | None = None) -> torch.Tensor:
+        """``coef`` overrides the per-sample coefficients (a micro-batch of a broadcast step);
+        ``broadcast=False`` evaluates the per-sample form of a broadcast loss (validation)."""
+        if self.name == "tcp":
+            return tcp(z, p_true[:, None])
+        if coef is None:
+            broadcast = self.broadcast if broadcast is None else broadcast
+            coef = self.broadcast_coefficients(o, len(o)) if broadcast else self.coefficients(o)
+        c_pos, c_neg = coef
+        if self.name == "ce":
+            return cross_entropy(z, c_pos, c_neg)
+        if self.name == "focal":
+            return focal(z, c_pos, c_neg, self.gamma)
+        return steep_slope(z, c_pos, c_neg, self.a_pos, self.a_neg, self.shift_pos, self.shift_neg)
 
 
+# ---------------------------------------------------------------- one head, as (B,) arrays --
 def coefficients(cfg: LossConfig, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sample (c_pos, c_neg) = (w+ o, w- (1 - o))."""
-    o = o.float()
-    return cfg.pos_weight * o, cfg.neg_weight * (1 - o)
+    """Per-sample (c_pos, c_neg) = (w+ o, w- (1 - o)) of one loss, each (B,)."""
+    c_pos, c_neg = HeadLoss([cfg], o.device).coefficients(o)
+    return c_pos[:, 0], c_neg[:, 0]
 
 
 def broadcast_coefficients(cfg: LossConfig, o_global: torch.Tensor,
                            n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The authors' broadcasting: every output meets the GLOBAL batch's mean weighted labels.
-
-    mean_{i,j} l(z_i, o_j) = mean_i [-a_pos log p_i - a_neg log(1 - p_i)] with
-    a_pos = mean_j w+ o_j and a_neg = mean_j w- (1 - o_j)  (same for focal's factors).
-    ``o_global``: labels of the whole optimizer-step batch; ``n``: rows of the local micro-batch.
-    """
-    c_pos, c_neg = coefficients(cfg, o_global)
-    return c_pos.mean().expand(n), c_neg.mean().expand(n)
+    """``HeadLoss.broadcast_coefficients`` of one loss, each (n,)."""
+    c_pos, c_neg = HeadLoss([cfg], o_global.device).broadcast_coefficients(o_global, n)
+    return c_pos[:, 0], c_neg[:, 0]
 
 
 def per_sample_loss(cfg: LossConfig, z: torch.Tensor, o: torch.Tensor, p_true: torch.Tensor,
                     coef: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-    """Dispatch on ``cfg.name``; ``coef`` overrides the per-sample (c_pos, c_neg) (broadcast)."""
-    if cfg.name == "tcp":
-        return tcp(z, p_true)
-    c_pos, c_neg = coef if coef is not None else coefficients(cfg, o)
-    if cfg.name == "ce":
-        return cross_entropy(z, c_pos, c_neg)
-    if cfg.name == "focal":
-        return focal(z, c_pos, c_neg, cfg.gamma)
-    if cfg.name == "ss":
-        return steep_slope(z, c_pos, c_neg, cfg.alpha_pos, cfg.alpha_neg)
-    raise LossOptionError(f"--loss {cfg.name!r}: expected one of {LOSSES}")
-
-
-# ----------------------------------------------------------- options, variants and labels --
-# Which loss each optional setting applies to; anything else is refused instead of ignored.
-OPTION_LOSSES = {
-    "gamma": ("focal",), "alpha_pos": ("ss",), "alpha_neg": ("ss",), "z": ("ss",),
-    "class_balanced": ("ce", "focal", "ss"), "pos_weight": ("ce", "focal", "ss"),
-    "neg_weight": ("ce", "focal", "ss"), "broadcast": ("ce", "focal"),
-}
-Z_HEADS = ("hyperplane", "linear")
-
-
-FLAGS = {"broadcast": "--authors-broadcast"}
-
-
-def _flag(name: str) -> str:
-    return FLAGS.get(name, "--" + name.replace("_", "-"))
-
-
-def check_loss_options(loss: str, given: dict) -> None:
-    """Refuse options that do not apply to ``loss`` (``given``: option -> value, None = unset)."""
-    if loss not in LOSSES:
-        raise LossOptionError(f"--loss {loss!r}: expected one of {LOSSES}")
-    for name, allowed in OPTION_LOSSES.items():
-        value = given.get(name)
-        if value is None or value is False:
-            continue
-        if loss not in allowed:
-            raise LossOptionError(f"{_flag(name)} does not apply to --loss {loss} (it applies to "
-                                  f"--loss {'/'.join(allowed)})")
-    if given.get("cb_beta") is not None and not given.get("class_balanced"):
-        raise LossOptionError("--cb-beta needs --class-balanced")
-    naive = given.get("pos_weight") is not None or given.get("neg_weight") is not None
-    if naive and given.get("class_balanced"):
-        raise LossOptionError("--class-balanced and --pos-weight/--neg-weight are exclusive: "
-                              "class-balanced weights are computed from the training split")
-    for name in ("pos_weight", "neg_weight", "alpha_pos", "alpha_neg"):
-        v = given.get(name)
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise LossOptionError(f"{_flag(name)} {v}: expected a positive finite number")
-    if given.get("gamma") is not None and not (math.isfinite(given["gamma"]) and given["gamma"] >= 0):
-        raise LossOptionError(f"--gamma {given['gamma']}: expected a finite number >= 0")
-    if given.get("z") is not None and given["z"] not in Z_HEADS:
-        raise LossOptionError(f"--z {given['z']!r}: expected one of {Z_HEADS}")
-
-
-def resolve_loss(loss: str, given: dict, alphas: tuple[float, float],
-                 counts: tuple[int, int] | None) -> LossConfig:
-    """Fill defaults: gamma 2 (0.5 when class-balanced, paper App.), alphas by oracle family
-    (``alphas`` = (a_pos, a_neg)), class-balanced weights from ``counts`` = (n_neg, n_pos)."""
-    check_loss_options(loss, given)
-    cb = bool(given.get("class_balanced"))
-    gamma = alpha_pos = alpha_neg = beta = None
-    if loss == "focal":
-        gamma = given.get("gamma")
-        gamma = (CB_FOCAL_GAMMA if cb else FOCAL_GAMMA) if gamma is None else float(gamma)
-    if loss == "ss":
-        alpha_pos = float(given.get("alpha_pos") or alphas[0])
-        alpha_neg = float(given.get("alpha_neg") or alphas[1])
-    w_pos = float(given.get("pos_weight") or 1.0)
-    w_neg = float(given.get("neg_weight") or 1.0)
-    if cb:
-        beta = float(given.get("cb_beta") or CB_BETA)
-        if counts is None:
-            raise LossOptionError("--class-balanced needs the training split's class counts")
-        w_neg, w_pos = class_balanced_weights(counts[0], counts[1], beta)
-    return LossConfig(loss, gamma, alpha_pos, alpha_neg, w_pos, w_neg,
-                      bool(given.get("broadcast")), cb, beta)
-
-
-def variant_tags(cfg: LossConfig, z_head: str | None) -> list[str]:
-    """Short tags of non-default loss forms (DATA_CONTRACT.md): broadcast, linear-z, cb, wP-N."""
-    tags = []
-    if cfg.broadcast:
-        tags.append("broadcast")
-    if cfg.name == "ss" and z_head == "linear":
-        tags.append("linear-z")
-    if cfg.class_balanced:
-        tags.append("cb")
-    elif (cfg.pos_weight, cfg.neg_weight) != (1.0, 1.0):
-        tags.append(f"w{cfg.pos_weight:g}-{cfg.neg_weight:g}")
-    return tags
-
-
-def loss_label(cfg: LossConfig, tags: list[str]) -> str:
-    """Display name: CE, Focal, TCP, SS, "CE (broadcast)", "SS (linear z)", "CE (CB)", ..."""
-    shown = {"broadcast": "broadcast", "linear-z": "linear z", "cb": "CB"}
-    parts = [shown.get(t, t) for t in tags]
-    return LOSS_NAMES[cfg.name] + (f" ({', '.join(parts)})" if parts else "")
+    """One head's per-sample loss (B,): ``HeadLoss`` with P = 1, per sample unless ``coef`` (each
+    (B,): ``broadcast_coefficients``) says otherwise."""
+    if coef is not None:
+        coef = (coef[0][:, None], coef[1][:, None])
+    return HeadLoss([cfg], z.device)(z[:, None], o, p_true, coef, broadcast=False)[:, 0]

@@ -1,8 +1,10 @@
-"""The oracle: the pretrained backbone of a named model, classifier head removed, + a scalar head.
+"""The oracle: the pretrained backbone of a named model, classifier head removed, + a scalar head;
+and a trained oracle rebuilt from its run directory.
 
     spec = resolve_spec("vit", embedded=False)               # pipeline.core.models, as for classifiers
     oracle, data_cfg = build_oracle(spec, head="hyperplane", preprocess="model", seed=0)
     z = oracle(x)                                            # (B,) float32; confidence = sigmoid(z)
+    oracle, data_cfg, ckpt = load_trained_oracle(run_dir, run_json)     # its best.pt
 
 Heads: ``linear`` z = w.x + b (CE, focal, TCP; SS's Table A3 variant) and ``hyperplane``
 z = (w.x + b) / (||w|| + 1e-7), the signed distance to the hyperplane (SS, the authors'
@@ -11,43 +13,61 @@ through z / (1 + |z|), where bf16's 8 mantissa bits would be visible.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
-from pipeline.core.models import DataConfig, ModelError, ModelSpec, build_model, resolve_data_config
+from cache.runs import BEST, RunDir, RunError
+from pipeline.core.losses import HEADS
+from pipeline.core.models import (DataConfig, ModelError, ModelSpec, build_model,
+                                  resolve_data_config, weights_sha256)
+from pipeline.oracle.checkpoint import load_checkpoint
 
-HEADS = ("linear", "hyperplane")
 HYPERPLANE_EPS = 1e-7
 
 
-class ScalarHead(nn.Module):
-    """One output unit; ``normalised`` divides by the weight norm (the signed distance)."""
+class Head(nn.Module):
+    """Scalar heads on the same features.  ``Head(D, normalised)`` is one head, z (B,);
+    ``count=P`` makes a bank of P heads, z (B, P), every head starting from the one head the seed
+    gives (so each follows the trajectory it would follow alone): a head-only sweep's points.
+    ``normalised`` divides each head's output by its weight norm (the signed distance to its
+    hyperplane)."""
 
-    def __init__(self, in_features: int, normalised: bool):
+    def __init__(self, in_features: int, normalised: bool, count: int | None = None):
         super().__init__()
-        self.linear = nn.Linear(in_features, 1)
-        self.normalised = normalised
+        self.linear = nn.Linear(in_features, 1)      # the seed's draw is that of one head
+        if count is not None and count > 1:
+            self.linear.weight = nn.Parameter(self.linear.weight.detach().repeat(count, 1))
+            self.linear.bias = nn.Parameter(self.linear.bias.detach().repeat(count))
+        self.normalised, self.single = normalised, count is None
 
     def forward(self, feats: torch.Tensor) -> torch.Tensor:
-        z = self.linear(feats)[:, 0]
+        z = self.linear(feats)
         if self.normalised:
-            z = z / (self.linear.weight.norm() + HYPERPLANE_EPS)
-        return z
+            z = z / (self.linear.weight.norm(dim=1) + HYPERPLANE_EPS)
+        return z[:, 0] if self.single else z
+
+    def state_of(self, p: int) -> dict:
+        """Head ``p``'s parameters as one head's state dict (CPU copies)."""
+        return {"linear.weight": self.linear.weight[p:p + 1].detach().cpu().clone(),
+                "linear.bias": self.linear.bias[p:p + 1].detach().cpu().clone()}
 
     @torch.no_grad()
     def input_grad_norms(self, z_grad: torch.Tensor) -> torch.Tensor:
-        """Per-sample ||dL/dfeats_i|| from dL/dz_i: z is linear in the features, dz_i/dfeats_i
-        = w (or w / (||w|| + eps) for the hyperplane) for every sample, so the norm is
-        |dL/dz_i| * ||dz/dfeats|| — the head's input gradient without a second backward."""
+        """Per-sample ||dL/dfeats_i|| from dL/dz_i (B,) of one head: z is linear in the
+        features, dz_i/dfeats_i = w (or w / (||w|| + eps) for the hyperplane) for every sample, so
+        the norm is |dL/dz_i| * ||dz/dfeats|| -- the head's input gradient without a second
+        backward."""
         w = self.linear.weight.detach().float().norm()
         jac = w / (w + HYPERPLANE_EPS) if self.normalised else w
         return z_grad.detach().float().abs() * jac
 
 
 class Oracle(nn.Module):
-    """backbone(x) -> pooled features -> head -> z of shape (B,)."""
+    """backbone(x) -> pooled features -> one head -> z of shape (B,)."""
 
-    def __init__(self, backbone: nn.Module, head: ScalarHead):
+    def __init__(self, backbone: nn.Module, head: Head):
         super().__init__()
         self.backbone, self.head = backbone, head
 
@@ -85,5 +105,38 @@ def attach_head(backbone: nn.Module, head: str, seed: int) -> Oracle:
     dim = feature_dim(backbone)
     backbone.reset_classifier(0)
     torch.manual_seed(seed)
-    oracle = Oracle(backbone, ScalarHead(dim, normalised=head == "hyperplane"))
+    oracle = Oracle(backbone, Head(dim, normalised=head == "hyperplane"))
     return oracle.train()
+
+
+def load_trained_oracle(run_dir: Path, run: dict) -> tuple[Oracle, DataConfig, dict]:
+    """The chosen (best) oracle of a finished run, rebuilt without fetching any weights (a
+    head-only run: its frozen backbone, loaded as the run recorded it and checked against the
+    weights its features came from, with the trained head)."""
+    info = run.get("oracle_build")
+    if not info:
+        raise RunError(f"{run_dir}/run.json has no oracle_build record (not a finished run?)")
+    ckpt = load_checkpoint(RunDir(run_dir).checkpoint(BEST))
+    if info.get("head_only"):
+        return _head_only_oracle(run_dir, info, ckpt), DataConfig.from_dict(info["data_config"]), ckpt
+    spec = ModelSpec(info["model"], info["model_kwargs"], None, True, info["data_config"])
+    model, _ = build_oracle(spec, info["head"], "model", seed=0)
+    model.load_state_dict(ckpt["model"])
+    return model, DataConfig.from_dict(info["data_config"]), ckpt
+
+
+def _head_only_oracle(run_dir: Path, info: dict, ckpt: dict) -> Oracle:
+    bb = info["backbone"]
+    spec = ModelSpec(info["model"], info["model_kwargs"], bb["weights"], bb["random_init"],
+                     info["data_config"])
+    backbone = build_model(spec, seed=bb["seed"])
+    found = weights_sha256(backbone)
+    if found != bb["weights_sha256"]:
+        raise RunError(f"{run_dir} is a head-only run whose head was trained on features of "
+                       f"backbone weights {bb['weights_sha256'][:12]}..., but "
+                       f"{bb['weights'] or 'the hub weights of ' + info['model']} now holds "
+                       f"{found[:12]}...: restore those weights (or re-run the head-only training "
+                       "on features of the current ones)")
+    model = attach_head(backbone, info["head"], seed=0)
+    model.head.load_state_dict(ckpt["head"])
+    return model

@@ -1,11 +1,10 @@
-"""One optimizer step, validation on the held-out rows, and the training state on disk.
+"""One optimizer step of a fine-tuned oracle on images, and its training state on disk.
 
 Explicit objects in, dicts/tensors out; nothing here reads the run's config.  Losses and counts
 stay on the device between sync points, so the step never waits for the GPU.
 """
 from __future__ import annotations
 
-import math
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +14,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline.core import dist, metrics as M
+from pipeline.core import dist
 from pipeline.core.precision import autocast
 from pipeline.data.images import GpuNormalize
 from pipeline.oracle.checkpoint import rng_state, save_checkpoint, set_rng_state, unwrap
-from pipeline.oracle.losses import LossConfig, broadcast_coefficients, per_sample_loss
+from pipeline.core.losses import LossConfig
+from pipeline.oracle.losses import HeadLoss
 from pipeline.oracle.sampler import StepSchedule, derive_seed
 
 
@@ -32,11 +32,15 @@ class TrainObjects:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
     normalize: GpuNormalize
-    loss: LossConfig
+    loss: HeadLoss                   # one head (P = 1); a LossConfig given becomes its HeadLoss
     precision: str
     device: torch.device
     info: dist.DistInfo
     tnr_logit: float                 # TNR counts z below this (logit of 0.5, or of 1/K for TCP)
+
+    def __post_init__(self):
+        if isinstance(self.loss, LossConfig):
+            self.loss = HeadLoss([self.loss], self.device)
 
 
 @dataclass(frozen=True)
@@ -62,14 +66,14 @@ class TargetTable:
 def train_step(objs: TrainObjects, batches: Iterator, step: int, schedule: StepSchedule,
                slices: list[slice], targets: TargetTable
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Optimizer step ``step`` (0-based).  Returns (this rank's mean loss, counts (4,): TP, P,
-    TN, N, gradient sums (2,): see ``grad_norm_sums``), on the device, not synchronised."""
+    """Optimizer step ``step`` (0-based).  Returns (this rank's mean loss (1,), counts (4, 1): TP,
+    P, TN, N, gradient sums (2,): see ``grad_norm_sums``), on the device, not synchronised."""
     rows, flips = schedule.batch_rows(step), schedule.batch_flips(step)
     o_all, pt_all = targets.lookup(rows, flips)
     torch.manual_seed(derive_seed(schedule.seed, "torch", step, objs.info.rank))
     objs.optimizer.zero_grad(set_to_none=True)
-    loss_sum = torch.zeros((), device=objs.device)
-    counts = torch.zeros(4, device=objs.device)
+    loss_sum = torch.zeros(1, device=objs.device)
+    counts = torch.zeros(4, 1, device=objs.device)
     grads = torch.zeros(2, device=objs.device)
     for a, sl in enumerate(slices):
         images, got, _ = next(batches)
@@ -77,7 +81,7 @@ def train_step(objs: TrainObjects, batches: Iterator, step: int, schedule: StepS
             raise RuntimeError(f"step {step + 1}: loader delivered rows out of schedule")
         dev = lambda t: t.to(objs.device, non_blocking=True)  # noqa: E731
         o, pt, flip = dev(o_all[sl]), dev(pt_all[sl]), dev(torch.from_numpy(flips[sl]))
-        coef = (broadcast_coefficients(objs.loss, dev(o_all), len(o)) if objs.loss.broadcast
+        coef = (objs.loss.broadcast_coefficients(dev(o_all), len(o)) if objs.loss.broadcast
                 else None)
         last = a == len(slices) - 1
         sync = nullcontext() if last or objs.ddp is None else objs.ddp.no_sync()
@@ -96,20 +100,28 @@ def forward_backward(objs: TrainObjects, images: torch.Tensor, o: torch.Tensor, 
                      flip: torch.Tensor, coef, n_slices: int, autocast_cache: bool = True
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One micro-batch: normalise, flip, forward, loss, backward (gradients accumulate).
-    Returns (loss / n_slices, counts (4,), gradient sums (2,)), detached, on the device.  The
-    same code runs eagerly and inside the captured CUDA graph (pipeline.oracle.graph), which
+    Returns (loss / n_slices (1,), counts (4, 1), gradient sums (2,)), detached, on the device.
+    The same code runs eagerly and inside the captured CUDA graph (pipeline.oracle.graph), which
     needs ``autocast_cache=False``."""
     x = objs.normalize(images)
     x = torch.where(flip[:, None, None, None], x.flip(-1), x)
     with autocast(objs.precision, objs.device, cache=autocast_cache):
         z = objs.step_model(x)
     z.retain_grad()        # dL/dz: the head's input gradient follows (logging only)
-    loss = per_sample_loss(objs.loss, z, o, pt, coef).mean() / n_slices
-    objs.scaler.scale(loss).backward()
-    zd = z.detach().float()
-    counts = torch.stack([((zd > 0) & (o > 0.5)).sum(), (o > 0.5).sum(),
-                          ((zd < objs.tnr_logit) & (o < 0.5)).sum(), (o < 0.5).sum()]).float()
-    return loss.detach(), counts, grad_norm_sums(objs, z.grad)
+    loss = objs.loss(z[:, None], o, pt, coef).mean(0) / n_slices
+    objs.scaler.scale(loss.sum()).backward()
+    return loss.detach(), step_counts(z.detach()[:, None], o, objs.tnr_logit), \
+        grad_norm_sums(objs, z.grad)
+
+
+def step_counts(z: torch.Tensor, o: torch.Tensor, tnr_logit: float) -> torch.Tensor:
+    """(4, P) float: TP, P, TN, N of one batch, z (B, P) and trust labels o (B,) (z > 0 counts as
+    trusted; TNR below ``tnr_logit``)."""
+    z = z.float()
+    pos = (o > 0.5)[:, None]
+    n = z.shape[1]
+    return torch.stack([((z > 0) & pos).sum(0), pos.sum(0).expand(n),
+                        ((z < tnr_logit) & ~pos).sum(0), (~pos).sum(0).expand(n)]).float()
 
 
 def grad_norm_sums(objs: TrainObjects, z_grad: torch.Tensor) -> torch.Tensor:
@@ -137,28 +149,6 @@ def global_sum(info: dist.DistInfo, values: torch.Tensor) -> torch.Tensor:
         values = values.clone()
         torch.distributed.all_reduce(values)
     return values
-
-
-def first_non_finite(losses: np.ndarray) -> int | None:
-    bad = np.flatnonzero(~np.isfinite(losses))
-    return int(bad[0]) if len(bad) else None
-
-
-def val_metrics(z: np.ndarray, correct: np.ndarray, loss: float, tnr_logit: float) -> dict:
-    """Held-out validation (pipeline.core.metrics): AUPR-Error in the standard definition (errors
-    are the positives, ranked by -score), AUPR-Success, AUC, TPR/TNR.  Scored on z, which ranks
-    exactly like sigmoid(z) without float32 saturation ties.  Undefined (one class) -> NaN."""
-    def safe(fn, *args, **kw):
-        try:
-            return float(fn(*args, **kw))
-        except M.UndefinedMetric:
-            return math.nan
-
-    o = correct.astype(bool)
-    return {"rows": int(len(o)), "accuracy": float(o.mean()), "loss": loss,
-            "aupr_error": safe(M.aupr_error, z, o, definition="standard"),
-            "aupr_success": safe(M.aupr_success, z, o), "auc": safe(M.auc, z, o),
-            "tpr": safe(M.tpr, z, o, threshold=0.0), "tnr": safe(M.tnr, z, o, threshold=tnr_logit)}
 
 
 def training_state(objs: TrainObjects, step: int, extra: dict) -> dict:

@@ -5,21 +5,23 @@ from pathlib import Path
 
 import click
 
-from pipeline.core.options import positive
+from pipeline.core.losses import PARAMS, option_losses
+from pipeline.core.options import Opt, options, positive
+from pipeline.sweep.grid import DEFAULT_VALUES
 
-DEFAULTS_TEXT = "1,2,3,4,5,6,8 for --alpha-neg and 0.5,1,2,3,4 for --alpha-pos"
+
+def _value_list(name: str) -> Opt:
+    """The sweep's list of values of one numeric loss option of train-oracle."""
+    p, default = PARAMS[name], DEFAULT_VALUES.get(name)
+    return Opt((p.flag,), help=f"{'/'.join(option_losses(name))}: comma-separated {p.flag} "
+               "values" + (" (implies --class-balanced)" if name == "cb_beta" else "") + "." +
+               (f" Default of an SS sweep given no value list: {','.join(f'{v:g}' for v in default)}."
+                if default else ""))
 
 
 @click.command("sweep", context_settings={"ignore_unknown_options": True,
                                           "allow_interspersed_args": True})
-@click.option("--alpha-neg", default=None, help="SS: comma-separated alpha- values.")
-@click.option("--alpha-pos", default=None, help="SS: comma-separated alpha+ values. Without any "
-              f"value list, an SS sweep uses {DEFAULTS_TEXT}.")
-@click.option("--gamma", default=None, help="Focal: comma-separated gamma values.")
-@click.option("--pos-weight", default=None, help="ce/focal/ss: weights of correct rows.")
-@click.option("--neg-weight", default=None, help="ce/focal/ss: weights of incorrect rows.")
-@click.option("--cb-beta", default=None, help="ce/focal/ss: class-balanced betas (implies "
-              "--class-balanced).")
+@options(*(_value_list(name) for name in PARAMS))
 @click.option("--fixed-alpha-pos", type=positive(), default=None, help="alpha+ while alpha- is swept "
               "(paper protocol). Default: the oracle's preset (ViT 1, ResNet 2).")
 @click.option("--fixed-alpha-neg", type=positive(), default=None, help="alpha- while only alpha+ is "
@@ -38,8 +40,8 @@ DEFAULTS_TEXT = "1,2,3,4,5,6,8 for --alpha-neg and 0.5,1,2,3,4 for --alpha-pos"
               "<oracle>-<classifier>_<loss>_<head-only|fine-tune>_seed<N>_<hash>.")
 @click.option("--no-figures", is_flag=True)
 @click.argument("train_args", nargs=-1, type=click.UNPROCESSED)
-def sweep(alpha_neg, alpha_pos, gamma, pos_weight, neg_weight, cb_beta, fixed_alpha_pos,
-          fixed_alpha_neg, mode, criterion, fine_tune, out, no_figures, train_args):
+def sweep(fixed_alpha_pos, fixed_alpha_neg, mode, criterion, fine_tune, out, no_figures,
+          train_args, **value_lists):
     """Choose loss parameters on held-out rows: one oracle per point (paper Fig. 4b/c).
 
     Every other option is train-oracle's and is shared by all points, e.g.
@@ -49,10 +51,11 @@ def sweep(alpha_neg, alpha_pos, gamma, pos_weight, neg_weight, cb_beta, fixed_al
     (SS, paper protocol, head-only oracles on `extract --features --flip-view` caches). Ends by
     printing the train-oracle command with the chosen values; re-running skips complete points.
     """
-    from pipeline.oracle.command import check_head_only_options, config_from_params, train_oracle
-    from pipeline.oracle.losses import LossOptionError
-    from pipeline.oracle.runs import RunError
-    from pipeline.sweep.grid import DEFAULT_VALUES, SweepError, parse_values
+    from cache.runs import RunError
+    from pipeline.core.losses import LossOptionError
+    from pipeline.oracle.command import check_head_only_options, train_oracle
+    from pipeline.oracle.config import config_from_params
+    from pipeline.sweep.grid import SweepError, parse_values
     from pipeline.sweep.run import SweepConfig, default_fixed, run_sweep
 
     args = list(train_args)
@@ -65,10 +68,8 @@ def sweep(alpha_neg, alpha_pos, gamma, pos_weight, neg_weight, cb_beta, fixed_al
     if not fine_tune:
         check_head_only_options(ctx)
     base = config_from_params(ctx.params)
-    given = {"alpha_neg": alpha_neg, "alpha_pos": alpha_pos, "gamma": gamma,
-             "pos_weight": pos_weight, "neg_weight": neg_weight, "cb_beta": cb_beta}
     try:
-        swept = {k: parse_values(v, "--" + k.replace("_", "-")) for k, v in given.items() if v}
+        swept = {k: parse_values(v, PARAMS[k].flag) for k, v in value_lists.items() if v}
         if base.loss == "ss" and not swept:
             swept = dict(DEFAULT_VALUES)
         fixed = default_fixed(base)

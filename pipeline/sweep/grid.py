@@ -3,19 +3,19 @@
 Paper protocol (default, paper §5 "Ablation Study"): α⁻ over its values with α⁺ fixed, then α⁺
 over its values at the chosen α⁻, then each further swept option in turn at the values chosen so
 far.  ``grid``: every combination at once (one stage).  A point is a dict option -> value, the
-options being TrainConfig's numeric loss fields.
+options being the numeric loss options of ``pipeline.core.losses.PARAMS`` (in that order).
 """
 from __future__ import annotations
 
 import itertools
 import math
 
-# Numeric loss options a sweep may vary (TrainConfig field -> the loss it applies to; None: any
-# loss with class weights).  cb_beta implies --class-balanced.
-SWEEPABLE = {"alpha_neg": ("ss",), "alpha_pos": ("ss",), "gamma": ("focal",),
-             "pos_weight": ("ce", "focal", "ss"), "neg_weight": ("ce", "focal", "ss"),
-             "cb_beta": ("ce", "focal", "ss")}
-FLAGS = {k: "--" + k.replace("_", "-") for k in SWEEPABLE}
+from pipeline.core.losses import PARAMS, option_losses
+
+# Numeric loss options a sweep may vary -> the losses they apply to.  cb_beta implies
+# --class-balanced.
+SWEEPABLE = {name: option_losses(name) for name in PARAMS}
+FLAGS = {name: p.flag for name, p in PARAMS.items()}
 # The paper's Fig. 4 range around its ViT / ResNet choices (alpha+ 1 / 2, alpha- 3 / 5).
 DEFAULT_VALUES = {"alpha_neg": (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0),
                   "alpha_pos": (0.5, 1.0, 2.0, 3.0, 4.0)}

@@ -7,10 +7,10 @@ import io
 import math
 from pathlib import Path
 
+from pipeline.core.losses import PARAMS
 from pipeline.sweep.grid import CRITERIA
 
-NAMES = {"alpha_neg": "α⁻", "alpha_pos": "α⁺", "gamma": "γ", "pos_weight": "w⁺",
-         "neg_weight": "w⁻", "cb_beta": "CB β"}
+NAMES = {name: p.symbol for name, p in PARAMS.items()}
 
 
 def table_rows(summary: dict) -> tuple[list[str], list[list]]:

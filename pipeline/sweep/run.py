@@ -24,11 +24,14 @@ import numpy as np
 from cache.manifest import write_json_atomic
 from cache.outputs import read_outputs
 from cache.reader import slug
+from cache.runs import RunDir, RunError, finite
+from pipeline.core.losses import tnr_logit
+from pipeline.core.metrics import validation_metrics
 from pipeline.core.presets import SS_ALPHAS, family
+from pipeline.oracle.config import TrainConfig
+from pipeline.oracle.features import FeatureMemo
 from pipeline.oracle.headonly import train_head_only
-from pipeline.oracle.runs import LOG_FILE, RunError, read_run_file
-from pipeline.oracle.step import val_metrics
-from pipeline.oracle.train import TrainConfig, train
+from pipeline.oracle.train import train
 from pipeline.sweep.grid import FLAGS, SweepError, choose, plan_stages, stage_points
 from pipeline.sweep.report import write_all
 
@@ -73,11 +76,12 @@ def point_config(cfg: SweepConfig, values: dict, root: Path) -> TrainConfig:
                    runs_root=str(root / "runs"))
 
 
-def train_points(cfg: SweepConfig, points: list[dict], root: Path, echo) -> list[dict]:
+def train_points(cfg: SweepConfig, points: list[dict], root: Path, echo,
+                 memo: FeatureMemo) -> list[dict]:
     """Train (or skip, when complete) every point; returns one summary per point."""
     cfgs = [point_config(cfg, p, root) for p in points]
     if not cfg.fine_tune:
-        return train_head_only(cfgs)
+        return train_head_only(cfgs, memo)
     out = []
     for i, c in enumerate(cfgs, 1):
         try:
@@ -98,9 +102,9 @@ def collect(summary: dict, values: dict, eval_tag: str) -> dict:
     if summary["status"] != "complete":
         row["error"] = summary.get("error")
         return row
-    run_dir = Path(summary["run_dir"])
-    run = read_run_file(run_dir)
-    entries = [json.loads(l) for l in (run_dir / LOG_FILE).read_text().splitlines() if l.strip()]
+    run_dir = RunDir(summary["run_dir"])
+    run = run_dir.read()
+    entries = run_dir.log_entries()
     losses = [e["loss"] for e in entries if "loss" in e and e["loss"] is not None]
     row["mean_train_loss"] = float(np.mean(losses)) if losses else math.nan
     best = run.get("best", {}).get("step")
@@ -111,9 +115,8 @@ def collect(summary: dict, values: dict, eval_tag: str) -> dict:
     if path and Path(path).exists():
         cols = read_outputs(Path(path)).columns
         ok = cols["valid"] == 1
-        k = run["run"]["num_classes"]
-        tnr_logit = math.log((1 / k) / (1 - 1 / k)) if run["run"]["loss"] == "tcp" else 0.0
-        row["eval"] = val_metrics(cols["z"][ok], cols["correct"][ok], math.nan, tnr_logit)
+        row["eval"] = validation_metrics(cols["z"][ok], cols["correct"][ok], math.nan,
+                                         tnr_logit(run["run"]["loss"], run["run"]["num_classes"]))
         row["eval"]["split"] = eval_tag
     return row
 
@@ -125,13 +128,23 @@ def run_sweep(cfg: SweepConfig, echo=print) -> dict:
     root = sweep_dir(cfg)
     stages = plan_stages(cfg.base.loss, cfg.swept, cfg.mode)
     chosen = dict(cfg.fixed)
-    t0, rows, record = time.perf_counter(), [], []
+    t0 = time.perf_counter()
+    memo = FeatureMemo()      # the features of every stage's bank, freed with the sweep
+    try:
+        return _run_stages(cfg, root, stages, chosen, memo, echo, t0)
+    finally:
+        memo.clear()
+
+
+def _run_stages(cfg: SweepConfig, root: Path, stages: list, chosen: dict, memo: FeatureMemo,
+                echo, t0: float) -> dict:
+    rows, record = [], []
     for s, options in enumerate(stages, 1):
         points = stage_points(options, cfg.swept, chosen)
         held = _values_text({k: v for k, v in chosen.items() if k not in options})
         echo(f"stage {s}/{len(stages)}: {', '.join(FLAGS[o] for o in options)} over "
              f"{len(points)} point(s) at {held or 'the defaults'}")
-        summaries = train_points(cfg, points, root, echo)
+        summaries = train_points(cfg, points, root, echo, memo)
         eval_tag = _eval_tag(summaries)
         stage_rows = [{**collect(sm, p, eval_tag), "stage": s} for sm, p in zip(summaries, points)]
         best = choose(stage_rows, cfg.criterion)
@@ -152,7 +165,7 @@ def run_sweep(cfg: SweepConfig, echo=print) -> dict:
                "elapsed_s": round(time.perf_counter() - t0, 2),
                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     summary["files"] = write_all(root, summary, figures=cfg.figures)
-    write_json_atomic(root / "sweep.json", _finite(summary))
+    write_json_atomic(root / "sweep.json", finite(summary))
     return summary
 
 
@@ -169,19 +182,9 @@ def final_command(cfg: SweepConfig, chosen: dict) -> str:
 def _eval_tag(summaries: list[dict]) -> str:
     for sm in summaries:
         if sm.get("run_dir") and sm["status"] == "complete":
-            return read_run_file(Path(sm["run_dir"]))["run"]["config"]["eval_splits"][0]
+            return RunDir(sm["run_dir"]).read()["run"]["config"]["eval_splits"][0]
     return ""
 
 
 def _values_text(values: dict) -> str:
     return ", ".join(f"{FLAGS[k]} {v:g}" for k, v in values.items())
-
-
-def _finite(value):
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value

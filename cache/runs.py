@@ -1,0 +1,290 @@
+"""Run directories: the one module that names, reads and writes their files.
+
+    run = RunDir(path)
+    run.read()                      # run.json (CacheError when missing or damaged)
+    run.log_entries()               # log.jsonl, a torn last line dropped with a note
+    run.val_split()                 # val_split.json, or None when the run held out nothing
+    run.output("test")              # RUN/outputs/test.h5 (names that would leave outputs/ refused)
+
+A run directory is claimed like a cache directory: identical settings map to the same directory
+(default name ``<oracle>-<classifier>_<loss>[_<variant>]_seed<N>_<group>``), where a complete run is
+skipped, an incomplete one resumed, and a directory holding another run is refused naming the
+differing settings.  Checkpoints are torch files: their paths are named here, their bytes are
+written by ``pipeline.oracle.checkpoint``.  Torch-free (``cli.py report`` reads run directories).
+See docs/DATA_CONTRACT.md (Stage 2) for the layout.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from cache.lock import DirLock
+from cache.manifest import read_json, write_json_atomic
+from cache.outputs import read_outputs
+from cache.reader import slug
+from cache.schema import CacheError, CacheMismatch, canonical, identity_diff
+from cache.shards import read_attrs
+
+RUN_FILE, VAL_FILE, LOG_FILE = "run.json", "val_split.json", "log.jsonl"
+CHECKPOINTS, OUTPUTS, TENSORBOARD_DIR = "checkpoints", "outputs", "tensorboard"
+LAST, BEST = "last.pt", "best.pt"
+TIMING_SUFFIX = ".timing.json"
+# The labels of the ``run`` record that name a run (run.json and every output file's attribute).
+RUN_IDENTITY = ("oracle", "classifier", "loss", "variant", "seed", "group")
+# run.json keys written by ``write`` itself, not part of a run's extras.
+FRAME_KEYS = ("run", "status", "versions", "updated")
+
+
+class RunError(RuntimeError):
+    """A run directory holds another run, a run cannot resume, or training failed (NaN/inf)."""
+
+
+class RunLock(DirLock):
+    """``RUN_DIR/.lock`` held by the process (rank 0) that trains or scores a run, so two
+    launches of the same settings never write into one directory at once (cache.lock.DirLock,
+    which also locks classifier caches; a lock of a process gone from this host is taken over)."""
+
+    error = RunError
+
+
+def run_record(config: Mapping[str, Any], *, oracle_model: str, variant: str, loss_label: str,
+               group: str, dataset: str, num_classes: int) -> dict:
+    """The ``run`` record of DATA_CONTRACT.md (run.json and every output file's ``run`` attr)."""
+    return {"oracle": config["oracle"], "oracle_model": oracle_model,
+            "classifier": config["classifier"], "loss": config["loss"], "variant": variant,
+            "loss_label": loss_label, "seed": int(config["seed"]), "group": group,
+            "dataset": dataset, "num_classes": int(num_classes), "config": canonical(dict(config))}
+
+
+def default_run_dir(runs_root: Path, record: Mapping[str, Any]) -> Path:
+    variant = f"_{record['variant'].replace('+', '_')}" if record["variant"] else ""
+    name = (f"{slug(record['oracle'])}-{slug(record['classifier'])}_{record['loss']}{variant}"
+            f"_seed{record['seed']}_{record['group']}")
+    return Path(runs_root) / name
+
+
+def is_run_dir(path: Path) -> bool:
+    return (Path(path) / RUN_FILE).is_file() or (Path(path) / OUTPUTS).is_dir()
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Every run directory under ``root`` (a run.json, or outputs/*.h5 of a copied run), resolved
+    and sorted."""
+    root = Path(root)
+    found = {p.parent.resolve() for p in root.rglob(RUN_FILE)}
+    found |= {p.parent.parent.resolve() for p in root.rglob(f"{OUTPUTS}/*.h5")}
+    return sorted(found)
+
+
+class RunDir:
+    """One run directory (see the module docstring); every path inside it comes from here."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # -- paths -----------------------------------------------------------------------------
+    @property
+    def run_file(self) -> Path:
+        return self.path / RUN_FILE
+
+    @property
+    def log_file(self) -> Path:
+        return self.path / LOG_FILE
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.path / TENSORBOARD_DIR
+
+    def checkpoint(self, name: str) -> Path:
+        """``checkpoints/last.pt`` or ``checkpoints/best.pt``."""
+        return self.path / CHECKPOINTS / name
+
+    def output(self, name: str) -> Path:
+        """RUN/outputs/<name>.h5.  A split of an ImageNet-C-layout tree (``defocus_blur/5``)
+        becomes ``defocus_blur_5.h5``: one flat folder, one distinct file stem (the report's split
+        tag).  A name that would still leave outputs/ (a backslash, a leading '.') is refused,
+        whoever built it."""
+        name = name.replace("/", "_")
+        if "\\" in name or name.startswith(".") or not name:
+            raise RunError(f"output name {name!r} would not be a file inside {self.path / OUTPUTS}"
+                           " (path separators or a leading '.'); pass --name with a plain file name")
+        return self.path / OUTPUTS / f"{name}.h5"
+
+    def outputs(self) -> list[Path]:
+        """The output files present, sorted by name."""
+        return sorted((self.path / OUTPUTS).glob("*.h5"))
+
+    def lock(self, enabled: bool = True) -> RunLock:
+        return RunLock(self.path, enabled)
+
+    # -- run.json ----------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.run_file.exists()
+
+    def read(self) -> dict:
+        return read_json(self.run_file, "run file")
+
+    def read_if_any(self) -> dict:
+        """run.json, or {} for a directory that only holds outputs (a copied run)."""
+        return read_json(self.run_file, "run record") if self.run_file.exists() else {}
+
+    def write(self, record: Mapping[str, Any], status: str, versions: Mapping[str, str],
+              **extra) -> None:
+        """run.json: the run record, its status, what the run recorded (``extra``), versions."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.run_file, {"run": dict(record), "status": status, **extra,
+                                          "versions": dict(versions), "updated": _now()})
+
+    def mark_failed(self, error: str) -> None:
+        """Set run.json's status to ``failed`` with ``error``, if run.json exists and can be written
+        (after a full disk it may not: the run then still reads ``running``, as after a kill).
+        A complete run stays complete."""
+        if not self.run_file.exists():
+            return
+        try:
+            payload = self.read()
+            if payload.get("status") == "complete":
+                return
+            write_json_atomic(self.run_file, {**payload, "status": "failed", "error": error,
+                                              "updated": _now()})
+        except CacheError:
+            pass
+
+    def claim(self, record: Mapping[str, Any], must_resume: bool,
+              compared: Iterable[str]) -> str:
+        """'new', 'resume' or 'complete'.  Refuses a directory that holds another run, naming the
+        differing labels and the differing settings among ``compared``."""
+        if self.run_file.exists():
+            found = self.read()
+            old, new = found.get("run", {}), dict(record)
+            diffs = identity_diff(old, new, RUN_IDENTITY)
+            if diffs:
+                cfg_diffs = identity_diff(old.get("config", {}), new["config"], tuple(compared))
+                raise RunError(f"run directory {self.path} holds another run:\n  "
+                               + "\n  ".join(diffs + cfg_diffs)
+                               + "\nUse another --out, or delete that directory to start over.")
+            if found.get("status") == "complete":
+                return "complete"
+            if self.checkpoint(LAST).exists():
+                return "resume"
+        elif self.path.exists() and any(not p.name.startswith(".") for p in self.path.iterdir()):
+            raise RunError(f"--out {self.path} is not empty and is not a run directory (no "
+                           f"{RUN_FILE}); choose an empty or new directory")
+        if must_resume:
+            raise RunError(f"--resume: {self.path} has no checkpoint to resume from (settings "
+                           "that differ from the interrupted run change the run directory; "
+                           "compare run.json of the runs under its parent)")
+        return "new"
+
+    # -- val_split.json ----------------------------------------------------------------------
+    def write_val_split(self, payload: Mapping[str, Any]) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.path / VAL_FILE, payload)
+
+    def val_split(self) -> dict | None:
+        """The held-out rows the run carved from its training split, or None (it held out none,
+        or the file is not there)."""
+        path = self.path / VAL_FILE
+        return read_json(path, "held-out rows") if path.exists() else None
+
+    # -- log.jsonl ---------------------------------------------------------------------------
+    def log_entries(self) -> list[dict]:
+        return [entry for _, entry in read_log(self.log_file)] if self.log_file.exists() else []
+
+    def restart_log(self, resume_step: int | None) -> None:
+        """Keep the lines up to ``resume_step`` (None: none), so a resumed log equals an
+        uninterrupted run's."""
+        lines = []
+        if resume_step is not None and self.log_file.exists():
+            lines = [l for l, e in read_log(self.log_file) if e.get("step", 0) <= resume_step]
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.log_file.write_text("".join(l + "\n" for l in lines))
+
+    def append_log(self, entry: Mapping[str, Any]) -> None:
+        with open(self.log_file, "a") as fh:
+            fh.write(json.dumps(finite(dict(entry)), sort_keys=True) + "\n")
+
+    # -- outputs and their timing ----------------------------------------------------------------
+    def output_digest(self, run: Mapping[str, Any], output: Path) -> dict | None:
+        """The size and XXH3-128 hash run.json records for ``output`` (None: not recorded)."""
+        return (run.get("output_files") or {}).get(Path(output).stem)
+
+    def outputs_done(self, path: Path, ref: dict, record: Mapping[str, Any],
+                     digest: dict | None = None) -> bool:
+        """True if ``path`` already holds this run's outputs on this cache; refuses foreign
+        ones.  A damaged file (unreadable, a column off its hash, or not the size/file hash
+        ``digest`` that run.json records) is removed, so it is recomputed."""
+        if not path.exists():
+            return False
+        try:
+            read_outputs(path, digest=digest)
+        except CacheMismatch:
+            raise
+        except CacheError:
+            path.unlink(missing_ok=True)
+            return False
+        attrs = read_attrs(path)
+        keys = tuple(k for k in ref if k != "path")
+        diffs = identity_diff(attrs.get("classifier_cache", {}), ref, keys)
+        diffs += identity_diff(attrs.get("run", {}), record, RUN_IDENTITY)
+        if diffs:
+            raise CacheMismatch(f"{path} holds other outputs:\n  " + "\n  ".join(diffs)
+                                + "\nUse another output name (--name), or delete the file.")
+        return True
+
+    @staticmethod
+    def timing_path(output: Path) -> Path:
+        """``outputs/<name>.timing.json``: the oracle's inference time on that split."""
+        return Path(output).with_suffix(TIMING_SUFFIX)
+
+    def write_timing(self, output: Path, inference: Mapping[str, Any]) -> None:
+        write_json_atomic(self.timing_path(output), inference)
+
+    def read_timing(self, output: Path) -> dict | None:
+        """The timing of ``output``, or None where none was written (head-only outputs)."""
+        path = self.timing_path(output)
+        return read_json(path, "inference timing") if path.exists() else None
+
+
+def read_log(path: Path) -> list[tuple[str, dict]]:
+    """(line, entry) of every line of log.jsonl.  A last line that is not JSON is the trace of a
+    write cut short (full disk, kill -9): it is dropped with a note, and the run resumes from its
+    checkpoint, which is older.  A damaged line before the last is not explained by that and
+    is refused naming the line."""
+    out = []
+    lines = Path(path).read_text(errors="replace").splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((line, json.loads(line)))
+        except json.JSONDecodeError as err:
+            if number < len(lines):
+                raise RunError(f"{path} line {number} is not JSON ({err}); the log is damaged: "
+                               "delete the run directory to start over") from None
+            print(f"note: {path}: dropped a torn last line ({len(line)} characters, not JSON: "
+                  "a write cut short by a crash or a full disk); the run resumes from its "
+                  "last checkpoint", file=sys.stderr, flush=True)
+    return out
+
+
+def finite(value: Any) -> Any:
+    """Strict JSON: undefined numbers (NaN, inf) are written as null."""
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -1,0 +1,144 @@
+"""Head-only oracles in the loop: a bank of P heads on the oracle backbone's cached features.
+
+The oracle backbone is frozen, so its pooled features are a fixed function of (image, view):
+``cli.py extract --features [--flip-view]`` of the oracle's model stores them.  A training step is
+then the head alone: gather the batch's rows (the flipped view's features where the schedule
+flips), one (B, D) x (D, P) product, the loss and its gradient -- no images, no DataLoader.
+
+Runs that differ only in their loss parameters (the points of a sweep) share the row order, the
+flips, the initialisation and the OneCycle schedule, so their heads train together in the same
+products (``pipeline.oracle.model.Head`` with P outputs, ``pipeline.oracle.losses.HeadLoss``).
+SGD (momentum, weight decay) acts element by element and each head's loss depends on its own
+parameters only, so every head follows the trajectory it would follow alone.  Everything stays
+on the device between the loop's sync points.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from pipeline.core import dist
+from pipeline.core.losses import LossConfig
+from pipeline.oracle.features import FeatureTable
+from pipeline.oracle.loop import LoopState
+from pipeline.oracle.losses import HeadLoss
+from pipeline.oracle.model import Head
+from pipeline.oracle.sampler import StepSchedule
+from pipeline.oracle.step import step_counts
+
+
+@torch.no_grad()
+def score(table: FeatureTable, rows: np.ndarray, head: Head, chunk: int = 65536) -> np.ndarray:
+    """z (len(rows), P) float32 of the plain view of ``rows``, in chunks of ``chunk`` rows."""
+    idx = torch.as_tensor(np.asarray(rows, np.int64), device=table.x.device)
+    out = [head(table.x[idx[i:i + chunk]].float()) for i in range(0, len(idx), chunk)]
+    if not out:
+        return np.zeros((0, head.linear.weight.shape[0]), np.float32)
+    return torch.cat(out).cpu().numpy()
+
+
+class FeatureSession:
+    """The loop's session for a bank of head-only heads (``pipeline.oracle.loop.Session``).
+    ``head``: a ``Head`` of P outputs initialised for the runs' seed, on the table's device."""
+
+    def __init__(self, table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
+                 head: Head, optimizer: torch.optim.Optimizer, scheduler, val_rows: np.ndarray,
+                 tnr_logit: float):
+        if schedule.flip and not table.has_flip:
+            raise ValueError("the schedule flips rows but the features have no flipped view")
+        self.table, self.schedule, self.head = table, schedule, head
+        self.optimizer, self.scheduler = optimizer, scheduler
+        self.loss = HeadLoss(losses, table.x.device)
+        self.info, self.tnr_logit = dist.DistInfo(), tnr_logit
+        self.val_rows = np.asarray(val_rows, np.int64)
+        self.val_correct = (table.correct[torch.as_tensor(self.val_rows, device=table.x.device)]
+                            .cpu().numpy() if len(self.val_rows) else np.zeros(0, np.float32))
+        self.best: list[dict | None] = [None] * len(losses)
+        self.train_s = self.val_s = 0.0
+
+    def start(self, step: int) -> None:
+        # a step's ops are (B, D) x (D, P): on the CPU, intra-op threads only add
+        # synchronisation (5-15x slower steps measured on a busy 2-core machine); validation
+        # keeps every thread
+        self.threads = torch.get_num_threads()
+        self.epoch, self.window = None, []
+        self.t0 = time.perf_counter()
+
+    def _epoch(self, step: int) -> None:
+        """Rows and flips of every step of ``step``'s epoch, on the device at once."""
+        sch, dev = self.schedule, self.table.x.device
+        first = step - step % sch.steps_per_epoch
+        steps = range(first, min(sch.total_steps, first + sch.steps_per_epoch))
+        rows = torch.as_tensor(np.stack([sch.batch_rows(k) for k in steps]), device=dev)
+        flips = (torch.as_tensor(np.stack([sch.batch_flips(k) for k in steps]), device=dev)
+                 if sch.flip else None)
+        self.epoch = (first, rows, flips)
+
+    def step(self, step: int) -> torch.Tensor:
+        if self.epoch is None or not 0 <= step - self.epoch[0] < len(self.epoch[1]):
+            self._epoch(step)
+        first, rows, flips = self.epoch
+        if self.table.x.device.type == "cpu" and torch.get_num_threads() != 1:
+            torch.set_num_threads(1)
+        i = step - first
+        idx = self.table.index(rows[i], None if flips is None else flips[i])
+        z = self.head(self.table.x[idx].float())
+        per_head = self.loss(z, self.table.correct[idx], self.table.p_true[idx]).mean(0)
+        self.optimizer.zero_grad(set_to_none=True)
+        per_head.sum().backward()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.window.append((z.detach(), idx))
+        return per_head.detach()
+
+    def drain(self) -> tuple[torch.Tensor, None]:
+        """TP, P, TN, N of the steps since the last drain (4, P), counted once per window."""
+        z = torch.cat([w[0] for w in self.window])
+        o = self.table.correct[torch.cat([w[1] for w in self.window])]
+        self.window = []
+        return step_counts(z, o, self.tnr_logit), None
+
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def validate(self) -> tuple[np.ndarray, np.ndarray]:
+        t = time.perf_counter()
+        torch.set_num_threads(self.threads)
+        z = score(self.table, self.val_rows, self.head)
+        idx = torch.as_tensor(self.val_rows, device=self.table.x.device)
+        # the validation loss is per sample, also for the broadcast variant (as fine-tuning)
+        loss = self.loss(torch.from_numpy(z).to(self.table.x.device), self.table.correct[idx],
+                         self.table.p_true[idx], broadcast=False).mean(0).cpu().numpy()
+        self.val_s += time.perf_counter() - t
+        return z, loss
+
+    def keep_best(self, head: int, step: int, score_: float) -> None:
+        self.best[head] = self.head.state_of(head)
+
+    def save_last(self, step: int, state: LoopState) -> None:
+        """Never called: head-only runs keep no mid-run checkpoint (a re-run retrains)."""
+
+    def diverged(self, value: float, step: int, state: LoopState) -> None:
+        """A diverged head is marked by the loop; the others go on."""
+
+    def finish(self) -> None:
+        torch.set_num_threads(self.threads)
+        self.train_s = time.perf_counter() - self.t0 - self.val_s
+
+    def timing(self, heads: int) -> dict:
+        return {"train_s": self.train_s, "val_s": self.val_s, "steps": self.schedule.total_steps,
+                "heads": heads}
+
+
+def bank_objects(table: FeatureTable, count: int, seed: int, hyperplane: bool, lr: float,
+                 momentum: float, weight_decay: float, total: int, pct_start: float,
+                 cycle_momentum: bool):
+    """(head, optimizer, scheduler) of a bank: every head the one head ``seed`` gives."""
+    torch.manual_seed(seed)
+    head = Head(table.x.shape[1], normalised=hyperplane, count=count).to(table.x.device)
+    opt = torch.optim.SGD(head.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total,
+                                                pct_start=pct_start, cycle_momentum=cycle_momentum)
+    return head, opt, sched

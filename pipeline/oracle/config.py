@@ -1,0 +1,280 @@
+"""A train-oracle run's configuration: every setting declared once, as a field of ``TrainConfig``
+with the option that sets it and the part of the run it belongs to.
+
+    cfg = config_from_params(ctx.params)        # train-oracle's (or sweep's) parsed options
+    cfg, origin = resolve_protocol(cfg, embedded=True)   # presets fill what was not given
+
+Parts (field metadata ``part``): ``run`` settings define what is trained and enter the group hash;
+``seed`` (runs differing only in it share a group); ``where`` inputs and outputs live (replaced in
+the hash by the training cache's identity); ``runtime`` (how fast, how often logged; never what is
+trained).  ``fine_tune_only`` settings are refused with --head-only; ``bank_free`` ones may differ
+between the head-only runs trained as one bank.  Everything that lists settings derives from these
+fields: the click options, the same-run comparison, the group hash, the loss options.  Torch-free.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import click
+
+from cache.schema import canonical
+from pipeline.core.losses import HEADS, LOSSES, PARAMS
+from pipeline.core.options import (BATCH, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
+                                   MODEL_KWARGS, NON_NEGATIVE, NO_PROGRESS, PRECISION, PREPROCESS,
+                                   RANDOM_INIT, SEED_OPT, WEIGHTS, WORKERS, Opt, positive,
+                                   preset_text)
+from pipeline.core.presets import EMBEDDED_ORACLE, PAPER_ORACLE
+from pipeline.data.sources import default_artifacts
+
+PARTS = ("run", "seed", "where", "runtime")
+PRESET = "[preset]"
+PATH = click.Path(path_type=Path)
+
+
+def setting(default: Any = None, opt: Opt | None = None, part: str = "run", *, factory=None,
+            fine_tune_only: bool = False, bank_free: bool = False, loss: bool = False,
+            invert: bool = False) -> Field:
+    """A TrainConfig field: its default, the option that sets it (``invert``: a --no-X flag),
+    and where it belongs (module docstring)."""
+    meta = {"opt": opt, "part": part, "fine_tune_only": fine_tune_only, "bank_free": bank_free,
+            "loss": loss, "invert": invert}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _param_type(name: str):
+    p = PARAMS[name]
+    return positive(max_open_one=True) if p.below_one else positive() if p.open_min else NON_NEGATIVE
+
+
+def loss_param(name: str) -> Field:
+    """A numeric loss option, declared by ``pipeline.core.losses.PARAMS``."""
+    return setting(None, Opt((PARAMS[name].flag,), type=_param_type(name), help=PARAMS[name].help),
+                   loss=True, bank_free=True)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    # what is trained on, by which classifier
+    classifier: str = setting("vit", CLASSIFIER.but(help="The classifier whose cache holds the "
+                              "targets: preset (vit, resnet) or timm name, as given to extract."))
+    oracle: str | None = setting(None, Opt(("--oracle",), help="Oracle backbone: preset or timm "
+                                 "name. Default: the classifier's name (on Fashion-MNIST "
+                                 "vit/resnet = the fitted small models)."))
+    loss: str = setting("ss", Opt(("--loss",), type=click.Choice(list(LOSSES)), default="ss",
+                                  show_default=True), loss=True)
+    data: str | None = setting(None, DATA, "where")          # None: the embedded Fashion-MNIST
+    cache: str = setting("artifacts/fashion-mnist/cache", Opt(("--cache",), type=PATH, help="Cache "
+                         "root given to extract. Default: artifacts/<dataset>/cache."), "where")
+    out: str | None = setting(None, Opt(("--out",), type=PATH, help="Run directory. Default: "
+                              "artifacts/<dataset>/runs/<oracle>-<classifier>_<loss>[_<variant>]"
+                              "_seed<N>_<group>; a complete run there is skipped, an incomplete "
+                              "one resumed."), "where", bank_free=True)
+    runs_root: str | None = setting(None, Opt(("--runs-root",), type=PATH, help="Parent of the "
+                                    "default run directory (e.g. one root per preprocessing, for "
+                                    "`report --runs-root`). Default: artifacts/<dataset>/runs."),
+                                    "where", bank_free=True)
+    labels_file: str | None = setting(None, LABELS, "where")
+    train_split: str = setting("train", Opt(("--train-split",), default="train", show_default=True,
+                                            help="Cache tag to train on."))
+    eval_splits: tuple[str, ...] = setting((), Opt(("--eval-split", "eval_splits"), multiple=True,
+                                           help="Extra cache tag(s) to score after training "
+                                           "(repeatable), e.g. test-defocus_blur-5. The "
+                                           "dataset's test (embedded) / val split is always "
+                                           "scored."), "where")
+    seed: int = setting(0, SEED_OPT, "seed")
+    # the oracle backbone and its head
+    weights: str | None = setting(None, WEIGHTS.but(help="Oracle backbone weights file instead "
+                                                        "of the hub."))
+    random_init: bool = setting(False, RANDOM_INIT.but(help="Random oracle backbone (tests, "
+                                                            "benchmarks)."))
+    model_kwargs: dict = setting(opt=MODEL_KWARGS.but(help="JSON for the oracle's "
+                                                      "timm.create_model."), factory=dict)
+    preprocess: str | None = setting(None, PREPROCESS.but(default=None, show_default=False,
+                                     help="Oracle preprocessing (model or paper, as for "
+                                     "extract). Default: the classifier cache's."))
+    z: str | None = setting(None, Opt(("--z", "z"), type=click.Choice(HEADS), help="SS only: "
+                            "signed distance (w.x+b)/(|w|+1e-7) (default) or plain w.x+b."),
+                            loss=True)
+    # the loss (None / False = not given: pipeline.core.losses.resolve_loss fills the defaults)
+    gamma: float | None = loss_param("gamma")
+    alpha_pos: float | None = loss_param("alpha_pos")
+    alpha_neg: float | None = loss_param("alpha_neg")
+    class_balanced: bool = setting(False, Opt(("--class-balanced",), is_flag=True, help="ce/focal/"
+                                   "ss: Cui et al. effective-number weights from the training "
+                                   "rows' correctness."), loss=True, bank_free=True)
+    cb_beta: float | None = loss_param("cb_beta")
+    pos_weight: float | None = loss_param("pos_weight")
+    neg_weight: float | None = loss_param("neg_weight")
+    broadcast: bool = setting(False, Opt(("--authors-broadcast", "broadcast"), is_flag=True,
+                              help="ce/focal: reproduce the authors' shape bug ((B,1) outputs x "
+                              "(B,) labels -> mean over all BxB pairs)."), loss=True)
+    # optimisation.  None = not given: resolve_protocol fills these from presets.PAPER_ORACLE
+    # (the paper's protocol) or, on the embedded dataset, presets.EMBEDDED_ORACLE
+    lr: float | None = setting(None, Opt(("--lr",), type=positive(), help="Peak LR. Defaults of "
+                               "this and of the options marked [preset]: the paper's protocol, "
+                               "pipeline/core/presets.py PAPER_ORACLE "
+                               f"({preset_text('PAPER_ORACLE')}); on the embedded Fashion-MNIST "
+                               f"EMBEDDED_ORACLE ({preset_text('EMBEDDED_ORACLE')}). run.json "
+                               "records the resolved values."))
+    weight_decay: float | None = setting(None, Opt(("--weight-decay",), type=NON_NEGATIVE,
+                                                   help=PRESET))
+    momentum: float | None = setting(None, Opt(("--momentum",), type=FRACTION,
+                                               help=f"{PRESET} SGD momentum, 0 <= m < 1."))
+    warmup_steps: int | None = setting(None, Opt(("--warmup-steps",), type=click.IntRange(0),
+                                       help=f"{PRESET} OneCycle warm-up (capped at 30%% of "
+                                       "short runs)."))
+    cycle_momentum: bool = setting(False, Opt(("--cycle-momentum",), is_flag=True, help="OneCycleLR"
+                                   "'s momentum cycling 0.85-0.95, which overrode --momentum in "
+                                   "the authors' runs (REFERENCE.md)."))
+    batch_size: int | None = setting(None, Opt(("--batch-size",), type=click.IntRange(1),
+                                     help=f"{PRESET} Global batch (all GPUs)."))
+    accum_steps: int = setting(1, Opt(("--accum-steps",), default=1, show_default=True,
+                               type=click.IntRange(1), help="Micro-batches per optimizer step "
+                               "and GPU (same global batch)."), fine_tune_only=True)
+    epochs: int | None = setting(None, Opt(("--epochs",), type=click.IntRange(1), help=PRESET))
+    flip: bool = setting(True, Opt(("--flip/--no-flip",), default=True, show_default=True,
+                                   help="Random horizontal flip."))
+    # which rows
+    train_limit: int | None = setting(None, Opt(("--train-limit",), type=click.IntRange(0),
+                                      help=f"{PRESET} Use a seeded subset of N training rows; "
+                                      "0 = every row."))
+    val_fraction: float = setting(0.05, Opt(("--val-fraction",), default=0.05, show_default=True,
+                                  type=FRACTION, help="Held-out rows carved from the training "
+                                  "split to choose the checkpoint (0: keep the final model)."))
+    val_every: int | None = setting(None, Opt(("--val-every",), type=click.IntRange(1),
+                                    help=f"{PRESET} Validate every N steps (default: 4 times per "
+                                    "run) and at the end."))
+    split_seed: int = setting(0, SEED_OPT.but(decls=("--split-seed",), help="Seed of "
+                              "--train-limit and the held-out rows (shared by every --seed)."))
+    # numerics and runtime
+    precision: str | None = setting(None, PRECISION, fine_tune_only=True)
+    channels_last: bool = setting(True, Opt(("--channels-last/--no-channels-last",), default=True,
+                                            show_default=True), fine_tune_only=True)
+    compile: bool = setting(False, Opt(("--compile", "compile"), is_flag=True,
+                            help="torch.compile the training step."), "runtime",
+                            fine_tune_only=True)
+    cuda_graph: str = setting("auto", Opt(("--cuda-graph",), type=click.Choice(["auto", "on", "off"]),
+                              default="auto", show_default=True, help="Capture the whole training "
+                              "step (optimizer and schedule included) in one CUDA graph: auto = "
+                              "where possible (one CUDA process, no --accum-steps, bf16/fp32; "
+                              "with or without --compile), else eager with a note; on = refuse "
+                              "where impossible. run.json's step_path says which ran."),
+                              "runtime", fine_tune_only=True)
+    device: str | None = setting(None, DEVICE, "runtime")
+    workers: int | None = setting(None, WORKERS, "runtime", fine_tune_only=True)
+    eval_batch_size: int = setting(256, Opt(("--eval-batch-size",), default=256, show_default=True,
+                                   type=BATCH), "runtime", fine_tune_only=True)
+    ckpt_every: int = setting(2000, Opt(("--ckpt-every",), default=2000, show_default=True,
+                              type=click.IntRange(1)), "runtime", fine_tune_only=True)
+    log_every: int = setting(10, Opt(("--log-every",), default=10, show_default=True,
+                             type=click.IntRange(1)), "runtime")
+    stop_at_step: int | None = setting(None, Opt(("--stop-at-step",), type=click.IntRange(1),
+                                       help="Stop cleanly after step N (checkpoint written), e.g. "
+                                       "to fit a job's time limit; re-run to continue."),
+                                       "runtime", fine_tune_only=True)
+    resume: bool = setting(False, Opt(("--resume",), is_flag=True, help="Require a checkpoint to "
+                           "continue from (an incomplete run is resumed anyway; this refuses to "
+                           "start afresh)."), "runtime", fine_tune_only=True)
+    # head-only: the frozen oracle backbone's cached features (pipeline.oracle.headonly)
+    head_only: bool = setting(False, Opt(("--head-only",), is_flag=True, help="Freeze the oracle "
+                              "backbone and train its head on cached features: `extract "
+                              "--features --flip-view` of the ORACLE's model on the same splits "
+                              "(seconds per run). Writes an ordinary run directory."))
+    features_cache: str | None = setting(None, Opt(("--features-cache",), type=PATH, help="--head-"
+                                         "only: cache root holding the oracle's feature caches. "
+                                         "Default: --cache."), "where")
+    progress: bool = setting(True, NO_PROGRESS, "runtime", invert=True)
+    artifacts: str = setting("artifacts/fashion-mnist", None, "where")   # <artifacts>/runs/<name>
+
+
+def _meta(key: str, value=True) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(TrainConfig) if f.metadata[key] == value)
+
+
+NOT_IN_GROUP = tuple(f.name for f in fields(TrainConfig) if f.metadata["part"] != "run")
+FINE_TUNE_ONLY = _meta("fine_tune_only")
+BANK_FREE = _meta("bank_free")
+LOSS_OPTIONS = tuple(n for n in _meta("loss") if n != "loss")
+
+
+def option_of(name: str) -> Opt:
+    return TrainConfig.__dataclass_fields__[name].metadata["opt"]
+
+
+def train_options() -> list[Opt]:
+    """train-oracle's click options, in --help order."""
+    return [f.metadata["opt"] for f in fields(TrainConfig) if f.metadata["opt"] is not None]
+
+
+def config_from_params(params: Mapping[str, Any]) -> TrainConfig:
+    """train-oracle's parsed options (click's ``ctx.params``) -> TrainConfig (also ``cli.py
+    sweep``).  Paths become strings; the cache root defaults to artifacts/<dataset>/cache."""
+    values = {}
+    for f in fields(TrainConfig):
+        opt = f.metadata["opt"]
+        if opt is None:
+            continue
+        value = params[opt.name]
+        if f.metadata["invert"]:
+            value = not value
+        elif isinstance(value, Path):
+            value = str(value)
+        elif opt.multiple:
+            value = tuple(value)
+        values[f.name] = value
+    artifacts = default_artifacts(values["data"])
+    values["cache"] = values["cache"] or str(artifacts / "cache")
+    return TrainConfig(**values, artifacts=str(artifacts))
+
+
+def resolve_protocol(cfg: TrainConfig, embedded: bool) -> tuple[TrainConfig, dict]:
+    """Fill every protocol option left at None from the preset of the dataset (the one place
+    where defaults are chosen).  Returns the resolved config and what was taken from where."""
+    name = "EMBEDDED_ORACLE" if embedded else "PAPER_ORACLE"
+    preset = EMBEDDED_ORACLE if embedded else PAPER_ORACLE
+    given = {k: getattr(cfg, k) for k in preset}
+    filled = {k: preset[k] if v is None else v for k, v in given.items()}
+    if filled["train_limit"] == 0:        # explicit "every row" (the embedded preset has a limit)
+        filled["train_limit"] = None
+    origin = {"preset": f"pipeline.presets.{name}",
+              "from_preset": sorted(k for k, v in given.items() if v is None)}
+    return replace(cfg, **filled), origin
+
+
+def group_hash(config: Mapping[str, Any], train_identity: Mapping[str, Any]) -> str:
+    """12 hex digits naming everything that defines a run except its seed: the ``run`` part of
+    the config, with the paths replaced by the training cache's identity."""
+    keep = {k: v for k, v in config.items() if k not in NOT_IN_GROUP}
+    if not keep.get("head_only"):      # fine-tuned runs keep the group they had before --head-only
+        keep.pop("head_only", None)
+    keep["train_cache"] = {k: train_identity.get(k) for k in
+                           ("model", "weights_sha256", "dataset_fingerprint", "split", "corruption")}
+    return hashlib.sha256(json.dumps(canonical(keep), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def as_record(cfg: TrainConfig) -> dict:
+    """The config as run.json and every checkpoint record it (JSON types)."""
+    return canonical(asdict(cfg))
+
+
+def bank_key(cfg: TrainConfig) -> str:
+    """Runs with the same key train as one bank of heads (they differ in ``bank_free`` only)."""
+    return json.dumps({k: v for k, v in asdict(cfg).items() if k not in BANK_FREE},
+                      sort_keys=True, default=str)
+
+
+def head_only_misfits(cfg: TrainConfig) -> list[str]:
+    """Fine-tune-only settings a head-only config sets (their flags): refused by the API as by
+    the command line."""
+    return [f.metadata["opt"].flag for f in fields(TrainConfig)
+            if f.metadata["fine_tune_only"] and getattr(cfg, f.name) != _default(f)]
+
+
+def _default(f: Field) -> Any:
+    return f.default_factory() if f.default is MISSING else f.default

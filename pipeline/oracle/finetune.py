@@ -1,0 +1,156 @@
+"""A fine-tuned oracle in the loop (``pipeline.oracle.loop``): its training objects, and the
+session that steps it on images and validates it on the held-out rows' images.
+
+The step is ``pipeline.oracle.step.train_step`` or, on a CUDA device, that step captured in a CUDA
+graph (``pipeline.oracle.graph``); checkpoints (``last.pt``, ``best.pt``) are written atomically,
+so a killed run resumes exactly.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from cache.runs import BEST, LAST, RunDir, RunError
+from pipeline.core import dist
+from pipeline.core.losses import tnr_logit
+from pipeline.core.models import DataConfig
+from pipeline.core.precision import grad_scaler
+from pipeline.data.images import GpuNormalize, ImageRows, make_loader, transform_for
+from pipeline.oracle.checkpoint import load_checkpoint, save_checkpoint, unwrap
+from pipeline.oracle.loop import LoopState, TrainingDiverged
+from pipeline.oracle.losses import HeadLoss
+from pipeline.oracle.model import build_oracle
+from pipeline.oracle.outputs import oracle_z
+from pipeline.oracle.prepare import Prepared
+from pipeline.oracle.sampler import loader_batches, micro_slices
+from pipeline.oracle.step import (TargetTable, TrainObjects, restore_training_state,
+                                  save_training_state)
+
+
+def build_objects(prep: Prepared, info: dist.DistInfo, device: torch.device,
+                  sched: dict) -> tuple[TrainObjects, DataConfig]:
+    cfg = prep.cfg
+    model, data_cfg = build_oracle(prep.spec, cfg.z, cfg.preprocess, cfg.seed)
+    model = model.to(device)
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    ddp = None
+    step_model = model
+    if info.enabled:
+        step_model = ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if cfg.compile:
+        step_model = torch.compile(step_model)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                          weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=cfg.lr, total_steps=sched["total_steps"], pct_start=sched["pct_start"],
+        cycle_momentum=cfg.cycle_momentum)
+    objs = TrainObjects(model, step_model, ddp, opt, scheduler, grad_scaler(cfg.precision, device),
+                        GpuNormalize(data_cfg, device, cfg.channels_last),
+                        prep.loss, cfg.precision, device, info,
+                        tnr_logit(cfg.loss, prep.record["num_classes"]))
+    return objs, data_cfg
+
+
+def save_best(run: RunDir, objs: TrainObjects, record: dict, step: int, score: float | None,
+              metric: str) -> None:
+    """best.pt: the chosen model (rank 0)."""
+    if objs.info.is_main:
+        save_checkpoint(run.checkpoint(BEST), {
+            "model": unwrap(objs.model).state_dict(), "step": step, "score": score,
+            "metric": metric, "group": record["group"], "seed": record["seed"]})
+    dist.barrier(objs.info)
+
+
+def resume_state(run: RunDir, objs: TrainObjects, group: str) -> LoopState:
+    """Load last.pt into the objects; drop a best.pt the checkpoint does not know about (it
+    came from steps after the checkpoint and will be recomputed identically)."""
+    ckpt = load_checkpoint(run.checkpoint(LAST))
+    if ckpt.get("group") != group:
+        raise RunError(f"{run.checkpoint(LAST)} belongs to group {ckpt.get('group')}, "
+                       f"not {group}; delete the run directory to start over")
+    restore_training_state(objs, ckpt)
+    state = LoopState.from_checkpoint(ckpt)
+    best = run.checkpoint(BEST)
+    if objs.info.is_main and best.exists() and \
+            load_checkpoint(best).get("step") != state.heads[0].best_step:
+        best.unlink()
+    dist.barrier(objs.info)
+    return state
+
+
+class ImageSession:
+    """The loop's session for a fine-tuned oracle (``pipeline.oracle.loop.Session``)."""
+
+    def __init__(self, prep: Prepared, objs: TrainObjects, data_cfg: DataConfig,
+                 step_fn: Callable):
+        self.prep, self.objs, self.data_cfg, self.step_fn = prep, objs, data_cfg, step_fn
+        self.info, self.tnr_logit = objs.info, objs.tnr_logit
+        self.val_correct = prep.targets["correct"][prep.val_rows]
+        self.val_loss = HeadLoss([prep.loss])          # validation runs on the CPU's arrays
+
+    def start(self, step: int) -> None:
+        """The DataLoader from ``step`` on (inside the loop's signal handlers: its workers
+        inherit them)."""
+        prep, objs = self.prep, self.objs
+        self.slices = micro_slices(prep.schedule.batch_size, self.info.world, self.info.rank,
+                                   prep.cfg.accum_steps)
+        self.table = TargetTable.from_arrays(prep.targets)
+        dataset = ImageRows(prep.train.samples, transform_for(prep.train.samples, self.data_cfg),
+                            prep.train.corrupt_fn())
+        loader = make_loader(dataset, loader_batches(prep.schedule, step, self.slices),
+                             prep.cfg.workers, pin_memory=objs.device.type == "cuda")
+        self.batches = iter(loader)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.counts = torch.zeros(4, 1, device=self.objs.device)
+        self.grads = torch.zeros(2, device=self.objs.device)
+
+    def step(self, step: int) -> torch.Tensor:
+        loss, counts, grads = self.step_fn(self.objs, self.batches, step, self.prep.schedule,
+                                           self.slices, self.table)
+        self.counts += counts
+        self.grads += grads
+        return loss
+
+    def drain(self) -> tuple[torch.Tensor, torch.Tensor]:
+        out = (self.counts, self.grads)
+        self._reset()
+        return out
+
+    def lr(self) -> float:
+        return self.objs.optimizer.param_groups[0]["lr"]
+
+    def validate(self) -> tuple[np.ndarray, np.ndarray]:
+        prep, objs = self.prep, self.objs
+        rows = prep.val_rows
+        z = oracle_z(objs.model, prep.train, rows, self.data_cfg,
+                     batch_size=prep.cfg.eval_batch_size, workers=prep.cfg.workers,
+                     precision=objs.precision, device=objs.device, info=self.info)
+        o, pt = prep.targets["correct"][rows], prep.targets["p_true"][rows]
+        loss = self.val_loss(torch.from_numpy(z)[:, None], torch.from_numpy(o),
+                             torch.from_numpy(pt), broadcast=False).mean(0)
+        return z[:, None], loss.numpy()
+
+    def keep_best(self, head: int, step: int, score: float) -> None:
+        save_best(self.prep.run, self.objs, self.prep.record, step, score, "val_aupr_error")
+
+    def save_last(self, step: int, state: LoopState) -> None:
+        save_training_state(self.prep.run.checkpoint(LAST), self.objs, step, {
+            **state.checkpoint_record(), "group": self.prep.record["group"],
+            "config": self.prep.config})
+
+    def diverged(self, value: float, step: int, state: LoopState) -> None:
+        where = (f"the last good checkpoint is {self.prep.run.checkpoint(LAST)} (step "
+                 f"{state.last_ckpt_step})" if state.last_ckpt_step else "no checkpoint was written")
+        fp32 = "" if self.objs.precision == "fp32" else "use --precision fp32, "  # not to an fp32 run
+        raise TrainingDiverged(f"the loss became {value} at step {step} of "
+                               f"{self.prep.schedule.total_steps}; training stopped and {where}. "
+                               f"Lower --lr, {fp32}or check the targets.")
+
+    def finish(self) -> None:
+        self.batches = None

@@ -1,0 +1,166 @@
+"""How every run ends, fine-tuned or head-only: each evaluation split scored with the chosen
+oracle and written as ``outputs/<tag>.h5`` (rows aligned by global index with the classifier
+cache, ``cache.outputs``), each file's size and hash recorded in run.json (``output_files``, which
+``report`` and a re-run check), and the run marked complete.  ``cli.py predict`` writes its
+outputs with the same writer.
+
+A scorer is ``(split, path) -> summary``: ``image_scorer`` runs the oracle over the split's images
+(``pipeline.oracle.predict``), the head-only runs score their heads on the split's cached features
+(``pipeline.oracle.headonly``).  It is built only when a split has no outputs yet.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.distributed as tdist
+from tqdm import tqdm
+
+from cache.integrity import file_digest
+from cache.outputs import classifier_ref, write_outputs
+from cache.runs import FRAME_KEYS, RunDir
+from pipeline.core import dist
+from pipeline.core.models import DataConfig
+from pipeline.core.precision import autocast
+from pipeline.core.timing import ModelTimer
+from pipeline.data.images import GpuNormalize, ImageRows, make_loader, transform_for
+from pipeline.oracle.checkpoint import unwrap
+from pipeline.oracle.model import Oracle, load_trained_oracle
+from pipeline.oracle.prepare import Prepared, versions
+from pipeline.oracle.targets import Split
+
+Scorer = Callable[[Split, "object"], dict]
+
+
+def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig, *,
+             batch_size: int, workers: int, precision: str, device: torch.device,
+             info: dist.DistInfo, progress: bool = False, desc: str = "",
+             timer: ModelTimer | None = None) -> np.ndarray:
+    """z of ``rows`` (any order), shape (len(rows),) float32, identical on every rank.
+
+    Each rank scores a contiguous share; the shares are summed with all_reduce (every other
+    entry is 0, so the sum is exact)."""
+    share = np.array_split(np.arange(len(rows)), info.world)[info.rank]
+    my_rows = rows[share].tolist()
+    batches = [my_rows[i:i + batch_size] for i in range(0, len(my_rows), batch_size)]
+    dataset = ImageRows(split.samples, transform_for(split.samples, data_cfg),
+                        split.corrupt_fn())
+    loader = make_loader(dataset, batches, workers, pin_memory=device.type == "cuda")
+    normalize = GpuNormalize(data_cfg, device)
+    out = torch.zeros(len(rows), dtype=torch.float32, device=device)
+    pos, was_training = 0, model.training
+    model.eval()
+    bar = tqdm(total=len(rows), unit="img", desc=desc, disable=not (progress and info.is_main),
+               dynamic_ncols=True, leave=False)
+    with torch.inference_mode():
+        for images, _, _ in loader:
+            with timer.time(len(images)) if timer else nullcontext(), autocast(precision, device):
+                z = model(normalize(images))
+            n = len(images)
+            out[share[pos]:share[pos] + n] = z.float()
+            pos += n
+            bar.update(n * info.world)
+    bar.close()
+    model.train(was_training)
+    if info.enabled:
+        if tdist.get_backend() != "nccl":
+            out = out.cpu()
+        tdist.all_reduce(out)
+    return out.cpu().numpy()
+
+
+
+def write_z_outputs(run: RunDir, split: Split, cols: dict, rows: np.ndarray, z_rows: np.ndarray,
+                    path, record: dict, info: dist.DistInfo, inference: dict | None = None) -> dict:
+    """Write z (len(rows),) of the valid ``rows`` of ``split`` as its output file (rank 0);
+    ``cols``: the cache's valid/correct/label/pred columns; ``inference``: the oracle's timing
+    on it (outputs/<name>.timing.json; none for head-only scores).  Returns a summary."""
+    n = split.cache.num_rows
+    z = np.zeros(n, np.float32)
+    conf = np.zeros(n, np.float32)
+    z[rows] = z_rows
+    conf[rows] = torch.sigmoid(torch.from_numpy(np.asarray(z_rows, np.float32))).numpy()
+    ref = classifier_ref(split.cache.path, split.cache.identity)
+    if info.is_main:
+        write_outputs(path, {"index": np.arange(n, dtype=np.int64), "valid": cols["valid"],
+                             "z": z, "confidence": conf, "correct": cols["correct"],
+                             "label": cols["label"], "pred": cols["pred"]}, ref, record)
+        if inference is not None:
+            run.write_timing(path, inference)
+    dist.barrier(info)
+    o = cols["correct"][rows].astype(bool)
+    return {"split": split.tag, "rows": int(len(rows)), "path": str(path),
+            "accuracy": float(o.mean()) if len(o) else float("nan"),
+            "mean_confidence_correct": float(conf[rows][o].mean()) if o.any() else float("nan"),
+            "mean_confidence_incorrect": float(conf[rows][~o].mean()) if (~o).any() else float("nan"),
+            "inference": inference}
+
+
+def score_images(run: RunDir, model, split: Split, path, record: dict, data_cfg, opts: dict,
+                 info: dist.DistInfo, device: torch.device) -> dict:
+    """Score every valid row of ``split`` with ``model`` on its images and write the output
+    file (rank 0), with the model's inference time.  Returns a summary."""
+    cols = split.cache.load(["valid", "correct", "label", "pred"])
+    rows = np.flatnonzero(cols["valid"] == 1)
+    timer = ModelTimer(device)
+    z_rows = oracle_z(model, split, rows, data_cfg, info=info, device=device,
+                      desc=f"predict {split.tag}", timer=timer, **opts)
+    return write_z_outputs(run, split, cols, rows, z_rows, path, record, info,
+                           inference=timer.result(opts["precision"]))
+
+
+def image_scorer(prep: Prepared, info: dist.DistInfo, device: torch.device, run_json: dict,
+                 objs=None) -> Scorer:
+    """A fine-tuned run's scorer: its chosen oracle (best.pt, rebuilt as ``predict`` does) over
+    each split's images; the training copy (``objs``) leaves the device first."""
+    loaded = {}
+    opts = dict(batch_size=prep.cfg.eval_batch_size, workers=prep.cfg.workers,
+                precision=prep.cfg.precision, progress=prep.cfg.progress)
+
+    def score(split: Split, path) -> dict:
+        if not loaded:
+            model, data_cfg, _ = load_trained_oracle(prep.run.path, run_json)
+            if objs is not None:
+                unwrap(objs.model).cpu()   # free the training copy's device memory
+            loaded.update(model=model.to(device), data_cfg=data_cfg)
+        return score_images(prep.run, loaded["model"], split, path, prep.record,
+                            loaded["data_cfg"], opts, info, device)
+    return score
+
+
+def finish_run(prep: Prepared, scorer: Callable[[dict], Scorer], info: dist.DistInfo,
+               total_steps: int, best: dict | None = None, extras: dict | None = None) -> dict:
+    """Outputs of every eval split (missing or damaged ones only) from the chosen oracle; run
+    complete.  ``scorer(run_json)`` builds the scorer on the first split that needs it;
+    ``extras``: what run.json records of a run just trained (None: an already complete run,
+    whose run.json is kept as it was when nothing is missing)."""
+    run_json = prep.run.read()
+    if extras is not None:
+        run_json = {**run_json, **extras}
+    outputs = dict(run_json.get("outputs", {}))
+    digests = dict(run_json.get("output_files", {}))
+    results, score = [], None
+    for split in prep.evals:
+        path = prep.run.output(split.tag)
+        ref = classifier_ref(split.cache.path, split.cache.identity)
+        if prep.run.outputs_done(path, ref, prep.record, digests.get(path.stem)):
+            results.append({"split": split.tag, "path": str(path), "already_complete": True})
+        else:
+            score = score or scorer(run_json)
+            results.append(score(split, path))
+        outputs[split.tag] = str(path)
+        if info.is_main:   # size + XXH3-128 hash by file stem, checked by `report` and a re-run
+            digests[path.stem] = file_digest(path)
+    best = best or run_json.get("best")
+    summary = {"run_dir": str(prep.run.path), "status": "complete", "best": best,
+               "outputs": results, "total_steps": total_steps}
+    unchanged = (extras is None and score is None and run_json.get("status") == "complete"
+                 and digests == run_json.get("output_files"))
+    if info.is_main and not unchanged:
+        keep = {k: v for k, v in run_json.items()
+                if k not in (*FRAME_KEYS, "best", "step", "outputs", "output_files", "error")}
+        prep.run.write(prep.record, "complete", versions(), step=total_steps, best=best,
+                       outputs=outputs, output_files=digests, **keep)
+    return summary

@@ -1,0 +1,225 @@
+"""Everything a run resolves before any model is built, fine-tuned or head-only.
+
+config -> the presets fill what was not given -> open the training and evaluation caches
+(fingerprints checked) -> targets into RAM -> carve the held-out rows -> resolve the loss ->
+the run record, its group and its directory.  The classifier never runs here: o and the TCP
+target come from ``cli.py extract``'s cache.
+"""
+from __future__ import annotations
+
+import platform
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import timm
+import torch
+import torch.distributed as tdist
+
+from cache.integrity import as_no_room
+from cache.runs import RunDir, RunError, default_run_dir, run_record
+from pipeline.core import dist
+from pipeline.core.losses import (LossConfig, check_loss_options, head_of, loss_label,
+                                  resolve_loss, variant_tags)
+from pipeline.core.models import ModelError, ModelSpec, resolve_spec
+from pipeline.core.precision import default_precision
+from pipeline.core.presets import SS_ALPHAS, family
+from pipeline.data.images import default_workers
+from pipeline.data.sources import FMNIST_NAME, is_embedded
+from pipeline.oracle.config import (LOSS_OPTIONS, NOT_IN_GROUP, TrainConfig, as_record,
+                                    group_hash, resolve_protocol)
+from pipeline.oracle.sampler import StepSchedule, carve_rows
+from pipeline.oracle.targets import (CLASSIFIER_KEYS, Split, check_both_classes, open_split,
+                                     training_targets)
+
+
+# Settings a refusal of "holds another run" names when they differ: the run part of the config.
+CLAIM_COMPARED = tuple(sorted(f for f in TrainConfig.__dataclass_fields__ if f not in NOT_IN_GROUP))
+
+
+@dataclass
+class Prepared:
+    """Everything resolved before any model is built."""
+    cfg: TrainConfig              # the resolved config (saved in run.json and checkpoints)
+    record: dict                  # the DATA_CONTRACT ``run`` record
+    run: RunDir
+    state: str                    # unclaimed, then new | resume | complete
+    train: Split
+    evals: list[Split]
+    targets: dict[str, np.ndarray]
+    train_rows: np.ndarray
+    val_rows: np.ndarray
+    loss: LossConfig
+    spec: ModelSpec
+    schedule: StepSchedule
+    counts: tuple[int, int]       # (incorrect, correct) training rows
+    protocol: dict = field(default_factory=dict)   # which preset filled which options
+
+    @property
+    def config(self) -> dict:
+        """The resolved config as run.json and checkpoints record it."""
+        return as_record(self.cfg)
+
+
+def default_eval_splits(data: str | None, train: Split) -> tuple[str, ...]:
+    """The dataset's own held-out split: test for the embedded set, else val (or test)."""
+    if is_embedded(data) or train.samples.dataset == FMNIST_NAME:
+        return ("test",)
+    root = Path(data)
+    return ("val",) if (root / "val").is_dir() or not (root / "test").is_dir() else ("test",)
+
+
+def resolve_oracle(cfg: TrainConfig, embedded: bool) -> tuple[ModelSpec, tuple[float, float] | None]:
+    name = cfg.oracle or cfg.classifier
+    spec = resolve_spec(name, embedded, cfg.weights, cfg.random_init, cfg.model_kwargs)
+    fam = family(name) if family(name) != "other" else family(spec.name)
+    return spec, SS_ALPHAS.get(fam)
+
+
+def _schedule_rows(cfg: TrainConfig, train: Split, targets: dict) -> tuple[np.ndarray, np.ndarray]:
+    usable = np.flatnonzero(targets["valid"])
+    if cfg.train_limit is not None and not 0 < cfg.train_limit:
+        raise RunError(f"--train-limit {cfg.train_limit}: expected a positive number of rows")
+    if not 0.0 <= cfg.val_fraction < 1.0:
+        raise RunError(f"--val-fraction {cfg.val_fraction}: expected 0 <= fraction < 1")
+    train_rows, val_rows = carve_rows(usable, cfg.val_fraction, cfg.train_limit, cfg.split_seed)
+    if len(train_rows) < cfg.batch_size:
+        raise RunError(f"split {train.tag!r} leaves {len(train_rows)} training rows, fewer than "
+                       f"--batch-size {cfg.batch_size}")
+    return train_rows, val_rows
+
+
+def _runtime(cfg: TrainConfig, device: torch.device) -> TrainConfig:
+    """The settings a fine-tuned run resolves on its machine: precision (PRECISION_RULE, unless
+    given or preset) and DataLoader workers."""
+    if cfg.head_only:
+        return cfg
+    workers = default_workers(dist.local_world()) if cfg.workers is None else cfg.workers
+    return replace(cfg, precision=default_precision(cfg.precision, device), workers=workers)
+
+
+def prepare(cfg: TrainConfig, device: torch.device) -> Prepared:
+    """Open and check every cache, carve the rows, resolve the loss, name the run dir."""
+    given = {k: getattr(cfg, k) for k in LOSS_OPTIONS}
+    check_loss_options(cfg.loss, given)
+    train = open_split(cfg.data, Path(cfg.cache), cfg.classifier, cfg.train_split, cfg.labels_file)
+    embedded = is_embedded(cfg.data) or train.samples.dataset == FMNIST_NAME
+    if cfg.head_only:     # the head always trains in float32 (on fp16-stored features)
+        cfg = replace(cfg, precision="fp32")
+    cfg, protocol = resolve_protocol(cfg, embedded)
+    cfg = _runtime(cfg, device)
+    eval_tags = tuple(dict.fromkeys(default_eval_splits(cfg.data, train) + tuple(cfg.eval_splits)))
+    evals = [open_split(cfg.data, Path(cfg.cache), cfg.classifier, tag, cfg.labels_file,
+                        same_classifier_as=train.cache.identity) for tag in eval_tags]
+    targets = training_targets(train)
+    train_rows, val_rows = _schedule_rows(cfg, train, targets)
+    counts = check_both_classes(targets["correct"][train_rows], f"split {train.tag!r}")
+    spec, alphas = resolve_oracle(cfg, embedded)
+    if cfg.loss == "ss" and alphas is None and (cfg.alpha_pos is None or cfg.alpha_neg is None):
+        raise ModelError(f"oracle {spec.name!r} is neither a ViT nor a ResNet, so SS has no "
+                         "default slopes: give --alpha-pos and --alpha-neg")
+    loss = resolve_loss(cfg.loss, given, alphas or (1.0, 1.0), counts)
+    z_head = head_of(cfg.loss, cfg.z)
+    cfg = replace(cfg, oracle=cfg.oracle or cfg.classifier, eval_splits=eval_tags,
+                  preprocess=cfg.preprocess or train.cache.identity["preprocess"], z=z_head,
+                  gamma=loss.gamma, alpha_pos=loss.alpha_pos, alpha_neg=loss.alpha_neg,
+                  cb_beta=loss.cb_beta)
+    config = as_record(cfg)
+    tags = variant_tags(loss, z_head) + (["head-only"] if cfg.head_only else [])
+    record = run_record(config, oracle_model=spec.name, variant="+".join(tags),
+                        loss_label=loss_label(loss, tags), group=group_hash(config, train.cache.identity),
+                        dataset=train.samples.dataset,
+                        num_classes=train.cache.identity["num_classes"])
+    runs_root = Path(cfg.runs_root) if cfg.runs_root else Path(cfg.artifacts) / "runs"
+    run_dir = Path(cfg.out) if cfg.out else default_run_dir(runs_root, record)
+    schedule = StepSchedule(train_rows, cfg.batch_size, cfg.epochs, cfg.seed, cfg.flip)
+    return Prepared(cfg, record, RunDir(run_dir), "unclaimed", train, evals, targets, train_rows,
+                    val_rows, loss, spec, schedule, counts, protocol)
+
+
+def write_val_split(prep: Prepared, info: dist.DistInfo) -> None:
+    """val_split.json: the held-out rows carved from the training split (rank 0)."""
+    if info.is_main:
+        cfg = prep.cfg
+        prep.run.write_val_split({
+            "split": prep.train.tag, "val_fraction": cfg.val_fraction,
+            "split_seed": cfg.split_seed, "train_limit": cfg.train_limit,
+            "num_train_rows": int(len(prep.train_rows)), "num_val_rows": int(len(prep.val_rows)),
+            "val_rows": prep.val_rows.tolist()})
+
+
+def run_extras(prep: Prepared, schedule_info: dict) -> dict:
+    """What run.json records of a run besides its record and status."""
+    ident = prep.train.cache.identity
+    return {"schedule": schedule_info, "loss": prep.loss.to_dict(),
+            "train_cache": str(prep.train.cache.path),
+            "eval_caches": {s.tag: str(s.cache.path) for s in prep.evals},
+            "classifier_identity": {k: ident[k] for k in CLASSIFIER_KEYS},
+            "class_counts": {"incorrect": prep.counts[0], "correct": prep.counts[1]},
+            "rows": {"train": int(len(prep.train_rows)), "val": int(len(prep.val_rows))},
+            "protocol": prep.protocol}
+
+
+def versions() -> dict:
+    """The library versions run.json records."""
+    return {"torch": torch.__version__, "timm": timm.__version__,
+            "python": platform.python_version()}
+
+
+@contextmanager
+def claimed(preps: list[Prepared], info: dist.DistInfo, must_resume: bool, kept: str):
+    """Lock and claim the runs' directories (rank 0 decides, the others follow): each prep's
+    ``state`` becomes new, resume or complete.  A write that finds no room marks the runs that
+    are not complete ``failed`` with the one disk-full message (``kept``: what survives and how
+    to go on); a failed start leaves no empty run folder behind."""
+    existed = [p.run.path.exists() for p in preps]
+    with ExitStack() as locks:
+        try:
+            for prep in preps:
+                err = None
+                try:
+                    locks.enter_context(prep.run.lock(info.is_main))
+                except RunError as e:
+                    err = e
+                if not dist.all_ok(info, err is None):
+                    raise err or RunError(f"rank 0 could not lock {prep.run.path}")
+                prep.state = _claim(prep, must_resume, info)
+            yield preps
+        except Exception as err:
+            full = as_no_room(err, preps[0].run.path, kept)
+            if full is None:
+                raise
+            if info.is_main:
+                for prep in preps:
+                    prep.run.mark_failed(str(full))
+            raise full from None
+        finally:
+            locks.close()
+            for prep, before in zip(preps, existed):
+                if info.is_main and not before:   # a failed start leaves no empty run folder
+                    _remove_if_empty(prep.run.path)
+
+
+def _claim(prep: Prepared, must_resume: bool, info: dist.DistInfo) -> str:
+    """Rank 0 decides; the others follow (or stop with it)."""
+    err, state = None, "new"
+    if info.is_main:
+        try:
+            state = prep.run.claim(prep.record, must_resume, CLAIM_COMPARED)
+        except RunError as e:
+            err = e
+    if not dist.all_ok(info, err is None):
+        raise err or RunError(f"rank 0 refused run directory {prep.run.path}")
+    if info.enabled:
+        box = [state]
+        tdist.broadcast_object_list(box, src=0)
+        state = box[0]
+    return state
+
+
+def _remove_if_empty(run_dir: Path) -> None:
+    try:
+        run_dir.rmdir()
+    except OSError:   # not empty (the run wrote something) or already gone
+        pass
