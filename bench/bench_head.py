@@ -50,9 +50,13 @@ from cache.manifest import write_json_atomic  # noqa: E402
 from cache.reader import ClassifierCache  # noqa: E402
 from cache.schema import KIND_CLASSIFIER, SCHEMA_VERSION  # noqa: E402
 from cache.shards import shard_ranges, write_shard  # noqa: E402
+from cache.runs import RunDir  # noqa: E402
+from pipeline.core.losses import resolve_loss  # noqa: E402
+from pipeline.oracle.bank import BankOptim, score, train_heads  # noqa: E402
 from pipeline.oracle.features import load_table  # noqa: E402
-from pipeline.oracle.head import BankSettings, score, train_bank  # noqa: E402
-from pipeline.oracle.losses import resolve_loss  # noqa: E402
+from pipeline.oracle.log import StepLog  # noqa: E402
+from pipeline.oracle.loop import LoopSettings  # noqa: E402
+from pipeline.oracle.model import Head  # noqa: E402
 from pipeline.oracle.sampler import StepSchedule, carve_rows  # noqa: E402
 
 N_TRAIN, N_VAL = 1_281_167, 50_000
@@ -92,12 +96,11 @@ def write_feature_cache(path: Path, n: int, dim: int, seed: int, shard: int = 10
                                                "shards": shards, "summary": {}})
 
 
-def settings(total: int, val_every: int | None) -> BankSettings:
+def optim(total: int) -> BankOptim:
     """The paper's protocol (presets.PAPER_ORACLE): lr 1e-5, momentum 0.05, 100 warm-up steps."""
-    return BankSettings(hyperplane=True, lr=1e-5, momentum=0.05, weight_decay=0.0,
-                        pct_start=min(max(100, 2), max(2, int(0.3 * total)), total - 1) / total,
-                        cycle_momentum=False, seed=0, tnr_logit=0.0, val_every=val_every,
-                        log_every=10)
+    return BankOptim(seed=0, hyperplane=True, lr=1e-5, momentum=0.05, weight_decay=0.0,
+                     pct_start=min(max(100, 2), max(2, int(0.3 * total)), total - 1) / total,
+                     cycle_momentum=False)
 
 
 def one_pass(train_dir: Path, val_dir: Path, device, batch: int, epochs: int,
@@ -114,22 +117,27 @@ def one_pass(train_dir: Path, val_dir: Path, device, batch: int, epochs: int,
     losses = [resolve_loss("ss", {"alpha_pos": a, "alpha_neg": b}, (1.0, 3.0), None)
               for a, b in alphas]
     total = schedule.total_steps
-    results, timing = train_bank(table, schedule, losses, settings(total, max(1, total // 4)),
-                                 val_rows)
+    settings = LoopSettings(total, batch, 10, max(1, total // 4), None, None, False, "bench")
+    no_log = StepLog(RunDir(train_dir), None, enabled=False)
+    state, session = train_heads(table, schedule, losses, optim(total), val_rows, 0.0, settings,
+                                 [no_log] * len(losses))
     _sync(device)
     t_train = time.perf_counter()
     val = ClassifierCache.open(val_dir)
     vt = val.load(["correct", "p_true"])
     vtable = load_table(val, SimpleNamespace(cache=val), vt, False, device)
-    w = torch.cat([r.best_state["linear.weight"] for r in results]).to(device)
-    b = torch.cat([r.best_state["linear.bias"] for r in results]).to(device)
-    z = score(vtable, np.arange(val.num_rows), w, b, True)
+    head = Head(table.x.shape[1], normalised=True, count=len(alphas)).to(device)
+    with torch.no_grad():
+        for name in ("weight", "bias"):
+            getattr(head.linear, name).copy_(torch.cat(
+                [b[f"linear.{name}"] for b in session.best]).to(device))
+    z = score(vtable, np.arange(val.num_rows), head)
     t_end = time.perf_counter()
     assert z.shape == (val.num_rows, len(alphas)) and np.isfinite(z).all()
     return {"load_s": t_load - t0, "train_s": t_train - t_load, "score_val_s": t_end - t_train,
             "total_s": t_end - t0, "steps": total, "heads": len(alphas),
-            "validation_s": round(timing["val_s"], 3),
-            "best_val_aupr_error": max(r.best_score or 0 for r in results)}
+            "validation_s": round(session.timing(len(alphas))["val_s"], 3),
+            "best_val_aupr_error": max(h.best_score or 0 for h in state.heads)}
 
 
 def _sync(device) -> None:
@@ -141,8 +149,8 @@ def embedded(art: Path, quiet: bool) -> dict:
     """One head-only run and the whole head-only demo grid on the demo's caches (CPU, in-process,
     each run into a fresh runs root): seconds, imports excluded."""
     from pipeline.core.presets import DEMO
+    from pipeline.oracle.config import TrainConfig
     from pipeline.oracle.headonly import train_head_only
-    from pipeline.oracle.train import TrainConfig
 
     runs = Path(tempfile.mkdtemp(prefix="bench_head_runs_"))
     base = TrainConfig(cache=str(art / "cache"), artifacts=str(art), runs_root=str(runs),

@@ -7,6 +7,7 @@ a change that breaks the layering fails here before anyone has to notice it in r
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,7 @@ ALLOWED = {
 }
 # The only core modules `report` may use: they import no torch.
 TORCH_FREE_CORE = {"pipeline.core", "pipeline.core.metrics", "pipeline.core.selective",
-                   "pipeline.core.presets", "pipeline.core.options"}
+                   "pipeline.core.presets", "pipeline.core.options", "pipeline.core.losses"}
 TORCH = ("torch", "torchvision", "timm")
 # Where a function-level import of a first-party module is allowed: a command loads its stage on
 # call, which keeps torch out of the commands that do not need it.
@@ -175,6 +176,44 @@ def test_cli_report_run_loads_no_torch(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+# The files of a run directory, named only by cache/runs.py (docs/DATA_CONTRACT.md, Stage 2).
+RUN_FILE_NAMES = re.compile(r"(.*/)?(run\.json|log\.jsonl|val_split\.json|\S*\.timing\.json|"
+                            r"last\.pt|best\.pt)")
+RUN_FOLDERS = ("outputs", "checkpoints", "tensorboard")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def test_only_cache_names_the_files_of_a_run_directory():
+    """run.json, log.jsonl, val_split.json, checkpoints and outputs are opened through
+    cache/runs.py (RunDir) by every stage: no other module spells their names or joins their
+    folders (docstrings and help texts may mention them)."""
+    files = [p for p in [*MODULES.values(), *sorted((ROOT / "bench").glob("*.py"))]
+             if p.relative_to(ROOT).parts[0] != "cache"]
+    wrong = []
+    for path in files:
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                    id(node) not in docs and RUN_FILE_NAMES.fullmatch(node.value):
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} names {node.value!r}")
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+                for side in (node.left, node.right):
+                    if isinstance(side, ast.Constant) and side.value in RUN_FOLDERS:
+                        wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} joins "
+                                     f"{side.value!r}")
+    assert not wrong, "run-directory files named outside cache/runs.py:\n" + "\n".join(wrong)
 
 
 def test_each_package_says_what_its_modules_do():

@@ -1,11 +1,10 @@
 """What every stage shares (``cache`` and itself only); this file imports nothing, so ``report``
-can use the torch-free modules (metrics, selective, presets, options) without loading torch.
-
+can use the torch-free modules (metrics, selective, presets, options, losses) without torch.
 models.py     timm factory: presets, weights files, hub download, DataConfig (preprocessing)
-precision.py  bf16/fp16/fp32 chosen once: autocast context, GradScaler on or off (torch lazily)
-dist.py       torchrun / DDP plumbing
+precision.py  bf16/fp16/fp32: the one default rule, autocast context, GradScaler (torch lazily)
+dist.py       torchrun / DDP plumbing; timing.py  model-only inference time
 presets.py    named models, the paper's protocol and the embedded dataset's settings
 metrics.py    trustworthiness metrics, pure numpy (oracle validation and report)
 selective.py  e-AUGRC, working points, ECE; rank metrics from counts (vectorised, bootstrap)
-options.py    click helpers shared by the commands; timing.py  model-only inference time
+options.py    every shared option declared once (Opt, bundles); losses.py  which losses exist
 """

@@ -1,6 +1,7 @@
 """Which samples a split holds, in which order, with which labels — never the pixels.
 
-Three kinds of source, one result (``SampleList``):
+Dataset layouts, one result (``SampleList``); each layout is a ``Format`` of ``FORMATS`` (how a
+root is recognised, its default splits, how a split is listed), tried in order:
 * ImageNet layout: ``ROOT/train/<wnid>/*.JPEG``; ``ROOT/val/`` in wnid folders, or flat with a
   labels file (see ``pipeline.data.labels``).  Class order = timm's ImageNet synsets (sorted wnids).
 * ``ROOT/classes.txt``, when present, gives the class order of class-folder data (one name per
@@ -19,18 +20,19 @@ dataset fingerprint hashes those paths with their labels, in that order.
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from pipeline.data import attacked
 from pipeline.data import labels as labelfiles
 from pipeline.data.errors import DataError
+from pipeline.data.idx import read_idx
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif")
 FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -84,52 +86,35 @@ def list_split(data: str | None, split: str, labels_file: str | None = None) -> 
         raise DataError(f"--labels {labels_file}: file not found")
     if is_embedded(data):
         return fashion_mnist(FMNIST_DIR, split)
-    root = Path(data).expanduser()
-    if not root.is_dir():
-        raise DataError(f"--data {root}: directory not found")
-    if _has_idx_files(root) and (split in FMNIST_SPLITS or not (root / split).is_dir()):
-        return fashion_mnist(root, split)
-    return image_folder(root, split, labels_file)
+    root = _root(data)
+    return layout(root, split).list(root, split, labels_file)
 
 
 def default_splits(data: str | None) -> tuple[str, ...]:
     if is_embedded(data):
         return ("train", "test")
-    root = Path(data).expanduser()
-    if not root.is_dir():
-        raise DataError(f"--data {root}: directory not found")
-    if _has_idx_files(root):
-        return ("train", "test")
-    found = tuple(s for s in ("train", "val", "test") if (root / s).is_dir())
-    if not found:
-        raise DataError(f"--data {root} has no train/, val/ or test/ folder; name the split "
-                        f"with --split (folders there: {_subdirs(root)[:10]})")
-    return found
+    root = _root(data)
+    return next(f for f in FORMATS if f.detect(root)).default_splits(root)
 
 
 def check_splits(data: str | None, splits: tuple[str, ...]) -> None:
     """Cheap up-front check that every requested split exists, so a typo in the last ``--split``
     fails before hours of work on the first."""
-    if is_embedded(data) or _has_idx_files(Path(data)):
-        bad = [s for s in splits if s not in FMNIST_SPLITS
-               and (is_embedded(data) or not (Path(data) / s).is_dir())]
+    if is_embedded(data):
+        bad = [s for s in splits if s not in FMNIST_SPLITS]
         if bad:
-            raise DataError(f"--split {bad[0]!r}: the embedded dataset has splits "
-                            f"{list(FMNIST_SPLITS)}")
+            raise DataError(_no_idx_split(FMNIST_DIR, bad[0]))
         return
-    root = Path(data).expanduser()
-    if not root.is_dir():
-        raise DataError(f"--data {root}: directory not found")
+    root = _root(data)
     for split in splits:
-        if not (root / split).is_dir():
-            raise DataError(f"--split {split!r}: {root / split} not found; folders in {root}: "
-                            f"{_subdirs(root)[:20]}")
+        fmt = layout(root, split)
+        if not fmt.has_split(root, split):
+            raise DataError(fmt.missing(root, split))
 
 
-# ---------------------------------------------------------------------------- Fashion-MNIST --
 def embedded_data(data: str | None) -> bool:
     """The embedded Fashion-MNIST, or a --data folder holding its four idx files."""
-    return is_embedded(data) or _has_idx_files(Path(data))
+    return is_embedded(data) or FASHION_MNIST_IDX.detect(Path(data))
 
 
 def default_artifacts(data: str | None) -> Path:
@@ -137,37 +122,40 @@ def default_artifacts(data: str | None) -> Path:
     return Path("artifacts") / (FMNIST_NAME if is_embedded(data) else Path(data).resolve().name)
 
 
+def _root(data: str) -> Path:
+    root = Path(data).expanduser()
+    if not root.is_dir():
+        raise DataError(f"--data {root}: directory not found")
+    return root
+
+
+# ------------------------------------------------------------------------- dataset layouts --
+@dataclass(frozen=True)
+class Format:
+    """A dataset layout under ``--data``: how its root is recognised, the splits it offers by
+    default, whether it holds a split (else the error saying so), and how a split is listed."""
+    name: str
+    detect: Callable[[Path], bool]
+    default_splits: Callable[[Path], tuple[str, ...]]
+    has_split: Callable[[Path, str], bool]
+    missing: Callable[[Path, str], str]
+    list: Callable[[Path, str, str | None], SampleList]
+
+
+def layout(root: Path, split: str) -> Format:
+    """The first layout (``FORMATS`` order) that recognises ``root`` and holds ``split``; else
+    the first that recognises it (its ``list`` names what is missing)."""
+    found = [f for f in FORMATS if f.detect(root)]
+    return next((f for f in found if f.has_split(root, split)), found[0])
+
+
+# ---------------------------------------------------------------------------- Fashion-MNIST --
 def _has_idx_files(root: Path) -> bool:
     return any(root.glob("train-images-idx3-ubyte*")) or any(root.glob("t10k-images-idx3-ubyte*"))
 
 
-_IDX_MEMO: dict[tuple, np.ndarray] = {}
-
-
-def _read_idx(path_stem: Path) -> np.ndarray:
-    """The idx file as a read-only array; remembered per (file, size, mtime) in this process: a
-    run lists train, test and a shifted test (two reads of t10k), and a process that trains many
-    head-only runs (a sweep, the demo) would otherwise decompress the same files each time."""
-    for path in (path_stem, path_stem.with_name(path_stem.name + ".gz")):
-        if path.exists():
-            st = path.stat()
-            key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-            if key not in _IDX_MEMO:
-                _IDX_MEMO[key] = _parse_idx(path)
-            return _IDX_MEMO[key]
-    raise DataError(f"Fashion-MNIST file {path_stem}[.gz] not found")
-
-
-def _parse_idx(path: Path) -> np.ndarray:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as fh:
-        raw = fh.read()
-    ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    data = np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim)
-    if raw[:3] != b"\x00\x00\x08" or data.size != int(np.prod(dims)):
-        raise DataError(f"{path} is not a valid uint8 idx file (truncated or corrupt)")
-    return data.reshape(dims)          # frombuffer over bytes: read-only, safe to share
+def _no_idx_split(root: Path, split: str) -> str:
+    return f"--split {split!r}: the embedded dataset has splits {list(FMNIST_SPLITS)}"
 
 
 def fashion_mnist(root: Path, split: str) -> SampleList:
@@ -178,10 +166,10 @@ def fashion_mnist(root: Path, split: str) -> SampleList:
             "train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz "
             "and t10k-labels-idx1-ubyte.gz.")
     if split not in FMNIST_SPLITS:
-        raise DataError(f"--split {split!r}: the embedded dataset has splits {list(FMNIST_SPLITS)}")
+        raise DataError(_no_idx_split(root, split))
     stem, start, stop = FMNIST_SPLITS[split]
-    images = _read_idx(root / f"{stem}-images-idx3-ubyte")
-    labels = _read_idx(root / f"{stem}-labels-idx1-ubyte").astype(np.int64)
+    images = read_idx(root / f"{stem}-images-idx3-ubyte")
+    labels = read_idx(root / f"{stem}-labels-idx1-ubyte").astype(np.int64)
     if len(images) != len(labels):
         raise DataError(f"{root}: {stem} has {len(images)} images but {len(labels)} labels")
     stop = len(images) if stop is None else min(stop, len(images))  # shorter files: subsets
@@ -238,8 +226,7 @@ def _read_classes(path: Path) -> tuple[str, ...]:
 def image_folder(root: Path, split: str, labels_file: str | None) -> SampleList:
     split_dir = root / split
     if not split_dir.is_dir():
-        raise DataError(f"--split {split!r}: {split_dir} not found; folders in {root}: "
-                        f"{_subdirs(root)[:20]}")
+        raise DataError(_no_folder(root, split))
     doc = attacked.read_manifest(split_dir)   # None unless `cli.py attack` wrote the split
     dirs = _subdirs(split_dir)
     if dirs:
@@ -286,3 +273,25 @@ def _class_folders(root: Path, split_dir: Path, dirs: list[str]):
         names += [f"{d}/{f}" for f in files]
         labels += [lookup[d]] * len(files)
     return names, labels, classes, name
+
+
+def _folder_splits(root: Path) -> tuple[str, ...]:
+    found = tuple(s for s in ("train", "val", "test") if (root / s).is_dir())
+    if not found:
+        raise DataError(f"--data {root} has no train/, val/ or test/ folder; name the split "
+                        f"with --split (folders there: {_subdirs(root)[:10]})")
+    return found
+
+
+def _no_folder(root: Path, split: str) -> str:
+    return f"--split {split!r}: {root / split} not found; folders in {root}: {_subdirs(root)[:20]}"
+
+
+FASHION_MNIST_IDX = Format("Fashion-MNIST idx files", _has_idx_files, lambda root: ("train", "test"),
+                           lambda root, split: split in FMNIST_SPLITS, _no_idx_split,
+                           lambda root, split, labels_file: fashion_mnist(root, split))
+IMAGE_FOLDER = Format("image folders", lambda root: True, _folder_splits,
+                      lambda root, split: (root / split).is_dir(), _no_folder, image_folder)
+# Tried in this order (``layout``): a root with idx files may also hold ImageFolder splits (an
+# attack's output), which are listed as folders when the idx files have no such split.
+FORMATS = (FASHION_MNIST_IDX, IMAGE_FOLDER)

@@ -1,11 +1,8 @@
 """Stage 2, ``cli.py train-oracle`` and ``predict``: train an oracle on cached classifier targets
-and write its outputs for the evaluation splits.
-
-command.py  the click commands      train.py   config -> run directory -> loop -> outputs
-targets.py  samples + their cache   sampler.py deterministic order, flips, held-out rows
-losses.py   CE, focal, TCP, SS      model.py   backbone + scalar head      loop.py  the loop
-step.py     one optimizer step, validation, training state   graph.py  that step as a CUDA graph
-checkpoint.py  atomic checkpoints   runs.py    run directories, run.json, log.jsonl
-predict.py  a trained oracle over a split -> outputs/<tag>.h5 (``cache.outputs``)
-headonly.py --head-only runs  head.py  P heads at once on features  features.py  feature caches
+and write its outputs.  config.py  TrainConfig: every setting and its option   command.py  the CLI
+prepare.py  caches, rows, loss, run dir, claim   loop.py  THE loop   log.py  log.jsonl/TensorBoard
+train.py fine-tuned runs: finetune.py session (step.py, graph.py)   headonly.py head-only runs:
+bank.py session on features.py   losses.py  HeadLoss (P heads)   model.py  backbone + Head
+outputs.py  how every run ends (outputs, digests)   predict.py  new splits   checkpoint.py
+targets.py  samples + their cache   sampler.py  deterministic order, flips, held-out rows
 """

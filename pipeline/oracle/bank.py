@@ -15,6 +15,7 @@ on the device between the loop's sync points.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -22,7 +23,7 @@ import torch
 from pipeline.core import dist
 from pipeline.core.losses import LossConfig
 from pipeline.oracle.features import FeatureTable
-from pipeline.oracle.loop import LoopState
+from pipeline.oracle.loop import LoopSettings, LoopState, fit
 from pipeline.oracle.losses import HeadLoss
 from pipeline.oracle.model import Head
 from pipeline.oracle.sampler import StepSchedule
@@ -132,13 +133,32 @@ class FeatureSession:
                 "heads": heads}
 
 
-def bank_objects(table: FeatureTable, count: int, seed: int, hyperplane: bool, lr: float,
-                 momentum: float, weight_decay: float, total: int, pct_start: float,
-                 cycle_momentum: bool):
-    """(head, optimizer, scheduler) of a bank: every head the one head ``seed`` gives."""
-    torch.manual_seed(seed)
-    head = Head(table.x.shape[1], normalised=hyperplane, count=count).to(table.x.device)
-    opt = torch.optim.SGD(head.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=total,
-                                                pct_start=pct_start, cycle_momentum=cycle_momentum)
-    return head, opt, sched
+@dataclass(frozen=True)
+class BankOptim:
+    """How every head of a bank is initialised and optimised (the runs' shared settings)."""
+    seed: int
+    hyperplane: bool
+    lr: float
+    momentum: float
+    weight_decay: float
+    pct_start: float
+    cycle_momentum: bool
+
+
+def train_heads(table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
+                opt: BankOptim, val_rows: np.ndarray, tnr_logit: float, settings: LoopSettings,
+                logs: list) -> tuple[LoopState, FeatureSession]:
+    """One head per entry of ``losses`` (every head the one head ``opt.seed`` gives), SGD and
+    OneCycle over ``schedule``, through the loop; returns the loop's state (per head: counts,
+    best step and score, divergence) and the session (best heads, final heads, timing)."""
+    torch.manual_seed(opt.seed)
+    head = Head(table.x.shape[1], normalised=opt.hyperplane, count=len(losses)).to(table.x.device)
+    sgd = torch.optim.SGD(head.parameters(), lr=opt.lr, momentum=opt.momentum,
+                          weight_decay=opt.weight_decay)
+    sched = torch.optim.lr_scheduler.OneCycleLR(sgd, max_lr=opt.lr, total_steps=schedule.total_steps,
+                                                pct_start=opt.pct_start,
+                                                cycle_momentum=opt.cycle_momentum)
+    session = FeatureSession(table, schedule, losses, head, sgd, sched, val_rows, tnr_logit)
+    state = LoopState.for_heads(len(losses))
+    fit(session, state, settings, logs)
+    return state, session

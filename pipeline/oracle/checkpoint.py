@@ -17,8 +17,6 @@ import torch
 from cache.integrity import no_room, no_room_reason
 from cache.schema import CacheError
 
-LAST, BEST = "last.pt", "best.pt"
-
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     """Temp file + fsync + rename: a checkpoint that exists is complete, and the previous one

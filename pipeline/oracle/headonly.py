@@ -19,12 +19,13 @@ from cache.runs import BEST, RunError
 from cache.schema import CacheError
 from pipeline.core import dist
 from pipeline.core.losses import tnr_logit
-from pipeline.oracle.bank import FeatureSession, bank_objects, score
+from pipeline.oracle.bank import BankOptim, score, train_heads
 from pipeline.oracle.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.oracle.config import TrainConfig, bank_key, head_only_misfits
 from pipeline.oracle.features import (FeatureMemo, check_valid, feature_record, feature_source,
                                       load_table, open_features, oracle_backbone)
-from pipeline.oracle.loop import HeadState, LoopState, StepLog, TrainingDiverged, fit
+from pipeline.oracle.log import StepLog
+from pipeline.oracle.loop import HeadState, TrainingDiverged
 from pipeline.oracle.model import Head
 from pipeline.oracle.outputs import Scorer, finish_run, write_z_outputs
 from pipeline.oracle.prepare import Prepared, claimed, prepare, run_extras, versions, write_val_split
@@ -115,19 +116,18 @@ def train_bank(bank: list[Prepared], train_fc: ClassifierCache, device: torch.de
     check_valid(train_fc, first.train, np.concatenate([first.train_rows, first.val_rows]))
     table = load_table(train_fc, first.train, first.targets, cfg.flip, device, memo)
     sched = schedule_of(first, 1)
-    head, opt, lr_sched = bank_objects(table, len(bank), cfg.seed, cfg.z == "hyperplane", cfg.lr,
-                                       cfg.momentum, cfg.weight_decay, sched["total_steps"],
-                                       sched["pct_start"], cfg.cycle_momentum)
-    session = FeatureSession(table, first.schedule, [p.loss for p in bank], head, opt, lr_sched,
-                             first.val_rows, tnr_logit(cfg.loss, first.record["num_classes"]))
-    state = LoopState.for_heads(len(bank))
+    optim = BankOptim(cfg.seed, cfg.z == "hyperplane", cfg.lr, cfg.momentum, cfg.weight_decay,
+                      sched["pct_start"], cfg.cycle_momentum)
     logs = [StepLog(p.run, None, True) for p in bank]
     try:
-        fit(session, state, loop_settings(first, None, f"train {cfg.loss} (head-only)"), logs)
+        state, session = train_heads(
+            table, first.schedule, [p.loss for p in bank], optim, first.val_rows,
+            tnr_logit(cfg.loss, first.record["num_classes"]),
+            loop_settings(first, None, f"train {cfg.loss} (head-only)"), logs)
     finally:
         for log in logs:
             log.close()
-    heads = [(h, session.best[p], head.state_of(p)) for p, h in enumerate(state.heads)]
+    heads = [(h, session.best[p], session.head.state_of(p)) for p, h in enumerate(state.heads)]
     return heads, session.timing(len(bank))
 
 

@@ -16,7 +16,8 @@ from pipeline.core.models import DataConfig
 from pipeline.oracle.config import TrainConfig
 from pipeline.oracle.finetune import ImageSession, build_objects, resume_state, save_best
 from pipeline.oracle.graph import choose_step
-from pipeline.oracle.loop import (LoopSettings, LoopState, StepLog, TrainingDiverged, fit,
+from pipeline.oracle.log import StepLog
+from pipeline.oracle.loop import (LoopSettings, LoopState, TrainingDiverged, fit,
                                   schedule_info)
 from pipeline.oracle.outputs import finish_run, image_scorer
 from pipeline.oracle.prepare import (Prepared, claimed, prepare, run_extras, versions,

@@ -1,0 +1,90 @@
+"""train-oracle's options are TrainConfig's fields, declared once: the CLI, the group hash, the
+head-only refusals, the loss options and the sweep's value lists all derive from them."""
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+
+import click
+import pytest
+
+from pipeline.core.losses import LOSSES, PARAMS
+from pipeline.oracle.config import (BANK_FREE, FINE_TUNE_ONLY, LOSS_OPTIONS, NOT_IN_GROUP,
+                                    TrainConfig, config_from_params, group_hash)
+
+
+def _train_oracle():
+    from pipeline.oracle.command import train_oracle
+    return train_oracle
+
+
+def test_every_option_of_train_oracle_is_one_field_and_every_field_one_option():
+    params = {p.name for p in _train_oracle().params}
+    declared = {f.metadata["opt"].name for f in fields(TrainConfig) if f.metadata["opt"]}
+    assert params == declared
+    unset = [f.name for f in fields(TrainConfig) if f.metadata["opt"] is None]
+    assert unset == ["artifacts"]        # derived from --data, not an option
+
+
+def test_a_command_line_becomes_the_fields_it_names():
+    cmd = ["--classifier", "resnet", "--loss", "focal", "--gamma", "0.5", "--authors-broadcast",
+           "--z", "linear", "--lr", "0.1", "--no-flip", "--eval-split", "a", "--eval-split", "b",
+           "--compile", "--no-progress", "--model-kwargs", '{"depth": 2}', "--out", "x/y",
+           "--no-channels-last", "--split-seed", "3"]
+    ctx = _train_oracle().make_context("train-oracle", cmd)
+    cfg = config_from_params(ctx.params)
+    assert (cfg.classifier, cfg.loss, cfg.gamma, cfg.broadcast, cfg.z, cfg.lr, cfg.flip) == \
+        ("resnet", "focal", 0.5, True, "linear", 0.1, False)
+    assert cfg.eval_splits == ("a", "b") and cfg.compile and not cfg.progress
+    assert cfg.model_kwargs == {"depth": 2} and cfg.out == "x/y" and not cfg.channels_last
+    assert cfg.split_seed == 3 and cfg.workers is None and cfg.precision is None
+    assert cfg.cache == "artifacts/fashion-mnist/cache" and cfg.artifacts == "artifacts/fashion-mnist"
+    defaults = config_from_params(_train_oracle().make_context("train-oracle", []).params)
+    assert asdict(defaults) == asdict(TrainConfig())
+
+
+def test_the_group_hash_leaves_out_exactly_where_runtime_and_seed():
+    """Pinned: a change here renames every run directory (their group hash)."""
+    assert set(NOT_IN_GROUP) == {
+        "seed", "out", "runs_root", "artifacts", "data", "cache", "labels_file", "eval_splits",
+        "resume", "progress", "workers", "device", "compile", "cuda_graph", "eval_batch_size",
+        "ckpt_every", "log_every", "stop_at_step", "features_cache"}
+    ident = {"model": "m", "weights_sha256": "w", "dataset_fingerprint": "f", "split": "train",
+             "corruption": "none"}
+    base = asdict(TrainConfig())
+    for name in NOT_IN_GROUP:
+        changed = {**base, name: "something else"}
+        assert group_hash(changed, ident) == group_hash(base, ident), name
+    for name in ("lr", "precision", "channels_last", "accum_steps", "train_split", "alpha_pos"):
+        assert group_hash({**base, name: 123}, ident) != group_hash(base, ident), name
+
+
+def test_derived_lists_follow_the_field_declarations():
+    assert set(FINE_TUNE_ONLY) == {"accum_steps", "precision", "channels_last", "compile",
+                                   "cuda_graph", "workers", "eval_batch_size", "ckpt_every",
+                                   "stop_at_step", "resume"}
+    assert set(LOSS_OPTIONS) == {"z", "broadcast", "class_balanced", *PARAMS}
+    assert set(BANK_FREE) == {"class_balanced", "out", "runs_root", *PARAMS}
+    loss = next(p for p in _train_oracle().params if p.name == "loss")
+    assert list(loss.type.choices) == list(LOSSES)
+
+
+@pytest.mark.parametrize("name", list(PARAMS))
+def test_each_numeric_loss_option_has_one_range_on_the_cli_and_in_the_checks(name):
+    from pipeline.core.losses import LossOptionError, check_loss_options
+
+    opt = next(p for p in _train_oracle().params if p.name == name)
+    loss = next(n for n, l in LOSSES.items() if name in l.params) if name not in (
+        "pos_weight", "neg_weight", "cb_beta") else "ce"
+    with pytest.raises(click.BadParameter):
+        opt.type.convert(-1.0, opt, None)          # the CLI refuses it ...
+    if name != "cb_beta":                         # ... and so does the API (cb_beta: in the fit)
+        with pytest.raises(LossOptionError, match=PARAMS[name].flag):
+            check_loss_options(loss, {name: -1.0})
+
+
+def test_the_sweep_offers_a_value_list_for_each_numeric_loss_option():
+    from pipeline.sweep.command import sweep
+    from pipeline.sweep.grid import FLAGS, SWEEPABLE
+
+    lists = [p.opts[0] for p in sweep.params if p.opts[0] in FLAGS.values()]
+    assert lists == [p.flag for p in PARAMS.values()] and list(SWEEPABLE) == list(PARAMS)
