@@ -3,9 +3,9 @@ can use the torch-free modules (metrics, selective, presets, options) without lo
 
 models.py     timm factory: presets, weights files, hub download, DataConfig (preprocessing)
 precision.py  bf16/fp16/fp32 chosen once: autocast context, GradScaler on or off (torch lazily)
-dist.py       torchrun / DDP plumbing
+dist.py       torchrun / DDP plumbing; losses.py  the oracle losses and their options, torch-free
 presets.py    named models, the paper's protocol and the embedded dataset's settings
 metrics.py    trustworthiness metrics, pure numpy (oracle validation and report)
 selective.py  e-AUGRC, working points, ECE; rank metrics from counts (vectorised, bootstrap)
-options.py    click helpers shared by the commands; timing.py  model-only inference time
+options.py    the commands' shared options, declared once   timing.py  model inference time
 """

@@ -1,11 +1,10 @@
-"""Stage 2, ``cli.py train-oracle`` and ``predict``: train an oracle on cached classifier targets
-and write its outputs for the evaluation splits.
+"""Stage 2, ``cli.py train-oracle`` and ``predict``: train oracles on cached classifier targets.
 
-command.py  the click commands      train.py   config -> run directory -> loop -> outputs
-targets.py  samples + their cache   sampler.py deterministic order, flips, held-out rows
-losses.py   CE, focal, TCP, SS      model.py   backbone + scalar head      loop.py  the loop
-step.py     one optimizer step, validation, training state   graph.py  that step as a CUDA graph
-checkpoint.py  atomic checkpoints   runs.py    run directories, run.json, log.jsonl
-predict.py  a trained oracle over a split -> outputs/<tag>.h5 (``cache.outputs``)
-headonly.py --head-only runs  head.py  P heads at once on features  features.py  feature caches
+command.py  the click commands   config.py  TrainConfig: every setting and its option, once
+prepare.py  caches, rows, loss, run dir   targets.py  samples + their cache   train.py  one run
+sampler.py  deterministic order, flips, held-out rows   loop.py  the one loop of both paths
+model.py    backbone + scalar head   losses.py  the losses on z   checkpoint.py  atomic saves
+finetune.py fine-tuned runs   step.py  one optimizer step   graph.py  that step as a CUDA graph
+headonly.py --head-only runs  bank.py  P heads at once on features  features.py  feature caches
+outputs.py  eval splits -> outputs/<tag>.h5   predict.py  a trained run's oracle over new data
 """
