@@ -12,7 +12,7 @@ import json
 import math
 import re
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import click
@@ -24,7 +24,7 @@ from pipeline.core.precision import PRECISIONS, PRECISION_RULE
 @dataclass(frozen=True)
 class Opt:
     """One option: click's declarations (flags, then the parameter name where it differs) and
-    keyword arguments."""
+    keyword arguments.  ``base``: the shared option this one was derived from by ``but``."""
     decls: tuple[str, ...]
     help: str = ""
     default: Any = None
@@ -33,6 +33,7 @@ class Opt:
     multiple: bool = False
     show_default: bool = False
     callback: Callable | None = None
+    base: Opt | None = field(default=None, compare=False, repr=False)
 
     @property
     def flag(self) -> str:
@@ -47,8 +48,9 @@ class Opt:
         return self.flag.lstrip("-").replace("-", "_")
 
     def but(self, **changes) -> "Opt":
-        """This option with another default, help, ... (a command that must differ says so)."""
-        return replace(self, **changes)
+        """This option with another default, help, ... (a command that must differ says so).
+        Remembers the option it came from, so that a test can tie every command to the bundles."""
+        return replace(self, base=self.base or self, **changes)
 
     def click_option(self):
         default = False if self.is_flag and self.default is None else self.default
@@ -60,7 +62,16 @@ class Opt:
                 kwargs[key] = True
         if self.callback is not None:
             kwargs["callback"] = self.callback
-        return click.option(*self.decls, **kwargs)
+        return click.option(*self.decls, cls=DeclaredOption, opt=self, **kwargs)
+
+
+class DeclaredOption(click.Option):
+    """A click option declared by an ``Opt``, which it keeps: --help and parsing are click's own;
+    the ``Opt`` says where the option was declared (tests/test_options.py)."""
+
+    def __init__(self, *args, opt: Opt, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.opt = opt
 
 
 def options(*opts: Opt):
@@ -224,3 +235,6 @@ PREPROCESS = Opt(("--preprocess",), type=click.Choice(["model", "paper"]), defau
                  "authors' square resize, mean = std = 0.5.")
 SEED_OPT = Opt(("--seed",), type=SEED, default=0, show_default=True)
 NO_PROGRESS = Opt(("--no-progress",), is_flag=True, help="No progress bars.")
+# Every shared option: a command declares one of these flags through its bundle, nowhere else
+BUNDLES = (DATA, LABELS, CLASSIFIER, DEVICE, PRECISION, WORKERS, BATCH_SIZE, WEIGHTS, RANDOM_INIT,
+           MODEL_KWARGS, PREPROCESS, SEED_OPT, NO_PROGRESS)
