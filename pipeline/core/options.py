@@ -4,7 +4,9 @@ Torch-free, since `cli.py report` imports them.
 
     @options(DATA, DEVICE, PRECISION, WORKERS.but(help=...))    # click options, in this order
 
-A command whose default differs from the bundle's says so in its help (``Opt.but``).
+A command whose default differs from the bundle's says so in its help (``Opt.but``); one that
+adds to the shared help appends its text (``Opt.more``).  tests/test_options.py holds every
+command registered in cli.py to that.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class Opt:
     type: Any = None
     is_flag: bool = False
     multiple: bool = False
+    required: bool = False
     show_default: bool = False
     callback: Callable | None = None
     base: Opt | None = field(default=None, compare=False, repr=False)
@@ -52,12 +55,16 @@ class Opt:
         Remembers the option it came from, so that a test can tie every command to the bundles."""
         return replace(self, base=self.base or self, **changes)
 
+    def more(self, text: str) -> "Opt":
+        """This option with ``text`` after its help: what one command adds to the shared text."""
+        return self.but(help=f"{self.help} {text}")
+
     def click_option(self):
         default = False if self.is_flag and self.default is None else self.default
         kwargs = {"help": self.help, "default": default, "show_default": self.show_default}
         if self.type is not None:
             kwargs["type"] = self.type
-        for key in ("is_flag", "multiple"):
+        for key in ("is_flag", "multiple", "required"):
             if getattr(self, key):
                 kwargs[key] = True
         if self.callback is not None:
@@ -67,7 +74,7 @@ class Opt:
 
 class DeclaredOption(click.Option):
     """A click option declared by an ``Opt``, which it keeps: --help and parsing are click's own;
-    the ``Opt`` says where the option was declared (tests/test_options.py)."""
+    the ``Opt`` says where the option was declared."""
 
     def __init__(self, *args, opt: Opt, **kwargs):
         super().__init__(*args, **kwargs)
