@@ -28,9 +28,8 @@ def shared_options():
     out = []
     for name, command in sorted(cli.commands.items()):
         for param in command.params:
-            flags = [f for f in (*param.opts, *param.secondary_opts) if f in BUNDLE_OF]
-            for flag in flags:
-                out.append((name, param, BUNDLE_OF[flag]))
+            out += [(name, param, BUNDLE_OF[flag]) for flag in
+                    (*param.opts, *param.secondary_opts) if flag in BUNDLE_OF]
     return out
 
 
@@ -47,13 +46,13 @@ def test_every_shared_flag_comes_from_its_bundle(command, param, bundle):
     opt = param.opt
     assert (opt.base or opt) is bundle, f"{where}: derived from another option than its bundle"
     for key in ("decls", "type", "callback", "is_flag", "multiple"):
-        assert getattr(opt, key) is getattr(bundle, key) or getattr(opt, key) == getattr(
-            bundle, key), f"{where}: its {key} differs from the bundle's"
+        assert getattr(opt, key) == getattr(bundle, key), f"{where}: its {key} differs"
     assert param.name == bundle.name
-    if param.help != bundle.help:   # a command's own text, marked as such by Opt.but / Opt.more
-        assert opt.base is bundle and opt.help == param.help, where
+    # another help only as the command's own text, marked as such by Opt.but / Opt.more
+    assert param.help == bundle.help or opt.base is bundle, where
     if opt.default != bundle.default:   # a command whose default differs says so in its help
-        assert "Default" in param.help or (param.show_default and opt.default is not None), \
+        shown = param.show_default and opt.default is not None    # click's "[default: 256]"
+        assert shown or (param.help != bundle.help and "Default" in param.help), \
             f"{where}: default {opt.default!r} differs from the bundle's, and its help is silent"
 
 
