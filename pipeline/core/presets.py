@@ -43,7 +43,7 @@ EMBEDDED_FIT = {   # no random crop (pad=0): it slowed the 7-px-patch ViT down (
 }
 # ``cli.py extract`` on the embedded dataset: keep the flipped view's outputs too (2x a tiny
 # classifier's cost), so oracle training uses the target of the view it shows (REFERENCE.md sec. 1)
-# and the bare ``extract`` finds the demo's caches complete.
+# and ``extract --precision bf16`` (the demo's precision) finds the demo's caches complete.
 # Also the pooled features of both views (64 / 128 fp16 values per row and view for the small vit /
 # resnet): what the demo's head-only oracles train on, at no extra forward pass.
 EMBEDDED_EXTRACT = dict(flip_view=True, features=True)
