@@ -5,59 +5,54 @@ from pathlib import Path
 
 import click
 
-from pipeline.core.options import SEED, device_option, json_option
-from pipeline.core.precision import PRECISIONS
+from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, LABELS, MODEL_KWARGS,
+                                   NO_PROGRESS, PRECISION, PREPROCESS, RANDOM_INIT, SEED_OPT,
+                                   WEIGHTS, WORKERS, Opt, options)
 from pipeline.data.sources import check_splits, default_artifacts, is_embedded
 
 ATTACK_NAMES = ("pgd_linf", "pgd_l2")   # pipeline/attack/methods.py ATTACKS (torch-free here)
 
 
 @click.command()
-@click.option("--classifier", default="vit", show_default=True, help="The frozen classifier "
-              "to attack, as given to extract: preset (vit, resnet) or timm name.")
-@click.option("--data", default=None, help="Dataset root, as given to extract. Default: the "
-              "embedded Fashion-MNIST.")
-@click.option("--split", default=None, help="Split to attack. Default: test (embedded), else val.")
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Data root the "
-              "attacked split is written into (ImageFolder layout; may be --data itself, so "
-              "train-oracle --eval-split finds it). Default: artifacts/<dataset>/adversarial.")
-@click.option("--name", default=None, help="Folder of the attacked split under --out, i.e. its "
-              "--split for extract/predict. Default: <split>-<attack>-<classifier>.")
-@click.option("--labels", "labels_file", default=None, help="Labels file for a flat val/ folder.")
-@click.option("--attack", "attack_name", type=click.Choice(ATTACK_NAMES), default="pgd_linf",
-              show_default=True, help="torchattacks PGD under the L-inf or L2 norm, on [0, 1] "
-              "pixels of the classifier's resized/cropped input.")
-@click.option("--eps", default=None, help="Perturbation budget in [0, 1] pixel units, e.g. "
-              "8/255. Default: torchattacks' (pgd_linf 8/255, pgd_l2 1.0).")
-@click.option("--step-size", "alpha", default=None, help="PGD step size (alpha). Default: "
-              "torchattacks' (pgd_linf 2/255, pgd_l2 0.2).")
-@click.option("--steps", type=click.IntRange(1), default=None,
-              help="PGD iterations. Default: 10 (torchattacks).")
-@click.option("--random-start/--no-random-start", default=None, help="Start from a uniform "
-              "random point in the eps-ball (Madry et al.). Default: on.")
-@click.option("--max-samples", type=click.IntRange(1), default=None, help="Attack a seeded "
-              "subset of N rows of the split (demos, quick checks). Default: every row.")
-@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1),
-              help="Rows per attack batch (the backward pass keeps activations: smaller than "
-              "extract's).")
-@click.option("--workers", default=None, type=click.IntRange(0), help="DataLoader workers.")
-@click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True,
-              help="Autocast of the attack's forward/backward and of the logged outputs; give "
-              "extract the same to reproduce them.")
-@click.option("--device", default=None, callback=device_option,
-              help="cuda, cuda:1, cpu... Default: cuda if available.")
-@click.option("--weights", default=None, help="Local weights file instead of the hub download.")
-@click.option("--random-init", is_flag=True, help="No pretrained weights (tests).")
-@click.option("--model-kwargs", default=None, help="JSON for timm.create_model.")
-@click.option("--preprocess", type=click.Choice(["model", "paper"]), default="model",
-              show_default=True, help="As for extract: the resize/crop and normalisation the "
-              "classifier is attacked (and its PNGs stored) under.")
-@click.option("--shard-size", default=625, show_default=True, type=click.IntRange(1),
-              help="Rows per shard: the unit of resume and of the split between torchrun "
-              "processes (ImageNet val = 80 shards).")
-@click.option("--seed", default=0, show_default=True, type=SEED,
-              help="Random start, --max-samples subset.")
-@click.option("--no-progress", is_flag=True)
+@options(
+    CLASSIFIER,
+    DATA,
+    Opt(("--split",), help="Split to attack. Default: test (embedded), else val."),
+    Opt(("--out",), type=click.Path(path_type=Path), help="Data root the attacked split is "
+        "written into (ImageFolder layout; may be --data itself, so train-oracle --eval-split "
+        "finds it). Default: artifacts/<dataset>/adversarial."),
+    Opt(("--name",), help="Folder of the attacked split under --out, i.e. its --split for "
+        "extract/predict. Default: <split>-<attack>-<classifier>."),
+    LABELS,
+    Opt(("--attack", "attack_name"), type=click.Choice(ATTACK_NAMES), default="pgd_linf",
+        show_default=True, help="torchattacks PGD under the L-inf or L2 norm, on [0, 1] pixels "
+        "of the classifier's resized/cropped input."),
+    Opt(("--eps",), help="Perturbation budget in [0, 1] pixel units, e.g. 8/255. Default: "
+        "torchattacks' (pgd_linf 8/255, pgd_l2 1.0)."),
+    Opt(("--step-size", "alpha"), help="PGD step size (alpha). Default: torchattacks' (pgd_linf "
+        "2/255, pgd_l2 0.2)."),
+    Opt(("--steps",), type=click.IntRange(1), help="PGD iterations. Default: 10 (torchattacks)."),
+    Opt(("--random-start/--no-random-start",), help="Start from a uniform random point in the "
+        "eps-ball (Madry et al.). Default: on."),
+    Opt(("--max-samples",), type=click.IntRange(1), help="Attack a seeded subset of N rows of the "
+        "split (demos, quick checks). Default: every row."),
+    BATCH_SIZE.but(default=64, help="Rows per attack batch (the backward pass keeps activations: "
+                   "smaller than extract's)."),
+    WORKERS.more("On the in-memory Fashion-MNIST: 0."),
+    PRECISION.more("It also covers the attack's backward passes and the logged outputs; give "
+                   "extract the same to reproduce them."),
+    DEVICE,
+    WEIGHTS,
+    RANDOM_INIT,
+    MODEL_KWARGS,
+    PREPROCESS.more("The classifier is attacked (and its PNGs stored) under this resize/crop "
+                    "and normalisation, as in extract."),
+    Opt(("--shard-size",), default=625, show_default=True, type=click.IntRange(1), help="Rows per "
+        "shard: the unit of resume and of the split between torchrun processes (ImageNet val = "
+        "80 shards)."),
+    SEED_OPT.but(help="Random start, --max-samples subset."),
+    NO_PROGRESS,
+)
 def attack(classifier, data, split, out, name, labels_file, attack_name, eps, alpha, steps,
            random_start, max_samples, batch_size, workers, precision, device, weights,
            random_init, model_kwargs, preprocess, shard_size, seed, no_progress):
@@ -83,7 +78,7 @@ def attack(classifier, data, split, out, name, labels_file, attack_name, eps, al
         alpha=alpha, steps=steps, random_start=random_start, max_samples=max_samples,
         batch_size=batch_size, workers=workers, precision=precision, device=device,
         weights=weights, random_init=random_init,
-        model_kwargs=json_option(model_kwargs, "--model-kwargs"), preprocess=preprocess,
+        model_kwargs=model_kwargs, preprocess=preprocess,
         shard_size=shard_size, seed=seed, progress=not no_progress)
     try:
         s = run_attack(cfg)

@@ -31,7 +31,7 @@ from pipeline.attack.methods import (ATTACKS, AttackError, PixelClassifier, buil
                                      check_differentiable, library_version, resolve_params)
 from pipeline.core import dist
 from pipeline.core.models import build_model, resolve_data_config, resolve_spec, weights_sha256
-from pipeline.core.precision import autocast
+from pipeline.core.precision import autocast, default_precision
 from pipeline.data import attacked as fmt
 from pipeline.data.images import (GpuNormalize, ImageRows, default_workers, make_loader,
                                   transform_for)
@@ -54,7 +54,7 @@ class AttackConfig:
     max_samples: int | None = None     # a seeded subset of the split (sorted)
     batch_size: int = 64
     workers: int | None = None
-    precision: str = "bf16"
+    precision: str | None = None       # None: PRECISION_RULE (core/precision.py) for the device
     device: str | None = None
     weights: str | None = None
     random_init: bool = False
@@ -96,6 +96,8 @@ def attack(cfg: AttackConfig) -> dict:
     """Write (or finish) one adversarial split; returns the manifest's summary."""
     params = resolve_params(cfg.attack, cfg.eps, cfg.alpha, cfg.steps, cfg.random_start)
     info, device = dist.init(cfg.device)
+    # resolved before the identity is built: the split records the precision it was attacked in
+    cfg = replace(cfg, precision=default_precision(cfg.precision, device))
     samples = list_split(cfg.data, cfg.split, cfg.labels_file)
     if cfg.workers is None:
         cfg = replace(cfg, workers=0 if samples.idx_images is not None

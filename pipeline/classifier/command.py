@@ -5,9 +5,9 @@ from pathlib import Path
 
 import click
 
-from pipeline.core.options import (FRACTION, NON_NEGATIVE, SEED, FiniteFloatRange,
-                                   device_option, json_option, positive)
-from pipeline.core.precision import PRECISIONS
+from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
+                                   MODEL_KWARGS, NO_PROGRESS, NON_NEGATIVE, PRECISION, SEED_OPT,
+                                   WEIGHTS, WORKERS, FiniteFloatRange, Opt, options, positive)
 
 
 def _num_classes_option(ctx, param, value):
@@ -23,45 +23,44 @@ def _num_classes_option(ctx, param, value):
 
 
 @click.command("fit-classifier")
-@click.option("--classifier", default="vit", show_default=True, help="Embedded preset (vit, "
-              "resnet: the small models of pipeline/core/presets.py) or any timm model name.")
-@click.option("--data", default=None, help="Dataset root (ImageFolder layout or the four "
-              "Fashion-MNIST idx files). Default: the embedded Fashion-MNIST.")
-@click.option("--split", default=None, help="Split to fit on. Default: clf-train on Fashion-MNIST "
-              "(disjoint from the oracles' train), else train.")
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Checkpoint file. "
-              "Default: artifacts/<dataset>/classifiers/<classifier>.pt (where extract finds the "
-              "embedded presets; pass other files to extract with --weights).")
-@click.option("--labels", "labels_file", default=None, help="Labels file for a flat split folder.")
-@click.option("--num-classes", default="auto", show_default=True, callback=_num_classes_option,
-              help="Classifier outputs: 'auto' = the dataset's number of classes.")
-@click.option("--model-kwargs", default=None, help='JSON for timm.create_model, e.g. \'{"depth": 2}\'.')
-@click.option("--weights", default=None, help="Start from this weights file (the classifier head "
-              "is re-initialised when its shape differs).")
-@click.option("--pretrained", is_flag=True, help="Start from timm's hub weights.")
-@click.option("--epochs", type=click.IntRange(1), default=None,
-              help="Hyperparameter defaults: pipeline/core/presets.py (EMBEDDED_FIT for the embedded "
-              "vit/resnet, DEFAULT_FIT otherwise).")
-@click.option("--batch-size", type=click.IntRange(1), default=None)
-@click.option("--lr", type=positive(), default=None, help="AdamW peak LR.")
-@click.option("--weight-decay", type=NON_NEGATIVE, default=None)
-@click.option("--warmup-epochs", type=NON_NEGATIVE, default=None)
-@click.option("--pad", type=click.IntRange(0), default=None, help="Random-crop padding (px).")
-@click.option("--flip/--no-flip", default=None, help="Random horizontal flip.")
-@click.option("--label-smoothing", type=FRACTION, default=None)
-@click.option("--val-fraction", type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
-              default=None, help="Seeded share of the split held out and scored.")
-@click.option("--max-samples", type=click.IntRange(2), default=None,
-              help="Fit on a seeded subset of N images of the split.")
-@click.option("--workers", type=click.IntRange(0), default=None, help="DataLoader workers.")
-@click.option("--precision", type=click.Choice(PRECISIONS), default=None,
-              help="Default: bf16 on CUDA, fp32 on CPU.")
-@click.option("--device", default=None, callback=device_option,
-              help="cuda, cuda:1, cpu... Default: cuda if available.")
-@click.option("--seed", default=0, show_default=True, type=SEED,
-              help="Init, held-out rows, order, augmentation.")
-@click.option("--force", is_flag=True, help="Retrain even if the checkpoint exists.")
-@click.option("--no-progress", is_flag=True)
+@options(
+    CLASSIFIER.but(help="Embedded preset (vit, resnet: the small models of "
+                   "pipeline/core/presets.py) or any timm model name."),
+    DATA,
+    Opt(("--split",), help="Split to fit on. Default: clf-train on Fashion-MNIST (disjoint from "
+        "the oracles' train), else train."),
+    Opt(("--out",), type=click.Path(path_type=Path), help="Checkpoint file. Default: "
+        "artifacts/<dataset>/classifiers/<classifier>.pt (where extract finds the embedded "
+        "presets; pass other files to extract with --weights)."),
+    LABELS.but(help="Labels file for a flat split folder."),
+    Opt(("--num-classes",), default="auto", show_default=True, callback=_num_classes_option,
+        help="Classifier outputs: 'auto' = the dataset's number of classes."),
+    MODEL_KWARGS,
+    WEIGHTS.but(help="Start from this weights file (the classifier head is re-initialised when "
+                "its shape differs)."),
+    Opt(("--pretrained",), is_flag=True, help="Start from timm's hub weights."),
+    Opt(("--epochs",), type=click.IntRange(1), help="Hyperparameter defaults: "
+        "pipeline/core/presets.py (EMBEDDED_FIT for the embedded vit/resnet, DEFAULT_FIT "
+        "otherwise)."),
+    BATCH_SIZE,
+    Opt(("--lr",), type=positive(), help="AdamW peak LR."),
+    Opt(("--weight-decay",), type=NON_NEGATIVE),
+    Opt(("--warmup-epochs",), type=NON_NEGATIVE),
+    Opt(("--pad",), type=click.IntRange(0), help="Random-crop padding (px)."),
+    Opt(("--flip/--no-flip",), help="Random horizontal flip."),
+    Opt(("--label-smoothing",), type=FRACTION),
+    Opt(("--val-fraction",), type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
+        help="Seeded share of the split held out and scored."),
+    Opt(("--max-samples",), type=click.IntRange(2), help="Fit on a seeded subset of N images of "
+        "the split."),
+    WORKERS.but(help="DataLoader worker processes. Default: 0 for the embedded vit/resnet "
+                "(presets.EMBEDDED_FIT), else the cores minus one, at most 8."),
+    PRECISION,
+    DEVICE,
+    SEED_OPT.but(help="Init, held-out rows, order, augmentation."),
+    Opt(("--force",), is_flag=True, help="Retrain even if the checkpoint exists."),
+    NO_PROGRESS,
+)
 def fit_classifier(classifier, data, split, out, labels_file, num_classes, model_kwargs, weights,
                    pretrained, epochs, batch_size, lr, weight_decay, warmup_epochs, pad, flip,
                    label_smoothing, val_fraction, max_samples, workers, precision, device, seed,
@@ -78,7 +77,7 @@ def fit_classifier(classifier, data, split, out, labels_file, num_classes, model
                    val_fraction=val_fraction, workers=workers, precision=precision)
     cfg = FitConfig(classifier=classifier, data=data, split=split, out=out,
                     labels_file=labels_file, num_classes=num_classes,
-                    model_kwargs=json_option(model_kwargs, "--model-kwargs"), weights=weights,
+                    model_kwargs=model_kwargs, weights=weights,
                     pretrained=pretrained, hparams=hparams, max_samples=max_samples,
                     device=device, seed=seed, force=force, progress=not no_progress)
     result = fit(cfg)

@@ -26,7 +26,7 @@ from cache.schema import to_attr
 from pipeline.core import dist
 from pipeline.core.models import (CHECKPOINT_FORMAT, ModelError, build_model, resolve_data_config,
                                   resolve_spec, state_dict_from_file)
-from pipeline.core.precision import autocast
+from pipeline.core.precision import autocast, default_precision
 from pipeline.core.presets import DEFAULT_FIT, EMBEDDED_ARCH, EMBEDDED_FIT, embedded_classifier_path
 from pipeline.data.errors import DataError
 from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, make_loader
@@ -274,7 +274,7 @@ def fit(cfg: FitConfig) -> dict:
         notes.append(f"fitted on split {samples.split!r}: the embedded dataset keeps 'clf-train' "
                      "for the classifiers so that the oracles' 'train' and 'test' stay unseen")
     _, device = dist.init(cfg.device)
-    hp["precision"] = hp["precision"] or ("bf16" if device.type == "cuda" else "fp32")
+    hp["precision"] = default_precision(hp["precision"], device)   # meta records it resolved
     model = build_classifier(cfg, spec)
     data_cfg = resolve_data_config(model, spec, "model")
     train_rows, val_rows = split_rows(len(samples), hp["val_fraction"], cfg.seed, cfg.max_samples)

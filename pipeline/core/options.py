@@ -4,7 +4,9 @@ Torch-free, since `cli.py report` imports them.
 
     @options(DATA, DEVICE, PRECISION, WORKERS.but(help=...))    # click options, in this order
 
-A command whose default differs from the bundle's says so in its help (``Opt.but``).
+A command whose default differs from the bundle's says so in its help (``Opt.but``); one that
+adds to the shared help appends its text (``Opt.more``).  tests/test_options.py holds every
+command registered in cli.py to that.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import json
 import math
 import re
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import click
@@ -24,15 +26,17 @@ from pipeline.core.precision import PRECISIONS, PRECISION_RULE
 @dataclass(frozen=True)
 class Opt:
     """One option: click's declarations (flags, then the parameter name where it differs) and
-    keyword arguments."""
+    keyword arguments.  ``base``: the shared option this one was derived from by ``but``."""
     decls: tuple[str, ...]
     help: str = ""
     default: Any = None
     type: Any = None
     is_flag: bool = False
     multiple: bool = False
+    required: bool = False
     show_default: bool = False
     callback: Callable | None = None
+    base: Opt | None = field(default=None, compare=False, repr=False)
 
     @property
     def flag(self) -> str:
@@ -47,20 +51,34 @@ class Opt:
         return self.flag.lstrip("-").replace("-", "_")
 
     def but(self, **changes) -> "Opt":
-        """This option with another default, help, ... (a command that must differ says so)."""
-        return replace(self, **changes)
+        """This option with another default, help, ... (a command that must differ says so).
+        Remembers the option it came from, so that a test can tie every command to the bundles."""
+        return replace(self, base=self.base or self, **changes)
+
+    def more(self, text: str) -> "Opt":
+        """This option with ``text`` after its help: what one command adds to the shared text."""
+        return self.but(help=f"{self.help} {text}")
 
     def click_option(self):
         default = False if self.is_flag and self.default is None else self.default
         kwargs = {"help": self.help, "default": default, "show_default": self.show_default}
         if self.type is not None:
             kwargs["type"] = self.type
-        for key in ("is_flag", "multiple"):
+        for key in ("is_flag", "multiple", "required"):
             if getattr(self, key):
                 kwargs[key] = True
         if self.callback is not None:
             kwargs["callback"] = self.callback
-        return click.option(*self.decls, **kwargs)
+        return click.option(*self.decls, cls=DeclaredOption, opt=self, **kwargs)
+
+
+class DeclaredOption(click.Option):
+    """A click option declared by an ``Opt``, which it keeps: --help and parsing are click's own;
+    the ``Opt`` says where the option was declared."""
+
+    def __init__(self, *args, opt: Opt, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.opt = opt
 
 
 def options(*opts: Opt):
@@ -224,3 +242,6 @@ PREPROCESS = Opt(("--preprocess",), type=click.Choice(["model", "paper"]), defau
                  "authors' square resize, mean = std = 0.5.")
 SEED_OPT = Opt(("--seed",), type=SEED, default=0, show_default=True)
 NO_PROGRESS = Opt(("--no-progress",), is_flag=True, help="No progress bars.")
+# Every shared option: a command declares one of these flags through its bundle, nowhere else
+BUNDLES = (DATA, LABELS, CLASSIFIER, DEVICE, PRECISION, WORKERS, BATCH_SIZE, WEIGHTS, RANDOM_INIT,
+           MODEL_KWARGS, PREPROCESS, SEED_OPT, NO_PROGRESS)

@@ -5,32 +5,31 @@ from pathlib import Path
 
 import click
 
+from pipeline.core.options import DATA, LABELS, NO_PROGRESS, SEED_OPT, WORKERS, Opt, options
 from pipeline.data.imagenet_c import CORRUPTIONS, SEVERITIES
 
 
 @click.command()
-@click.option("--data", default=None, help="Dataset root (ImageNet/ImageFolder layout or the four "
-              "Fashion-MNIST idx files). Default: the embedded Fashion-MNIST.")
-@click.option("--split", required=True, help="The split to corrupt, e.g. val (ImageNet) or test.")
-@click.option("--out", required=True, type=click.Path(path_type=Path), help="Output root: "
-              "<out>/<corruption>/<severity>/<class>/<file>, ImageNet-C's layout.")
-@click.option("--corruption", "corruptions", multiple=True, required=True,
-              type=click.Choice(("all", *CORRUPTIONS)), help="Repeatable; 'all' = ImageNet-C's 19.")
-@click.option("--severity", "severities", multiple=True, type=click.IntRange(1, 5),
-              help="Repeatable. Default: 1 to 5.")
-@click.option("--protocol", type=click.Choice(["imagenet-c", "native"]), default=None,
-              help="imagenet-c: resize 256, centre-crop 224, corrupt, JPEG quality 85 "
-              "(ImageNet-C's own pipeline); native: corrupt at the image's size, lossless PNG "
-              "(the pixels extract --corruption computes). Default: imagenet-c for ImageNet "
-              "(wnid class folders), native otherwise.")
-@click.option("--format", "fmt", type=click.Choice(["jpeg", "png"]), default=None,
-              help="Default: jpeg for --protocol imagenet-c, png for native.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(0),
-              help="Row i is corrupted with the seed (seed, i), as in extract.")
-@click.option("--labels", "labels_file", default=None, help="Labels file for a flat val/ folder.")
-@click.option("--workers", default=None, type=click.IntRange(0),
-              help="Loader worker processes. Default: the usable cores minus one.")
-@click.option("--no-progress", is_flag=True)
+@options(
+    DATA,
+    Opt(("--split",), required=True, help="The split to corrupt, e.g. val (ImageNet) or test."),
+    Opt(("--out",), required=True, type=click.Path(path_type=Path), help="Output root: "
+        "<out>/<corruption>/<severity>/<class>/<file>, ImageNet-C's layout."),
+    Opt(("--corruption", "corruptions"), multiple=True, required=True,
+        type=click.Choice(("all", *CORRUPTIONS)), help="Repeatable; 'all' = ImageNet-C's 19."),
+    Opt(("--severity", "severities"), multiple=True, type=click.IntRange(1, 5),
+        help="Repeatable. Default: 1 to 5."),
+    Opt(("--protocol",), type=click.Choice(["imagenet-c", "native"]), help="imagenet-c: resize "
+        "256, centre-crop 224, corrupt, JPEG quality 85 (ImageNet-C's own pipeline); native: "
+        "corrupt at the image's size, lossless PNG (the pixels extract --corruption computes). "
+        "Default: imagenet-c for ImageNet (wnid class folders), native otherwise."),
+    Opt(("--format", "fmt"), type=click.Choice(["jpeg", "png"]),
+        help="Default: jpeg for --protocol imagenet-c, png for native."),
+    SEED_OPT.but(help="Row i is corrupted with the seed (seed, i), as in extract."),
+    LABELS,
+    WORKERS,
+    NO_PROGRESS,
+)
 def corrupt(data, split, out, corruptions, severities, protocol, fmt, seed, labels_file, workers,
             no_progress):
     """Write ImageNet-C-layout folders of a split (for users without the ImageNet-C download)."""

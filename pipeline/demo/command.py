@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from pipeline.core.losses import LOSSES
-from pipeline.core.options import args_option, names_option
+from pipeline.core.options import DATA, NO_PROGRESS, args_option, names_option, options
 from pipeline.core.presets import DEMO
 from pipeline.data.imagenet_c import CORRUPTIONS
 from pipeline.data.sources import default_artifacts
@@ -15,8 +15,8 @@ from pipeline.data.sources import default_artifacts
               "run. Default: presets.DEMO (1, to stay within ~15 minutes on 2 CPU cores).")
 @click.option("--full", is_flag=True, help="The paper's 3-seed grid (same as --seeds 3); seeds "
               "already trained are skipped.")
-@click.option("--data", default=None, help="The four Fashion-MNIST idx files, if the embedded "
-              "copy (Debian package dataset-fashion-mnist) is not installed.")
+@options(DATA.but(help="The four Fashion-MNIST idx files, if the embedded copy (Debian package "
+                      "dataset-fashion-mnist) is not installed."))
 @click.option("--corruption", type=click.Choice(CORRUPTIONS), default=None, help="Shifted "
               "domain (paper Table 3 analogue). Default: presets.DEMO (gaussian_noise).")
 @click.option("--severity", type=click.IntRange(1, 5), default=None,
@@ -41,7 +41,7 @@ from pipeline.data.sources import default_artifacts
               "(and the features they read).")
 @click.option("--report-args", callback=args_option, help="Extra options for report.")
 @click.option("--dry-run", is_flag=True, help="Print the commands and stop.")
-@click.option("--no-progress", is_flag=True, help="No progress bars in the steps.")
+@options(NO_PROGRESS.but(help="No progress bars in the steps."))
 def demo(seeds, full, data, corruption, severity, classifiers, oracles, losses, broadcast_losses,
          fit_args, extract_args, train_args, head_args, no_head_only, report_args, dry_run,
          no_progress):

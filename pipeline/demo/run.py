@@ -104,7 +104,7 @@ def plan(cfg: DemoConfig) -> list[Step]:
     # explicit either way (on is the embedded set's default, presets.EMBEDDED_EXTRACT)
     feats = ("--features",) if cfg.head_only else ("--no-features",)
     for name in dict.fromkeys(extracted):
-        common = ("extract", "--classifier", name, *data, "--precision", DEMO["extract_precision"])
+        common = ("extract", "--classifier", name, *data)
         steps.append(Step("extract", (*common, "--split", "train", "--split", "test",
                                       "--flip-view", *feats, *quiet, *cfg.extract_args),
                           f"{name}: cache train + test"))

@@ -7,68 +7,64 @@ import click
 
 from cache.manifest import check_cache_root
 from cache.reader import cache_dir_for, split_tag
-from pipeline.core.options import BATCH, SEED, check_device, device_option, json_option
-from pipeline.core.precision import PRECISIONS
+from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, LABELS, MODEL_KWARGS,
+                                   NO_PROGRESS, PRECISION, PREPROCESS, RANDOM_INIT, SEED_OPT,
+                                   WEIGHTS, WORKERS, Opt, check_device, options)
 from pipeline.core.presets import EMBEDDED_EXTRACT
 from pipeline.data.imagenet_c import CORRUPTIONS
 from pipeline.data.sources import check_splits, default_artifacts, default_splits, embedded_data
 
 
 @click.command()
-@click.option("--classifier", default="vit", show_default=True,
-              help="Preset (vit, resnet) or any timm model name.")
-@click.option("--data", default=None, help="Dataset root (ImageNet/ImageFolder layout or the four "
-              "Fashion-MNIST idx files). Default: the embedded Fashion-MNIST.")
-@click.option("--split", "splits", multiple=True, help="Split folder(s) to extract (repeatable). "
-              "Default: every train/val/test split present.")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Cache root. Default: artifacts/<dataset>/cache. Each split is written to "
-              "<out>/<classifier>/<split>[-<corruption>-<severity>].")
-@click.option("--labels", "labels_file", default=None, help="Labels file for a flat val/ folder.")
-@click.option("--batch-size", default=256, show_default=True, type=BATCH)
-@click.option("--workers", default=None, type=click.IntRange(0), help="DataLoader worker "
-              "processes per process. Default: the usable cores / local ranks, minus one (0 for "
-              "the in-memory Fashion-MNIST without --corruption).")
-@click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True)
-@click.option("--device", default=None, callback=device_option,
-              help="cuda, cuda:1, cpu... Default: cuda if available.")
-@click.option("--weights", default=None, help="Local weights file instead of the hub download.")
-@click.option("--random-init", is_flag=True, help="No pretrained weights (tests, benchmarks).")
-@click.option("--model-kwargs", default=None, help='JSON for timm.create_model, e.g. \'{"depth": 2}\'.')
-@click.option("--preprocess", type=click.Choice(["model", "paper"]), default="model",
-              show_default=True, help="model: the model's timm eval config; paper: the authors' "
-              "square resize, mean = std = 0.5.")
-@click.option("--features/--no-features", default=None, help="Also store pooled pre-logit "
-              "features (fp16; with --flip-view those of the flipped view too): what "
-              "`train-oracle --head-only` trains on. Default: on for the embedded Fashion-MNIST "
-              "(presets.EMBEDDED_EXTRACT), off elsewhere.")
-@click.option("--flip-view/--no-flip-view", default=None, help="Also store outputs for the "
-              "horizontally flipped image, so oracle training can use the target of the view it "
-              "shows. Default: on for the embedded Fashion-MNIST (presets.EMBEDDED_EXTRACT, so "
-              "the bare command matches the demo's caches), off elsewhere.")
-@click.option("--skip-bad", is_flag=True, help="Record undecodable images as invalid rows "
-              "instead of stopping.")
-@click.option("--shard-size", default=3125, show_default=True, type=click.IntRange(1),
-              help="Rows per HDF5 shard, the unit of resume and of the split between torchrun "
-              "processes (ImageNet val = 16 equal shards: 1, 2, 4, 8 or 16 GPUs share it evenly).")
-@click.option("--compile", "compile_", is_flag=True, help="torch.compile the classifier.")
-@click.option("--decode", type=click.Choice(["cpu", "gpu", "mixed", "hw", "hw-mixed"]),
-              default="cpu", show_default=True, help="Where JPEGs are decoded: cpu (loader "
-              "workers), gpu (torchvision's batched nvJPEG on the device, resize there too), "
-              "mixed (even rows on the device, odd rows in the workers), hw / hw-mixed (as gpu / "
-              "mixed, but through nvImageCodec on the GPU's hardware JPEG engines only: "
-              "A100/H100/H200, pip install '.[nvimgcodec]'). Other formats always decode on the "
-              "CPU; the decoder is part of the cache identity.")
-@click.option("--corruption", default=None, type=click.Choice(CORRUPTIONS), help="One of "
-              "ImageNet-C's 19 corruptions, applied to every image before resizing, seeded per "
-              "row by --seed (pipeline/data/corruptions.py; docs/DEMO_DATA.md).")
-@click.option("--severity", default=3, show_default=True, type=click.IntRange(1, 5))
-@click.option("--seed", default=0, show_default=True, type=SEED,
-              help="Seed for random init and corruptions.")
-@click.option("--verify", is_flag=True, help="On a cache already there, re-read every shard and "
-              "compare it with the XXH3-128 hash its manifest records (without --verify: sizes, "
-              "identity and row ranges only). Damaged shards are recomputed.")
-@click.option("--no-progress", is_flag=True)
+@options(
+    CLASSIFIER,
+    DATA,
+    Opt(("--split", "splits"), multiple=True, help="Split folder(s) to extract (repeatable). "
+        "Default: every train/val/test split present."),
+    Opt(("--out",), type=click.Path(path_type=Path), help="Cache root. Default: "
+        "artifacts/<dataset>/cache. Each split is written to "
+        "<out>/<classifier>/<split>[-<corruption>-<severity>]."),
+    LABELS,
+    BATCH_SIZE.but(default=256),
+    # the in-memory idx images: worker IPC would cost more than the work (run.py)
+    WORKERS.more("On the in-memory Fashion-MNIST without --corruption: 0."),
+    PRECISION.more("On the embedded Fashion-MNIST: bf16 (presets.EMBEDDED_EXTRACT, the "
+                   "precision of the demo's published caches)."),
+    DEVICE,
+    WEIGHTS,
+    RANDOM_INIT,
+    MODEL_KWARGS,
+    PREPROCESS,
+    Opt(("--features/--no-features",), help="Also store pooled pre-logit features (fp16; with "
+        "--flip-view those of the flipped view too): what `train-oracle --head-only` trains on. "
+        "Default: on for the embedded Fashion-MNIST (presets.EMBEDDED_EXTRACT), off elsewhere."),
+    Opt(("--flip-view/--no-flip-view",), help="Also store outputs for the horizontally flipped "
+        "image, so oracle training can use the target of the view it shows. Default: on for the "
+        "embedded Fashion-MNIST (presets.EMBEDDED_EXTRACT, so the bare command matches the "
+        "demo's caches), off elsewhere."),
+    Opt(("--skip-bad",), is_flag=True, help="Record undecodable images as invalid rows instead "
+        "of stopping."),
+    Opt(("--shard-size",), default=3125, show_default=True, type=click.IntRange(1),
+        help="Rows per HDF5 shard, the unit of resume and of the split between torchrun "
+        "processes (ImageNet val = 16 equal shards: 1, 2, 4, 8 or 16 GPUs share it evenly)."),
+    Opt(("--compile", "compile_"), is_flag=True, help="torch.compile the classifier."),
+    Opt(("--decode",), type=click.Choice(["cpu", "gpu", "mixed", "hw", "hw-mixed"]),
+        default="cpu", show_default=True, help="Where JPEGs are decoded: cpu (loader workers), "
+        "gpu (torchvision's batched nvJPEG on the device, resize there too), mixed (even rows on "
+        "the device, odd rows in the workers), hw / hw-mixed (as gpu / mixed, but through "
+        "nvImageCodec on the GPU's hardware JPEG engines only: A100/H100/H200, pip install "
+        "'.[nvimgcodec]'). Other formats always decode on the CPU; the decoder is part of the "
+        "cache identity."),
+    Opt(("--corruption",), type=click.Choice(CORRUPTIONS), help="One of ImageNet-C's 19 "
+        "corruptions, applied to every image before resizing, seeded per row by --seed "
+        "(pipeline/data/corruptions.py; docs/DEMO_DATA.md)."),
+    Opt(("--severity",), default=3, show_default=True, type=click.IntRange(1, 5)),
+    SEED_OPT.but(help="Seed for random init and corruptions."),
+    Opt(("--verify",), is_flag=True, help="On a cache already there, re-read every shard and "
+        "compare it with the XXH3-128 hash its manifest records (without --verify: sizes, "
+        "identity and row ranges only). Damaged shards are recomputed."),
+    NO_PROGRESS,
+)
 def extract(classifier, data, splits, out, labels_file, batch_size, workers, precision, device,
             weights, random_init, model_kwargs, preprocess, features, flip_view, skip_bad,
             shard_size, compile_, decode, corruption, severity, seed, verify, no_progress):
@@ -99,7 +95,8 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
         flip_view = embedded_data(data) and EMBEDDED_EXTRACT["flip_view"]
     if features is None:
         features = embedded_data(data) and EMBEDDED_EXTRACT["features"]
-    kwargs = json_option(model_kwargs, "--model-kwargs")
+    if precision is None and embedded_data(data):
+        precision = EMBEDDED_EXTRACT["precision"]
     splits = splits or default_splits(data)
     check_splits(data, splits)
     for split in splits:
@@ -108,7 +105,8 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
             classifier=classifier, out=cache_dir_for(root, classifier, tag), data=data,
             split=split, labels_file=labels_file, batch_size=batch_size, workers=workers,
             precision=precision, device=device, weights=weights, random_init=random_init,
-            model_kwargs=kwargs, preprocess=preprocess, features=features, flip_view=flip_view,
+            model_kwargs=model_kwargs, preprocess=preprocess, features=features,
+            flip_view=flip_view,
             skip_bad=skip_bad, shard_size=shard_size, compile=compile_, decode=decode,
             corruption=corruption, severity=severity if corruption else 0, seed=seed,
             verify=verify, progress=not no_progress)

@@ -27,7 +27,7 @@ from cache.shards import (read_attrs, read_columns, shard_entry, shard_is_comple
                           shard_ranges)
 from pipeline.core import dist
 from pipeline.core.models import build_model, resolve_data_config, resolve_spec, weights_sha256
-from pipeline.core.precision import autocast
+from pipeline.core.precision import autocast, default_precision
 from pipeline.data.classes import check_num_classes
 from pipeline.core.timing import ModelTimer
 from pipeline.data.corruptions import make_corruption as corruption_fn
@@ -50,7 +50,7 @@ class ExtractConfig:
     labels_file: str | None = None
     batch_size: int = 256
     workers: int | None = None        # None: default_workers() (cores per local rank - 1)
-    precision: str = "bf16"
+    precision: str | None = None      # None: PRECISION_RULE (core/precision.py) for the device
     device: str | None = None
     weights: str | None = None
     random_init: bool = False
@@ -123,6 +123,8 @@ def classify(fn, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tenso
 def extract(cfg: ExtractConfig) -> dict:
     """Run stage 1 for one split; returns the summary dict (also stored in the manifest)."""
     info, device = dist.init(cfg.device)
+    # resolved before the identity is built: a cache records the precision it was computed in
+    cfg = replace(cfg, precision=default_precision(cfg.precision, device))
     samples = list_split(cfg.data, cfg.split, cfg.labels_file)
     if cfg.workers is None:  # in-memory idx images: worker IPC would cost more than the work
         cfg = replace(cfg, workers=0 if samples.idx_images is not None and not cfg.corruption

@@ -1,8 +1,10 @@
-"""Stage 2, ``cli.py train-oracle`` and ``predict``: train an oracle on cached classifier targets
-and write its outputs.  config.py  TrainConfig: every setting and its option   command.py  the CLI
-prepare.py  caches, rows, loss, run dir, claim   loop.py  THE loop   log.py  log.jsonl/TensorBoard
-train.py fine-tuned runs: finetune.py session (step.py, graph.py)   headonly.py head-only runs:
-bank.py session on features.py   losses.py  HeadLoss (P heads)   model.py  backbone + Head
-outputs.py  how every run ends (outputs, digests)   predict.py  new splits   checkpoint.py
-targets.py  samples + their cache   sampler.py  deterministic order, flips, held-out rows
+"""Stage 2, ``cli.py train-oracle`` and ``predict``: train oracles on cached classifier targets.
+
+command.py  the click commands   config.py  TrainConfig: every setting and its option, once
+prepare.py  caches, rows, loss, run dir   targets.py  samples + their cache   train.py  one run
+sampler.py  deterministic order, flips, held-out rows   loop.py  the one loop; log.py its log
+model.py    backbone + scalar head   losses.py  the losses on z   checkpoint.py  atomic saves
+finetune.py fine-tuned runs   step.py  one optimizer step   graph.py  that step as a CUDA graph
+headonly.py --head-only runs  bank.py  P heads at once on features  features.py  feature caches
+outputs.py  eval splits -> outputs/<tag>.h5   predict.py  a trained run's oracle over new data
 """

@@ -23,7 +23,7 @@ import click
 
 from cache.schema import canonical
 from pipeline.core.losses import HEADS, LOSSES, PARAMS
-from pipeline.core.options import (BATCH, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
+from pipeline.core.options import (BATCH, BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
                                    MODEL_KWARGS, NON_NEGATIVE, NO_PROGRESS, PRECISION, PREPROCESS,
                                    RANDOM_INIT, SEED_OPT, WEIGHTS, WORKERS, Opt, positive,
                                    preset_text)
@@ -132,8 +132,8 @@ class TrainConfig:
     cycle_momentum: bool = setting(False, Opt(("--cycle-momentum",), is_flag=True, help="OneCycleLR"
                                    "'s momentum cycling 0.85-0.95, which overrode --momentum in "
                                    "the authors' runs (REFERENCE.md)."))
-    batch_size: int | None = setting(None, Opt(("--batch-size",), type=click.IntRange(1),
-                                     help=f"{PRESET} Global batch (all GPUs)."))
+    batch_size: int | None = setting(None, BATCH_SIZE.but(help=f"{PRESET} Global batch (all "
+                                                            "GPUs)."))
     accum_steps: int = setting(1, Opt(("--accum-steps",), default=1, show_default=True,
                                type=click.IntRange(1), help="Micro-batches per optimizer step "
                                "and GPU (same global batch)."), fine_tune_only=True)
@@ -153,7 +153,9 @@ class TrainConfig:
     split_seed: int = setting(0, SEED_OPT.but(decls=("--split-seed",), help="Seed of "
                               "--train-limit and the held-out rows (shared by every --seed)."))
     # numerics and runtime
-    precision: str | None = setting(None, PRECISION, fine_tune_only=True)
+    precision: str | None = setting(None, PRECISION.more(
+        "[preset] The embedded Fashion-MNIST's preset names fp32; the paper's protocol leaves it "
+        "to this rule."), fine_tune_only=True)
     channels_last: bool = setting(True, Opt(("--channels-last/--no-channels-last",), default=True,
                                             show_default=True), fine_tune_only=True)
     compile: bool = setting(False, Opt(("--compile", "compile"), is_flag=True,
