@@ -1,7 +1,7 @@
 """Datasets -> uint8 pixel rows, shared by extract, classifier and oracle.  Imports core, cache.
 
-sources.py   which samples a split holds (ImageNet layouts, ImageFolder, Fashion-MNIST, attacked.py's
-             adversarial splits); classes.py: does output k mean the dataset's class k
+sources.py   which samples a split holds: one Format per layout (ImageFolder/ImageNet, Fashion-MNIST
+             idx.py files, attacked.py's splits); classes.py: does output k mean class k
 labels.py    label files of flat validation folders; errors.py: DataError (no traceback)
 images.py    decode -> corrupt -> resize/crop in loader workers; normalisation on the device
 decode.py    nvJPEG on the accelerator; resize.py, prefetch.py: batched resize, stages ahead of use;
