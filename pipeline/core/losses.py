@@ -34,6 +34,9 @@ class Param:
     below_one: bool = False        # also < 1 (a beta)
     symbol: str = ""
     help: str = ""
+    recorded: bool = True          # its resolved value (default filled in) goes into run.json's
+    #                                config and the group hash (not the class weights: their
+    #                                class-balanced values are the loss's, run.json "loss")
 
     def check(self, value: float) -> None:
         ok = math.isfinite(value) and (value > self.minimum if self.open_min else
@@ -59,9 +62,9 @@ PARAMS = {
     "gamma": Param("--gamma", 0.0, open_min=False, symbol="γ", help="Focal only. Default 2 (0.5 "
                    "with --class-balanced, as the paper's class-balanced runs)."),
     "pos_weight": Param("--pos-weight", 0.0, symbol="w⁺", help="ce/focal/ss: weight of correct "
-                        "rows."),
+                        "rows.", recorded=False),
     "neg_weight": Param("--neg-weight", 0.0, symbol="w⁻", help="ce/focal/ss: weight of "
-                        "incorrect rows."),
+                        "incorrect rows.", recorded=False),
     "cb_beta": Param("--cb-beta", 0.0, below_one=True, symbol="CB β",
                      help="Class-balanced beta (default 0.999)."),
 }

@@ -20,7 +20,7 @@ import torch.distributed as tdist
 from cache.integrity import as_no_room
 from cache.runs import RunDir, RunError, default_run_dir, run_record
 from pipeline.core import dist
-from pipeline.core.losses import (LossConfig, check_loss_options, head_of, loss_label,
+from pipeline.core.losses import (PARAMS, LossConfig, check_loss_options, head_of, loss_label,
                                   resolve_loss, variant_tags)
 from pipeline.core.models import ModelError, ModelSpec, resolve_spec
 from pipeline.core.precision import default_precision
@@ -123,8 +123,7 @@ def prepare(cfg: TrainConfig, device: torch.device) -> Prepared:
     z_head = head_of(cfg.loss, cfg.z)
     cfg = replace(cfg, oracle=cfg.oracle or cfg.classifier, eval_splits=eval_tags,
                   preprocess=cfg.preprocess or train.cache.identity["preprocess"], z=z_head,
-                  gamma=loss.gamma, alpha_pos=loss.alpha_pos, alpha_neg=loss.alpha_neg,
-                  cb_beta=loss.cb_beta)
+                  **{name: getattr(loss, name) for name, p in PARAMS.items() if p.recorded})
     config = as_record(cfg)
     tags = variant_tags(loss, z_head) + (["head-only"] if cfg.head_only else [])
     record = run_record(config, oracle_model=spec.name, variant="+".join(tags),
