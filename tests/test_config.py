@@ -77,9 +77,9 @@ def test_each_numeric_loss_option_has_one_range_on_the_cli_and_in_the_checks(nam
         "pos_weight", "neg_weight", "cb_beta") else "ce"
     with pytest.raises(click.BadParameter):
         opt.type.convert(-1.0, opt, None)          # the CLI refuses it ...
-    if name != "cb_beta":                         # ... and so does the API (cb_beta: in the fit)
-        with pytest.raises(LossOptionError, match=PARAMS[name].flag):
-            check_loss_options(loss, {name: -1.0})
+    given = {name: -1.0, **({"class_balanced": True} if name == "cb_beta" else {})}
+    with pytest.raises(LossOptionError, match=PARAMS[name].flag):
+        check_loss_options(loss, given)          # ... and so does the API
 
 
 def test_the_sweep_offers_a_value_list_for_each_numeric_loss_option():

@@ -109,8 +109,10 @@ def option_losses(name: str) -> tuple[str, ...]:
     return tuple(n for n, l in LOSSES.items() if name in l.params)
 
 
-# The options that apply to some losses only, in the order misfits are reported.
-RESTRICTED = ("gamma", "alpha_pos", "alpha_neg", "z", "class_balanced", *WEIGHTS, "broadcast")
+# The options that apply to some losses only, in the order misfits are reported: each loss's own
+# parameters, the hyperplane head's --z, the class weights, the broadcasting variant.
+RESTRICTED = (*(n for n in PARAMS if any(n in l.params for l in LOSSES.values())), "z",
+              "class_balanced", *WEIGHTS, "broadcast")
 
 
 @dataclass(frozen=True)
@@ -148,9 +150,9 @@ def check_loss_options(loss: str, given: dict) -> None:
     if naive and given.get("class_balanced"):
         raise LossOptionError("--class-balanced and --pos-weight/--neg-weight are exclusive: "
                               "class-balanced weights are computed from the training split")
-    for name in ("pos_weight", "neg_weight", "alpha_pos", "alpha_neg", "gamma"):
+    for name, param in PARAMS.items():
         if given.get(name) is not None:
-            PARAMS[name].check(given[name])
+            param.check(given[name])
     if given.get("z") is not None and given["z"] not in HEADS:
         raise LossOptionError(f"--z {given['z']!r}: expected one of {HEADS}")
 
