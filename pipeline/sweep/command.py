@@ -69,7 +69,7 @@ def sweep(fixed_alpha_pos, fixed_alpha_neg, mode, criterion, fine_tune, out, no_
         check_head_only_options(ctx)
     base = config_from_params(ctx.params)
     try:
-        swept = {k: parse_values(v, PARAMS[k].flag) for k, v in value_lists.items() if v}
+        swept = {k: parse_values(v, k) for k, v in value_lists.items() if v}
         if base.loss == "ss" and not swept:
             swept = dict(DEFAULT_VALUES)
         fixed = default_fixed(base)

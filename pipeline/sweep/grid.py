@@ -32,17 +32,21 @@ class SweepError(ValueError):
     """A sweep that cannot be run as asked (option, value or protocol)."""
 
 
-def parse_values(text: str, flag: str) -> tuple[float, ...]:
-    """'1,2,3' -> (1.0, 2.0, 3.0): positive finite numbers, duplicates dropped, order kept."""
+def parse_values(text: str, name: str) -> tuple[float, ...]:
+    """'1,2,3' -> (1.0, 2.0, 3.0) for the loss option ``name`` (``PARAMS``): numbers in its
+    range, duplicates dropped, order kept."""
+    flag = PARAMS[name].flag
     try:
         values = tuple(dict.fromkeys(float(v) for v in text.split(",") if v.strip()))
     except ValueError:
         raise SweepError(f"{flag} {text!r}: expected comma-separated numbers, e.g. 1,2,3") from None
-    bad = [v for v in values if not (math.isfinite(v) and v > 0)]
-    if not values or bad:
-        raise SweepError(f"{flag} {text!r}: expected positive finite numbers")
-    if flag == "--cb-beta" and any(v >= 1 for v in values):
-        raise SweepError(f"--cb-beta {text!r}: expected 0 < beta < 1")
+    if not values:
+        raise SweepError(f"{flag} {text!r}: expected comma-separated numbers, e.g. 1,2,3")
+    for v in values:
+        try:
+            PARAMS[name].check(v)
+        except ValueError:
+            raise SweepError(f"{flag} {text!r}: {PARAMS[name].expected()}") from None
     return values
 
 
