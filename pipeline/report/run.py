@@ -95,7 +95,8 @@ def report(cfg: ReportConfig) -> dict:
     lap("figures")
     for r in results:
         r.pop("_boot", None)          # per-resample values: used above, too big for report.json
-    doc = build_doc(cfg, splits, results, src.skipped, figures, out, compared, fit_records(results))
+    doc = build_doc(cfg, splits, results, src.skipped, figures, out, compared, fit_records(results),
+                    {t.run_dir: t.run_json for t in tasks})
     written = write_outputs(doc, splits, out, cfg)
     if "fd-shifts" in cfg.export:
         written.append(export_fd_shifts(
@@ -305,7 +306,8 @@ def draw_figures(splits: dict[str, list[dict]], out: Path, jobs: int = 0,
 
 # ------------------------------------------------------------------------------- documents --
 def build_doc(cfg, splits, results, skipped, figures, out: Path, compared: dict,
-              fits: dict) -> dict:
+              fits: dict, run_records: dict) -> dict:
+    """report.json; ``run_records``: {run directory: run.json as the planner read it}."""
     def rel(p):
         return os.path.relpath(p, out) if p else None
     doc_splits = []
@@ -319,7 +321,7 @@ def build_doc(cfg, splits, results, skipped, figures, out: Path, compared: dict,
     return {"schema": "trust-oracles-report/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "metrics": cfg.metrics, "definitions": T.DEFINITION_TEXT, "exclusion": EXCLUSION_NOTE,
             "config": asdict(cfg), "bootstrap": _bootstrap_text(cfg), "fits": fits,
-            "splits": doc_splits, "skipped": skipped, "appendix": appendix.collect(results),
+            "splits": doc_splits, "skipped": skipped, "appendix": appendix.collect(results, run_records),
             "evaluations": results}
 
 
