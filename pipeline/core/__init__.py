@@ -1,9 +1,9 @@
 """What every stage shares (``cache`` and itself only); this file imports nothing, so ``report``
-can use the torch-free modules (metrics, selective, presets, options) without loading torch.
+can use the torch-free modules (metrics, selective, losses, presets, options) without torch.
 
 models.py     timm factory: presets, weights files, hub download, DataConfig (preprocessing)
 precision.py  bf16/fp16/fp32 chosen once: autocast context, GradScaler on or off (torch lazily)
-dist.py       torchrun / DDP plumbing
+dist.py       torchrun / DDP plumbing;  losses.py  the oracle losses described without torch
 presets.py    named models, the paper's protocol and the embedded dataset's settings
 metrics.py    trustworthiness metrics, pure numpy (oracle validation and report)
 selective.py  e-AUGRC, working points, ECE; rank metrics from counts (vectorised, bootstrap)
