@@ -1,6 +1,7 @@
-"""Where temperature scaling and MaxLogit-pNorm are fitted: the held-out validation rows of the
-classifier's TRAINING cache, i.e. the rows ``train-oracle`` carved out of its training split
-(``val_split.json``) and never trained an oracle on.  Never the evaluated split.
+"""Where the fitted post-hoc baselines (baselines.py's ``Fit`` entries: temperature scaling,
+MaxLogit-pNorm) are fitted: the held-out validation rows of the classifier's TRAINING cache, i.e.
+the rows ``train-oracle`` carved out of its training split (``val_split.json``) and never trained
+an oracle on.  Never the evaluated split.
 
 For each evaluated classifier cache: the runs evaluated on it name their training cache
 (run.json ``train_cache``) and their held-out rows (val_split.json).  The training cache is taken
@@ -21,7 +22,8 @@ from cache.manifest import MANIFEST_FILE
 from cache.reader import ClassifierCache
 from cache.runs import VAL_FILE, RunDir
 from cache.shards import read_columns
-from pipeline.report.calibrate import FitError, fit_pnorm, fit_temperature
+from pipeline.report.baselines import FITTED, TABLE, fit_methods
+from pipeline.report.calibrate import FitError
 
 SAME_CLASSIFIER = ("model", "weights_sha256", "preprocess", "dataset", "num_classes")
 
@@ -42,7 +44,7 @@ def plan_fits(tasks: list, cache_paths: list[str], known_caches: list[Path]) -> 
         runs = sorted({t.run_dir for t in tasks if t.cache == path})
         if not runs:
             out[path] = (f"no run evaluated on this cache names held-out rows ({VAL_FILE} of "
-                         "train-oracle); temperature scaling and MaxLogit-pNorm are fitted on them")
+                         f"train-oracle); {fit_methods()} are fitted on them")
             continue
         try:
             out[path] = _fit_task(path, {r: records[r] for r in runs}, known_caches)
@@ -105,9 +107,10 @@ def read_rows(cache_dir: Path, rows: np.ndarray, columns: tuple[str, ...]) -> di
     return out
 
 
-def fit_heldout(task: FitTask, names: tuple[str, ...] = ("ts", "pnorm")) -> dict:
-    """T ("ts") and/or p ("pnorm") on the task's rows (valid ones); a reason instead of a value
-    on failure.  Called in the baseline workers, so fitting overlaps the other evaluations."""
+def fit_heldout(task: FitTask, names: tuple[str, ...] = FITTED) -> dict:
+    """The parameters of the fitted baselines ``names`` (e.g. T of "ts", p of "pnorm") on the
+    task's rows (valid ones); a reason instead of a value on failure.  Called in the baseline
+    workers, so fitting overlaps the other evaluations."""
     rows = np.asarray(task.rows, dtype=np.int64)
     cols = read_rows(Path(task.train_cache), rows, ("label", "valid", "logits"))
     ok = cols["valid"] == 1
@@ -115,13 +118,13 @@ def fit_heldout(task: FitTask, names: tuple[str, ...] = ("ts", "pnorm")) -> dict
     record = {"train_cache": task.train_cache, "runs": list(task.runs),
               "rows": int(ok.sum()), "invalid_rows_skipped": int((~ok).sum()),
               "rows_sha256": hashlib.sha256(rows.tobytes()).hexdigest()[:16],
-              "ts": None, "pnorm": None, "undefined": {}}
+              **dict.fromkeys(FITTED), "undefined": {}}
     what = f"held-out rows of {task.train_cache}"
-    for name, fit in (("ts", fit_temperature), ("pnorm", fit_pnorm)):
+    for name in FITTED:
         if name not in names:
             continue
         try:
-            record[name] = fit(logits, labels, what)
+            record[name] = TABLE[name].fitted.fit(logits, labels, what)
         except FitError as err:
             record["undefined"][name] = str(err)
     return record

@@ -21,8 +21,8 @@ from cache.reader import ClassifierCache, UnverifiedCacheWarning, slug, split_ta
 from cache.runs import OUTPUTS, RUN_FILE, RunDir, find_runs, is_run_dir
 from cache.schema import KIND_ORACLE, CacheError, CacheMismatch, canonical, check_identity
 from cache.shards import read_attrs
-from pipeline.report.baselines import (BASELINE_LABELS, BASELINES, CALIBRATED_SCORES, FITTED,
-                                       PROBABILITY_SCORES, baseline_scores)
+from pipeline.core.losses import tnr_threshold
+from pipeline.report.baselines import BASELINES, FITTED, TABLE, baseline_scores
 from pipeline.report.bootstrap import BootstrapSpec
 from pipeline.report.heldout import FitTask, fit_heldout
 from pipeline.report.scoring import score_summary, undefined_summary
@@ -252,7 +252,7 @@ def evaluate_output(task: OutputTask) -> dict:
     _check_against_cache(task, out.columns)
     conf, correct, excluded = valid_rows(task.output, out.columns, "confidence")
     run, k = out.run, int(out.classifier["num_classes"])
-    thresholds = {"paper": 1.0 / k if run.get("loss") == "tcp" else 0.5, "standard": 0.5}
+    thresholds = {"paper": tnr_threshold(run.get("loss"), k), "standard": 0.5}
     result = score_summary(conf, correct, thresholds, histogram=True, bootstrap=task.bootstrap)
     result.update(kind="oracle", split=task.tag, source=task.output, run_dir=task.run_dir,
                   cache=task.cache, rows=int(len(out.columns["index"])),
@@ -265,8 +265,9 @@ def evaluate_output(task: OutputTask) -> dict:
 
 
 def evaluate_baselines(task: CacheTask) -> list[dict]:
-    """Worker: post-hoc baseline rows (``task.names``, default all) of one classifier cache; a
-    fitted baseline whose T or p could not be fitted is a row of n/a with the reason."""
+    """Worker: post-hoc baseline rows (``task.names``, default all, in the table's order) of
+    one classifier cache; a fitted baseline whose parameter could not be fitted is a row of n/a
+    with the reason."""
     names = task.names or BASELINES
     warnings.simplefilter("ignore", UnverifiedCacheWarning)  # noted once by the main process
     cache = ClassifierCache.open(Path(task.cache))
@@ -274,8 +275,7 @@ def evaluate_baselines(task: CacheTask) -> list[dict]:
     wanted = tuple(n for n in FITTED if n in names)
     fit = (fit_heldout(task.fit, wanted) if isinstance(task.fit, FitTask) and wanted
            else {"reason": task.fit or "not fitted"})
-    params = {"ts": (fit.get("ts") or {}).get("temperature"),
-              "pnorm": (fit.get("pnorm") or {}).get("p")}
+    params = {n: TABLE[n].fitted.parameter(fit.get(n)) for n in FITTED}
     unfit = {n: fit.get("reason") or fit.get("undefined", {}).get(n) for n in FITTED
              if n in names and params[n] is None}
     try:
@@ -292,13 +292,13 @@ def evaluate_baselines(task: CacheTask) -> list[dict]:
         else:
             conf, correct, excluded = valid_rows(task.cache, {**cols, name: scores[name]}, name)
             result = score_summary(conf, correct, {"paper": 0.5, "standard": 0.5},
-                                   histogram=False, rates=name in PROBABILITY_SCORES,
-                                   probability=name in CALIBRATED_SCORES, bootstrap=task.bootstrap)
-        if name in FITTED:     # how it was fitted: T or p, rows, training cache, runs
+                                   histogram=False, rates=TABLE[name].probability,
+                                   probability=TABLE[name].calibrated, bootstrap=task.bootstrap)
+        if name in FITTED:     # how it was fitted: the parameter, rows, training cache, runs
             result["fit"] = {**{k: v for k, v in fit.items() if k not in FITTED},
                              "value": fit.get(name), "parameter": params[name]}
         labels = {**dict.fromkeys(LABEL_KEYS), "oracle": "post-hoc", "classifier": task.classifier,
-                  "loss": name, "variant": "", "loss_label": BASELINE_LABELS[name],
+                  "loss": name, "variant": "", "loss_label": TABLE[name].label,
                   "group": "posthoc", "dataset": cache.identity["dataset"],
                   "num_classes": cache.identity["num_classes"]}
         result.update(kind="baseline", source=task.cache, run_dir=None, cache=task.cache,
