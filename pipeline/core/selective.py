@@ -55,8 +55,8 @@ def selective_risk_at_coverage(confidence, correct=None, coverage: int = 95,
         raise ValueError(f"coverage must be a percentage in (0, 100], got {coverage!r}")
     lv = _levels(r)
     k = int(coverage_level(lv, coverage))
-    value = float(lv.risk()[k])
-    details = {"threshold": float(r.thresholds[k]), "coverage": float(lv.coverage()[k])}
+    value = float(lv.risk[k])
+    details = {"threshold": float(r.thresholds[k]), "coverage": float(lv.coverage[k])}
     return (value, details) if return_details else value
 
 
@@ -72,8 +72,8 @@ def coverage_at_risk(confidence, correct=None, risk: int = 5, return_details: bo
         value, details = 0.0, {"threshold": None, "risk": None}
     else:
         k = int(k)
-        value = float(lv.coverage()[k])
-        details = {"threshold": float(r.thresholds[k]), "risk": float(lv.risk()[k])}
+        value = float(lv.coverage[k])
+        details = {"threshold": float(r.thresholds[k]), "risk": float(lv.risk[k])}
     return (value, details) if return_details else value
 
 
