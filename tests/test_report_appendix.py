@@ -30,14 +30,14 @@ def study(root: Path) -> Path:
                                             "batch_size": 256, "precision": "bf16"}
         (cache / "manifest.json").write_text(json.dumps(manifest))
         for run in runs:
-            record = json.loads((run / "run.json").read_text())["run"]
+            record = RunDir(run).read()["run"]
             write_run(run, cache, oracle="vit", classifier="vit", loss=record["loss"],
                       seed=record["seed"], group=record["group"], separation=0.5,
                       tag=tag.replace("/", "_"))
     for k, run in enumerate(runs):
-        run_json = json.loads((run / "run.json").read_text())
+        run_json = RunDir(run).read()
         run_json["grad_norm"] = {"mean": 0.001 * (k + 1), "samples": 100, "global_batch": 40}
-        (run / "run.json").write_text(json.dumps(run_json))
+        RunDir(run).run_file.write_text(json.dumps(run_json))
         for out in (run / "outputs").glob("*.h5"):
             RunDir.timing_path(out).write_text(json.dumps(
                 {"model_ms_per_img": 1.5 + 0.01 * k, "device": "cuda:0 (H)", "batch_size": 256,
