@@ -1,7 +1,8 @@
 """Synthetic classifier caches and run directories that follow docs/DATA_CONTRACT.md exactly.
 
 Used by tests/test_report.py and bench/bench_report.py.  Caches are written with the project's own
-writers (cache.shards.write_shard, cache.manifest.write_json_atomic) and outputs with
+writers (cache.shards.write_shard, cache.manifest.write_json_atomic), run directories through
+cache.runs.RunDir (run record, held-out rows, output file names) and outputs with
 cache.outputs.write_outputs, so a report over them exercises the real reading and checking code.
 """
 from __future__ import annotations
@@ -14,10 +15,13 @@ import numpy as np
 from cache import manifest as mf
 from cache.outputs import classifier_ref, write_outputs
 from cache.reader import ClassifierCache
+from cache.runs import RunDir
 from cache.schema import KIND_CLASSIFIER, SCHEMA_VERSION
 from cache.shards import shard_entry, shard_path, shard_ranges, write_shard
+from pipeline.core.losses import LOSSES
 
-LOSS_LABELS = {"ce": "CE", "focal": "Focal", "tcp": "TCP", "ss": "SS"}
+# run.json records the versions of the code that trained a run; these runs were made up here
+VERSIONS = {"synthetic_runs": "1"}
 
 
 def _logits(rng, labels: np.ndarray, correct: np.ndarray, k: int) -> np.ndarray:
@@ -106,18 +110,19 @@ def write_run(run_dir: Path, cache_dir: Path, *, oracle: str, classifier: str, l
     conf[list(nan_rows)] = np.nan
     record = {"oracle": oracle, "oracle_model": f"{oracle}-model", "classifier": classifier,
               "loss": loss, "variant": variant, "seed": seed, "group": group, "dataset": dataset,
-              "loss_label": loss_label or LOSS_LABELS[loss],
+              "loss_label": loss_label or LOSSES[loss].label,
               "num_classes": cache.identity["num_classes"], "config": {"loss": loss, "seed": seed}}
     tag = tag or Path(cache_dir).name
-    write_outputs(Path(run_dir) / "outputs" / f"{tag}.h5",
+    run = RunDir(Path(run_dir))
+    write_outputs(run.output(tag),
                   {"index": np.arange(n, dtype=np.int64), "valid": cols["valid"], "z": z,
                    "confidence": conf, "correct": cols["correct"], "label": cols["label"],
                    "pred": cols["pred"]},
                   classifier_ref(cache.path, cache.identity), record)
     extra = {"train_cache": str(train_cache)} if train_cache else {}
-    mf.write_json_atomic(Path(run_dir) / "run.json", {"run": record, "status": status, **extra})
-    if val_rows is not None:     # as train-oracle's val_split.json
-        mf.write_json_atomic(Path(run_dir) / "val_split.json", {
+    run.write(record, status, VERSIONS, **extra)
+    if val_rows is not None:     # as train-oracle's held-out rows
+        run.write_val_split({
             "split": "train", "val_fraction": None, "split_seed": 0, "train_limit": None,
             "num_val_rows": len(val_rows), "val_rows": [int(i) for i in val_rows]})
     return Path(run_dir)

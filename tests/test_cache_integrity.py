@@ -20,6 +20,7 @@ import pytest
 
 from cache import manifest as mf
 from cache.reader import ClassifierCache
+from cache.runs import RunDir
 from cache.schema import CacheError, CacheMismatch
 from conftest import make_imagenet_tree
 from pipeline.extract.run import extract
@@ -222,7 +223,7 @@ def test_report_names_a_damaged_file_found_by_its_workers(tmp_path):
                      report())
     shard.write_bytes(pristine)
     output = sorted(runs.glob("*/outputs/test.h5"))[0]
-    record_path = output.parent.parent / "run.json"
+    record_path = RunDir(output.parent.parent).run_file
     record = json.loads(record_path.read_text())
     record_path.write_text(json.dumps({**record, "output_files": {"test": file_digest(output)}}))
     with open(output, "ab") as fh:                 # still valid HDF5, same columns

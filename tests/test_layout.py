@@ -30,8 +30,9 @@ ALLOWED = {
     "demo": {"cache", "core", "data", "report", "oracle", "sweep", "demo"},
 }
 # The only core modules `report` may use: they import no torch.
-TORCH_FREE_CORE = {"pipeline.core", "pipeline.core.metrics", "pipeline.core.selective",
-                   "pipeline.core.presets", "pipeline.core.options", "pipeline.core.losses"}
+TORCH_FREE_CORE = {"pipeline.core", "pipeline.core.metrics", "pipeline.core.counts",
+                   "pipeline.core.selective", "pipeline.core.losses", "pipeline.core.presets",
+                   "pipeline.core.options"}
 TORCH = ("torch", "torchvision", "timm")
 # Where a function-level import of a first-party module is allowed: a command loads its stage on
 # call, which keeps torch out of the commands that do not need it.

@@ -9,6 +9,7 @@ from scipy.special import logsumexp, softmax
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
 from pipeline.core import metrics as M
+from pipeline.core.counts import counts_metrics
 from pipeline.report.baselines import BASELINES, baseline_scores
 
 # A small case worked out by hand (docs/METRICS.md uses the same numbers).
@@ -305,3 +306,38 @@ def test_baseline_scores_reject_bad_logits():
         baseline_scores(np.zeros(5))
     with pytest.raises(ValueError, match="fitted parameter"):
         baseline_scores(np.ones((5, 3)), names=("ts",))
+
+
+# --------------------------------------------- one implementation: core/counts.py ---------
+SCALAR_OF_COUNT = {"auc": M.auc, "aupr_succ": M.aupr_success,
+                   "aupr_err": lambda r: M.aupr_error(r, definition="standard"),
+                   "aupr_err_paper": lambda r: M.aupr_error(r, definition="paper"),
+                   "fpr95": lambda r: M.fpr_at_95tpr(r, definition="standard"),
+                   "aurc": M.aurc, "eaurc": M.eaurc, "augrc": M.augrc}
+
+
+@pytest.mark.parametrize("decimals", [None, 2])
+def test_scalar_metrics_are_the_vectorised_ones(decimals):
+    """Every scalar rank metric IS counts_metrics on the split's tie groups (bit for bit), and
+    counts_metrics over a batch of problems gives each problem's own value."""
+    cases = [random_case(s, n=1500, acc=0.75, decimals=decimals) for s in (5, 6)]
+    ranked = [M.rank(conf, correct) for conf, correct in cases]
+    for r in ranked:
+        got = counts_metrics(*M.group_counts(r))
+        for name, scalar in SCALAR_OF_COUNT.items():
+            assert scalar(r) == float(got[name]), name
+    width = max(len(r.tp) for r in ranked)
+    pad = lambda a: np.pad(a, (0, width - len(a)))          # noqa: E731 (empty levels)
+    batch = counts_metrics(np.stack([pad(M.group_counts(r)[0]) for r in ranked]),
+                           np.stack([pad(M.group_counts(r)[1]) for r in ranked]))
+    for i, r in enumerate(ranked):
+        for name, scalar in SCALAR_OF_COUNT.items():
+            assert batch[name][i] == pytest.approx(scalar(r), abs=1e-15), name
+
+
+def test_scalar_metrics_keep_their_undefined_reasons():
+    r = M.rank(np.array([0.2, 0.7, 0.9]), np.array([1, 1, 1]))
+    for name in ("auc", "aupr_succ", "aupr_err", "aupr_err_paper", "fpr95"):
+        with pytest.raises(M.UndefinedMetric, match="no incorrect predictions in the split"):
+            SCALAR_OF_COUNT[name](r)
+    assert M.aurc(r) == 0.0 and M.eaurc(r) == 0.0       # defined with one class

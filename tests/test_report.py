@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from bench.synthetic_runs import write_cache, write_run, write_study
 from cache.outputs import read_outputs
+from cache.runs import RunDir
 from cli import cli
 from pipeline.core import metrics as M
 
@@ -42,7 +43,7 @@ def study(tmp_path_factory) -> Path:
     shifted = write_cache(root / "cache" / "vit" / SHIFT, n=500, model="vit", seed=1, split="test",
                           corruption="gaussian_noise:3:seed0", accuracy=0.5)
     for run in sorted((root / "runs").glob("vit-vit_*")):
-        record = json.loads((run / "run.json").read_text())["run"]
+        record = RunDir(run).read()["run"]
         write_run(run, shifted, oracle="vit", classifier="vit", loss=record["loss"],
                   seed=record["seed"], group=record["group"], separation=0.6)
     return root
@@ -277,9 +278,9 @@ def test_run_json_disagreeing_with_outputs_is_refused(tmp_path):
     cache = write_cache(tmp_path / "cache" / "vit" / "test", n=200)
     run = write_run(tmp_path / "runs" / "r", cache, oracle="vit", classifier="vit", loss="ss",
                     seed=0, group="g")
-    record = json.loads((run / "run.json").read_text())
+    record = RunDir(run).read()
     record["run"]["seed"] = 3
-    (run / "run.json").write_text(json.dumps(record))
+    RunDir(run).run_file.write_text(json.dumps(record))
     result = CliRunner().invoke(cli, ["report", str(run), "--out", str(tmp_path / "o")])
     assert result.exit_code == 1 and "seed=3" in result.output
 

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from bench.synthetic_runs import write_cache, write_run, write_study
 from cli import cli
-from pipeline.report.appendix import corruption_of
+from cache.runs import RunDir
+from pipeline.report.appendix import collect, corruption_of
 
 SHIFTS = {"glass_blur/5": "none", "defocus_blur/5": "none",
           "test-gaussian_noise-3": "gaussian_noise:3:seed0"}
@@ -29,16 +30,16 @@ def study(root: Path) -> Path:
                                             "batch_size": 256, "precision": "bf16"}
         (cache / "manifest.json").write_text(json.dumps(manifest))
         for run in runs:
-            record = json.loads((run / "run.json").read_text())["run"]
+            record = RunDir(run).read()["run"]
             write_run(run, cache, oracle="vit", classifier="vit", loss=record["loss"],
                       seed=record["seed"], group=record["group"], separation=0.5,
                       tag=tag.replace("/", "_"))
     for k, run in enumerate(runs):
-        run_json = json.loads((run / "run.json").read_text())
+        run_json = RunDir(run).read()
         run_json["grad_norm"] = {"mean": 0.001 * (k + 1), "samples": 100, "global_batch": 40}
-        (run / "run.json").write_text(json.dumps(run_json))
+        RunDir(run).run_file.write_text(json.dumps(run_json))
         for out in (run / "outputs").glob("*.h5"):
-            out.with_suffix(".timing.json").write_text(json.dumps(
+            RunDir.timing_path(out).write_text(json.dumps(
                 {"model_ms_per_img": 1.5 + 0.01 * k, "device": "cuda:0 (H)", "batch_size": 256,
                  "precision": "bf16"}))
     return root / "runs"
@@ -82,6 +83,49 @@ def test_appendix_sections(tmp_path):
 
     timing = md.split("## Inference time")[1].split("\n## ")[0]
     line = next(l for l in timing.splitlines() if "`defocus_blur_5`" in l)
-    oracle = [json.loads(p.read_text())["model_ms_per_img"]
-              for p in runs.glob("*/outputs/defocus_blur_5.timing.json")]
+    oracle = [json.loads(RunDir.timing_path(p).read_text())["model_ms_per_img"]
+              for p in runs.glob("*/outputs/defocus_blur_5.h5")]
     assert "| 1.6400 |" in line and f"{np.mean(oracle):.4f} ± {np.std(oracle, ddof=1):.4f}" in line
+
+
+def _one_run(root: Path) -> tuple[Path, Path]:
+    """A one-run study (no held-out rows): its run directory and its output file."""
+    runs, _ = write_study(root, n=200, losses=("ss",), seeds=(0,), held_out=None)
+    run = RunDir(next(runs.iterdir()))
+    return runs, run.outputs()[0]
+
+
+def test_a_missing_timing_file_is_no_entry(tmp_path):
+    """Head-only outputs have no timing file: the run is reported, without an oracle time."""
+    runs, output = _one_run(tmp_path)
+    assert not RunDir.timing_path(output).exists()
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, ["report", "--runs-root", str(runs), "--out", str(out),
+                                      "--no-figures", "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "report.json").read_text())
+    assert all(not e["oracle_timing"] for e in doc["appendix"]["inference"])
+
+
+def test_a_damaged_timing_file_is_refused_by_name(tmp_path):
+    runs, output = _one_run(tmp_path)
+    timing = RunDir.timing_path(output)
+    for damage in ('{"model_ms_per_img": 1.', "[1.5]"):      # cut short; not an object
+        timing.write_text(damage)
+        result = CliRunner().invoke(cli, ["report", "--runs-root", str(runs), "--out",
+                                          str(tmp_path / "report"), "--no-figures", "--jobs", "1"])
+        assert result.exit_code == 1, result.output
+        assert str(timing) in result.output and "inference timing" in result.output
+
+
+def test_gradients_come_from_the_planner_s_run_records(tmp_path):
+    """appendix.collect takes run.json as the planner read it instead of reading it again."""
+    _, output = _one_run(tmp_path)
+    run_dir = str(output.parent.parent)
+    cache = str(tmp_path / "cache" / "vit" / "test")
+    result = {"kind": "oracle", "split": "test", "cache": cache, "run_dir": run_dir,
+              "source": str(output), "labels": {"oracle": "vit", "classifier": "vit"}}
+    record = {"grad_norm": {"mean": 0.25, "samples": 8}}
+    found = collect([result], {run_dir: record})
+    assert [g["mean"] for g in found["gradients"]] == [0.25]
+    assert collect([result], {run_dir: {}})["gradients"] == []

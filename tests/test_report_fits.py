@@ -11,6 +11,7 @@ import pytest
 from bench.synthetic_runs import write_cache, write_run, write_study
 from cache.outputs import read_outputs
 from cache.reader import ClassifierCache
+from cache.runs import VAL_FILE
 from pipeline.core import metrics as M
 from pipeline.report.calibrate import fit_pnorm, fit_temperature
 from pipeline.report.heldout import read_rows
@@ -61,7 +62,7 @@ def test_disjoint_or_missing_held_out_rows_are_reasons(small, tmp_path):
     ts = next(r for r in doc["splits"][0]["rows"] if r["loss"] == "ts")
     assert ts["agg"]["standard"]["auc"]["mean"] is None
     assert "share no held-out row" in ts["agg"]["standard"]["auc"]["undefined"]
-    (root / "runs" / "b" / "val_split.json").unlink()
+    (root / "runs" / "b" / VAL_FILE).unlink()
     doc = run_report(root, tmp_path / "r2", resamples=0)
     assert "has no val_split.json" in doc["fits"][str(cache.resolve())]["reason"]
 

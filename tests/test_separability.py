@@ -86,3 +86,19 @@ def test_gaussian_fit_and_input_errors():
         separability(np.array([0.1, np.nan, 0.3, 0.4]), np.array([1, 1, 0, 0]))
     with pytest.raises(ValueError, match="definition"):
         kl_gaussian(0, 1, 0, 1, "other")
+
+
+def test_distances_take_arrays_element_wise():
+    """The bootstrap applies the same functions to arrays of fits: element i equals the scalar
+    call on fit i, bit for bit, and a scalar call still returns a float."""
+    rng = np.random.default_rng(4)
+    mu1, mu2 = rng.normal(size=50), rng.normal(size=50)
+    s1, s2 = rng.uniform(0.1, 2, 50), rng.uniform(0.1, 2, 50)
+    b = bhattacharyya(mu1, s1, mu2, s2)
+    kl = {d: averaged_kl(mu1, s1, mu2, s2, d) for d in ("paper", "standard")}
+    for i in range(50):
+        args = (float(mu1[i]), float(s1[i]), float(mu2[i]), float(s2[i]))
+        assert b[i] == bhattacharyya(*args)
+        assert all(kl[d][i] == averaged_kl(*args, d) for d in kl)
+    assert type(bhattacharyya(0.0, 1.0, 1.0, 2.0)) is float
+    assert type(kl_gaussian(0.0, 1.0, 1.0, 2.0)) is float

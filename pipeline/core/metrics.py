@@ -13,7 +13,10 @@ Two definitions exist (docs/METRICS.md has them side by side):
   by the negated confidence (higher is better), plus AURC, E-AURC and AUGRC with ties grouped.
 
 Every metric sorts the rows once (``rank``) and is then O(number of distinct confidences): no
-Python loop over thresholds, no O(n^2).  A metric that does not exist for the input (one class
+Python loop over thresholds, no O(n^2).  The rank metrics (AUC, AUPR, the standard FPR-95%-TPR,
+AURC, E-AURC, AUGRC) are thin wrappers over the one vectorised implementation,
+``pipeline.core.counts.counts_metrics``, applied to the tie groups' counts; what is only here
+is the paper's grid FPR-95%-TPR, TPR/TNR at a threshold and the risk-coverage curve itself.  A metric that does not exist for the input (one class
 only) raises ``UndefinedMetric`` with the reason; ``evaluate`` records the reason instead of a
 value, so a report never shows a silent NaN.
 """
@@ -23,12 +26,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.core.counts import counts_metrics, optimal_aurc as _optimal_aurc, tpr95_level
+
 DEFINITIONS = ("paper", "standard")
 PAPER_METRICS = ("fpr95", "aupr_err", "aupr_succ", "auc", "tpr", "tnr")
 STANDARD_METRICS = PAPER_METRICS + ("aurc", "eaurc", "augrc")
 GRID_SIZE = 10_000                         # thresholds of the paper's FPR-95%-TPR grid
 TPR_WINDOW = (0.95 - 0.0005, 0.95 + 0.0005)  # exactly the authors' expression (0.9495, 0.95049..)
-STANDARD_TPR_LEVEL = 0.9495               # fd-shifts: first ROC point with TPR >= 0.9495
 
 
 class UndefinedMetric(ValueError):
@@ -115,16 +119,14 @@ def _require(r: Ranked, metric: str, pos: bool = True, neg: bool = True) -> None
         raise UndefinedMetric(f"{metric} is undefined: no incorrect predictions in the split")
 
 
-def _trapezoid(y: np.ndarray, x: np.ndarray) -> float:
-    return float(np.sum(np.diff(x) * (y[1:] + y[:-1]) * 0.5))
+def group_counts(r: Ranked) -> tuple[np.ndarray, np.ndarray]:
+    """Correct / incorrect rows in each tie group, DESCENDING confidence: (T,), (T,)."""
+    return np.diff(r.tp, prepend=0), np.diff(r.fp, prepend=0)
 
 
-def _average_precision(hits: np.ndarray, misses: np.ndarray, n_hits: int) -> float:
-    """scikit-learn's AP: sum over thresholds of (R_k - R_{k-1}) * P_k, cumulative counts in
-    the order the thresholds are visited."""
-    precision = hits / (hits + misses)
-    recall = hits / n_hits
-    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+def _counted(r: Ranked, name: str) -> float:
+    """One metric of ``counts_metrics`` on the split's tie groups."""
+    return float(counts_metrics(*group_counts(r), (name,))[name])
 
 
 def auc(confidence, correct=None) -> float:
@@ -135,7 +137,7 @@ def auc(confidence, correct=None) -> float:
     """
     r = _ranked(confidence, correct)
     _require(r, "AUC")
-    return _trapezoid(np.r_[0.0, r.tp / r.n_pos], np.r_[0.0, r.fp / r.n_neg])
+    return _counted(r, "auc")
 
 
 def aupr_success(confidence, correct=None) -> float:
@@ -144,7 +146,7 @@ def aupr_success(confidence, correct=None) -> float:
     Undefined with one class only (with no errors it would be 1 whatever the confidences)."""
     r = _ranked(confidence, correct)
     _require(r, "AUPR-Success")
-    return _average_precision(r.tp.astype(np.float64), r.fp, r.n_pos)
+    return _counted(r, "aupr_succ")
 
 
 def aupr_error(confidence, correct=None, definition: str = "paper") -> float:
@@ -157,13 +159,7 @@ def aupr_error(confidence, correct=None, definition: str = "paper") -> float:
     _check_definition(definition)
     r = _ranked(confidence, correct)
     _require(r, "AUPR-Error")
-    if definition == "paper":
-        return _average_precision(r.fp.astype(np.float64), r.tp, r.n_neg)
-    # Scored by -p: thresholds visited by ascending p; rows with p <= t_k are those not strictly
-    # above t_k, i.e. all minus the counts at the next higher distinct threshold.
-    err_le = (r.n_neg - np.r_[0, r.fp[:-1]])[::-1].astype(np.float64)
-    cor_le = (r.n_pos - np.r_[0, r.tp[:-1]])[::-1]
-    return _average_precision(err_le, cor_le, r.n_neg)
+    return _counted(r, "aupr_err_paper" if definition == "paper" else "aupr_err")
 
 
 def fpr_at_95tpr(confidence, correct=None, definition: str = "paper",
@@ -183,10 +179,10 @@ def fpr_at_95tpr(confidence, correct=None, definition: str = "paper",
     r = _ranked(confidence, correct)
     _require(r, "FPR-95%-TPR")
     if definition == "standard":
-        tpr = r.tp / r.n_pos
-        k = int(np.argmax(tpr >= STANDARD_TPR_LEVEL))  # tpr rises along descending thresholds
-        details = {"threshold": float(r.thresholds[k]), "tpr": float(tpr[k]), "fallback": False}
-        value = float(r.fp[k] / r.n_neg)
+        k = int(tpr95_level(r.tp, r.n_pos))
+        details = {"threshold": float(r.thresholds[k]), "tpr": float(r.tp[k] / r.n_pos),
+                   "fallback": False}
+        value = _counted(r, "fpr95")
     else:
         value, details = _fpr_grid(r)
     return (value, details) if return_details else value
@@ -239,25 +235,23 @@ def risk_coverage_curve(confidence, correct=None, generalized: bool = False
 def aurc(confidence, correct=None) -> float:
     """Area under the selective risk-coverage curve (trapezoids, ties grouped; lower is better).
     Returned in [0, 1]; fd-shifts displays it x1000."""
-    return _trapezoid(*risk_coverage_curve(confidence, correct)[::-1])
+    return _counted(_ranked(confidence, correct), "aurc")
 
 
 def augrc(confidence, correct=None) -> float:
     """Area under the generalized risk-coverage curve (Traub et al. 2024), in [0, 1]."""
-    return _trapezoid(*risk_coverage_curve(confidence, correct, generalized=True)[::-1])
+    return _counted(_ranked(confidence, correct), "augrc")
 
 
 def optimal_aurc(error_rate: float) -> float:
     """AURC of a perfect ranking with this error rate: err + (1 - err) ln(1 - err) (limit 1)."""
-    err = float(error_rate)
-    return 1.0 if err >= 1.0 else err + (1.0 - err) * np.log1p(-err)
+    return float(_optimal_aurc(float(error_rate)))
 
 
 def eaurc(confidence, correct=None) -> float:
     """Excess AURC = AURC - optimal_aurc(error rate).  Slightly negative values are possible:
     the closed-form optimum is the continuous limit (fd-shifts uses the same)."""
-    r = _ranked(confidence, correct)
-    return float(aurc(r) - optimal_aurc(r.n_neg / r.n))
+    return _counted(_ranked(confidence, correct), "eaurc")
 
 
 def _check_definition(definition: str) -> None:

@@ -1,16 +1,21 @@
 """The paper's appendix analyses, from what the stages recorded: the ImageNet-C table (every
 shifted split, one block per corruption and severity), gradient magnitudes (run.json's
-``grad_norm``) and inference time (the cache manifest's ``summary.inference``, the oracle's
-``outputs/<name>.timing.json``).  Plain dicts in, markdown lines out; no torch."""
+``grad_norm``, as the planner read it) and inference time (the cache manifest's
+``summary.inference``, the oracle's timing file read through ``cache.runs.RunDir``).  Plain
+dicts in, markdown lines out; no torch.  Nothing is read leniently: a missing timing file is
+normal (head-only outputs have none), a damaged one is refused naming it."""
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
+from cache.manifest import load_manifest
+from cache.runs import RunDir
+from cache.schema import CacheError
 from pipeline.report import tables as T
 
 _NAME = re.compile(r"^[a-z][a-z_]*$")
@@ -35,26 +40,21 @@ def corruption_of(identity: dict, root: str = "") -> tuple[str, int] | None:
     return None
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def collect(results: list[dict]) -> dict:
+def collect(results: list[dict], run_records: Mapping[str, dict]) -> dict:
     """{'shifts': {split: [corruption, severity]}, 'gradients': [...], 'inference': [...]} for
-    report.json (one entry per shifted split / run / <O,C> and split)."""
+    report.json (one entry per shifted split / run / <O,C> and split).  ``run_records``: {run
+    directory: its run.json as the planner read it}."""
+    manifests = _Manifests()
     shifts = {}
     for r in results:
         if r["split"] not in shifts:
-            manifest = _read_json(Path(r["cache"]) / "manifest.json")
+            manifest = manifests[r["cache"]]
             shifts[r["split"]] = corruption_of(manifest.get("identity", {}), manifest.get("root", ""))
     grads, runs = [], {}
     for r in results:
         if r["kind"] == "oracle" and r["run_dir"] and r["run_dir"] not in runs:
             runs[r["run_dir"]] = r
-            g = _read_json(Path(r["run_dir"]) / "run.json").get("grad_norm") or {}
+            g = run_records.get(r["run_dir"], {}).get("grad_norm") or {}
             if g.get("mean") is not None:
                 grads.append({"run_dir": r["run_dir"], "labels": r["labels"], **g})
     timing = defaultdict(lambda: {"oracle": [], "classifier": None})
@@ -63,16 +63,41 @@ def collect(results: list[dict]) -> dict:
             continue
         lab = r["labels"]
         entry = timing[(lab["oracle"], lab["classifier"], r["split"])]
-        oracle = _read_json(Path(r["source"]).with_suffix(".timing.json"))
+        oracle = oracle_timing(r["run_dir"], r["source"])
         if oracle.get("model_ms_per_img") is not None:
             entry["oracle"].append(oracle)
-        manifest = _read_json(Path(r["cache"]) / "manifest.json")
+        manifest = manifests[r["cache"]]
         entry["classifier"] = entry["classifier"] or (manifest.get("summary") or {}).get("inference")
     inference = [{"oracle": o, "classifier": c, "split": s, "oracle_timing": v["oracle"],
                   "classifier_timing": v["classifier"]} for (o, c, s), v in timing.items()
                  if v["oracle"] or (v["classifier"] or {}).get("model_ms_per_img") is not None]
     return {"shifts": {k: list(v) for k, v in shifts.items() if v}, "gradients": grads,
             "inference": inference}
+
+
+class _Manifests(dict):
+    """Classifier cache manifests by path, each read once (every result names its cache; the
+    planner has already opened each one, so a failure here is a real change under our feet)."""
+
+    def __missing__(self, path: str) -> dict:
+        self[path] = load_manifest(Path(path))
+        return self[path]
+
+
+def oracle_timing(run_dir: str, output: str) -> dict:
+    """The oracle's inference time on ``output``, {} where none was measured (head-only scores
+    write none).  A damaged timing file is refused naming it: skipping it would make the
+    appendix's table look complete when it is not."""
+    try:
+        timing = RunDir(Path(run_dir)).read_timing(Path(output))
+    except CacheError as err:
+        raise CacheError(f"run {run_dir}, the oracle's inference time on {Path(output).name} "
+                         f"(report appendix): {err}") from None
+    if timing is not None and not isinstance(timing, dict):
+        raise CacheError(f"run {run_dir}: inference timing {RunDir.timing_path(Path(output))} "
+                         f"holds a JSON {type(timing).__name__}, not an object; delete it and "
+                         "re-run")
+    return timing or {}
 
 
 def markdown(doc: dict) -> list[str]:

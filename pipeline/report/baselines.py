@@ -1,4 +1,5 @@
-"""Post-hoc confidence scores computed from a classifier's logits alone (no oracle, no training).
+"""The post-hoc baselines: confidence scores computed from a classifier's logits alone (no oracle,
+no training), described in ONE table (``TABLE``) that every other part of the report iterates.
 
 Every score is "higher = more likely correct", so the trust metrics apply unchanged:
 
@@ -14,63 +15,151 @@ Every score is "higher = more likely correct", so the trust metrics apply unchan
   stage has no model in memory.
 * ``ts``       temperature-scaled MSP (Guo et al., ICML 2017): MSP of logits / T
 * ``pnorm``    MaxLogit-pNorm (Cattelan & Silva, UAI 2024): max_k (z_k - mean z) / ||z - mean z||_p
-  T and p are fitted on held-out rows of the classifier's training cache (``calibrate.py``), never
-  on the evaluated split; they arrive here as ``params = {"ts": T, "pnorm": p}``.
+  T and p are fitted on held-out rows of the classifier's training cache (``calibrate.py``, on
+  the rows ``heldout.py`` chooses), never on the evaluated split; they arrive here as
+  ``params = {name: value}``.
+
+A table entry says the display label and order, how the score is computed from a ``Chunk``,
+whether it is a probability (TPR/TNR at 0.5) and calibrated (ECE), its fitted parameter (``Fit``:
+the fit function of calibrate.py and which entry of its result is the parameter) and which of the
+two worker tasks computes it on small-class datasets.  Adding a baseline is an entry here (and,
+for a fitted one, its fit function in calibrate.py).  The table's order is the evaluation order
+(report.json lists the rows in it); ``order`` is the order of the rows in the tables.
 
 Logits arrive as float16 (N, K) from the classifier cache; they are processed in float32 chunks of
 about 8M values, so a 1.28M x 1000 split never needs a full float32 copy.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Callable
+
 import numpy as np
 
+from pipeline.report.calibrate import fit_pnorm, fit_temperature
 
-FITTED = ("ts", "pnorm")
-BASELINES = ("mcp", "entropy", "maxlogit", "energy", "doctor") + FITTED
-BASELINE_LABELS = {"mcp": "MCP", "entropy": "Neg. entropy", "maxlogit": "Max logit",
-                   "energy": "Energy", "doctor": "DOCTOR (D_alpha)", "ts": "MSP (temp. scaled)",
-                   "pnorm": "MaxLogit-pNorm"}
-# Scores in [0, 1] get TPR/TNR at 0.5; the others have no natural threshold.
-PROBABILITY_SCORES = ("mcp", "doctor", "ts")
-# Scores that estimate P(correct), so ECE applies (DOCTOR's sum p^2 does not).
-CALIBRATED_SCORES = ("mcp", "ts")
 CHUNK_ELEMENTS = 8_388_608   # logits per float32 chunk (32 MB): 8,192 rows at K = 1,000
 
 
-def scores_chunk(logits: np.ndarray, temperature: float = 1.0,
-                 names: tuple[str, ...] = BASELINES) -> dict[str, np.ndarray]:
-    """Baseline scores ``names`` of one chunk of ``logits`` (m, K) -> {name: (m,) float32}.
+@dataclass(frozen=True)
+class Softmax:
+    """Softmax quantities of z / T that several scores share: zm = z / T - m (m = max z / T),
+    e = exp(zm), S = sum e.  Then MCP = 1/S (the max of e is exp(0) = 1),
+    sum p log p = sum(e zm)/S - log S, sum p^2 = sum(e^2)/S^2, logsumexp(z / T) = m + log S."""
+    zm: np.ndarray
+    e: np.ndarray
+    m: np.ndarray
+    total: np.ndarray
+    log_total: np.ndarray
 
-    One exp pass serves every score: with zm = z - max z and e = exp(zm), S = sum e,
-    MCP = 1/S (the max of e is exp(0) = 1), sum p log p = sum(e zm)/S - log S,
-    sum p^2 = sum(e^2)/S^2, logsumexp z = max z + log S."""
-    z = logits.astype(np.float32)
-    if temperature != 1.0:
-        z /= np.float32(temperature)
-    m = z.max(axis=1)
-    out = {"maxlogit": logits.max(axis=1).astype(np.float32)} if "maxlogit" in names else {}
-    if set(names) <= {"maxlogit"}:
-        return out
-    z -= m[:, None]
-    e = np.exp(z)
-    total = e.sum(axis=1)
-    log_total = np.log(total)
-    if "mcp" in names:
-        out["mcp"] = 1.0 / total
-    if "entropy" in names:
-        out["entropy"] = np.einsum("ij,ij->i", e, z) / total - log_total
-    if "doctor" in names:
-        out["doctor"] = np.einsum("ij,ij->i", e, e) / (total * total)
-    if "energy" in names:
-        out["energy"] = np.float32(temperature) * (m + log_total)
-    return out
+
+class Chunk:
+    """One chunk of logits (m, K); its softmax passes are computed on first use and kept, so
+    one exp pass serves every score of a temperature."""
+
+    def __init__(self, logits: np.ndarray):
+        self.logits = logits
+        self._softmax: dict[float, Softmax] = {}
+
+    def softmax(self, temperature: float = 1.0) -> Softmax:
+        if temperature not in self._softmax:
+            z = self.logits.astype(np.float32)
+            if temperature != 1.0:
+                z /= np.float32(temperature)
+            m = z.max(axis=1)
+            z -= m[:, None]
+            e = np.exp(z)
+            total = e.sum(axis=1)
+            self._softmax[temperature] = Softmax(z, e, m, total, np.log(total))
+        return self._softmax[temperature]
+
+    def msp(self, temperature: float = 1.0) -> np.ndarray:
+        return 1.0 / self.softmax(temperature).total
+
+
+def _entropy(c: Chunk, _) -> np.ndarray:
+    s = c.softmax()
+    return np.einsum("ij,ij->i", s.e, s.zm) / s.total - s.log_total
+
+
+def _doctor(c: Chunk, _) -> np.ndarray:
+    s = c.softmax()
+    return np.einsum("ij,ij->i", s.e, s.e) / (s.total * s.total)
+
+
+def _energy(c: Chunk, _) -> np.ndarray:
+    s = c.softmax()
+    return s.m + s.log_total          # T * logsumexp(z / T) at T = 1
+
+
+def _pnorm(c: Chunk, p) -> np.ndarray:
+    return c.msp() if p == "MSP" else pnorm_chunk(c.logits, p)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A baseline's parameter: ``fit(logits, labels, what)`` (calibrate.py) returns a record
+    (report.json ``fits``) whose entry ``key`` is the parameter, or raises FitError."""
+    fit: Callable[..., dict]
+    key: str                 # "temperature", "p"
+    symbol: str              # its column in report.md's fits table
+    method: str              # what is fitted, in a sentence
+    how: str                 # how it is chosen (report.md)
+    fmt: str = "{}"          # how report.md prints it
+
+    def parameter(self, record: dict | None) -> Any:
+        return (record or {}).get(self.key)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    label: str                                  # display label (table rows)
+    order: int                                  # display order among the baselines
+    score: Callable[[Chunk, Any], np.ndarray]   # (chunk, fitted parameter or None) -> (m,) f32
+    probability: bool = False                   # in [0, 1]: TPR/TNR at 0.5 apply
+    calibrated: bool = False                    # estimates P(correct): ECE applies
+    fitted: Fit | None = None
+    worker: int = 0           # which of the two worker tasks computes it (<= 32 classes)
+    prose: str = ""           # its name in sentences, when not the label
+
+
+# Evaluation order (report.json); ``order`` is the display order.
+TABLE = {
+    "mcp": Baseline("MCP", 0, lambda c, _: c.msp(), probability=True, calibrated=True),
+    "entropy": Baseline("Neg. entropy", 2, _entropy),
+    "maxlogit": Baseline("Max logit", 3, lambda c, _: c.logits.max(axis=1).astype(np.float32),
+                         worker=1),
+    "energy": Baseline("Energy", 5, _energy, worker=1),
+    "doctor": Baseline("DOCTOR (D_alpha)", 6, _doctor, probability=True),
+    "ts": Baseline("MSP (temp. scaled)", 1, lambda c, t: c.msp(t), probability=True,
+                   calibrated=True, prose="temperature-scaled MSP",
+                   fitted=Fit(fit_temperature, "temperature", "T", "temperature scaling",
+                              "Temperature T (NLL)", "{:.4f}")),
+    "pnorm": Baseline("MaxLogit-pNorm", 4, _pnorm, worker=1,
+                      fitted=Fit(fit_pnorm, "p", "p", "MaxLogit-pNorm", "p (AURC, MSP fallback)")),
+}
+BASELINES = tuple(TABLE)
+FITTED = tuple(n for n, b in TABLE.items() if b.fitted)
+BASELINE_LABELS = {n: b.label for n, b in TABLE.items()}
+DISPLAY_ORDER = {n: b.order for n, b in TABLE.items()}
+PROBABILITY_SCORES = tuple(n for n, b in TABLE.items() if b.probability)
+CALIBRATED_SCORES = tuple(n for n, b in TABLE.items() if b.calibrated)
+# Small-class datasets: the baselines split over two worker tasks (report/run.py says why).
+WORKER_SPLIT = tuple(g for g in (tuple(n for n, b in TABLE.items() if b.worker == w)
+                                 for w in (0, 1)) if g)
+REFERENCE = "mcp"         # the baseline the SS rows are compared with (report/compare.py)
+
+
+def fit_methods() -> str:
+    """'temperature scaling and MaxLogit-pNorm': what the fitted baselines fit, in a sentence."""
+    return " and ".join(TABLE[n].fitted.method for n in FITTED)
 
 
 def pnorm_chunk(logits: np.ndarray, p) -> np.ndarray:
     """MaxLogit-pNorm of one chunk in float32 (``calibrate.pnorm_scores`` is the float64 form
     used to choose p): max_k (z_k - mean z) / ||z - mean z||_p; p = "MSP" gives the MSP."""
     if p == "MSP":
-        return scores_chunk(logits, 1.0, ("mcp",))["mcp"]
+        return Chunk(logits).msp()
     z = logits.astype(np.float32)
     z -= z.mean(axis=1, keepdims=True)
     if p == 0:
@@ -94,12 +183,12 @@ def _power(a: np.ndarray, p: int) -> np.ndarray:
     return out
 
 
-def baseline_scores(logits: np.ndarray, temperature: float = 1.0, chunk_rows: int | None = None,
+def baseline_scores(logits: np.ndarray, chunk_rows: int | None = None,
                     names: tuple[str, ...] | None = None,
                     params: dict | None = None) -> dict[str, np.ndarray]:
     """Scores ``names`` for ``logits`` (N, K) -> {name: (N,)}; the fitted ones need their
-    parameter in ``params`` ({"ts": T, "pnorm": p}).  Default: every score that can be computed
-    (the fitted ones only with their parameter)."""
+    parameter in ``params`` ({name: value}, e.g. {"ts": T, "pnorm": p}).  Default: every score
+    that can be computed (the fitted ones only with their parameter)."""
     params = params or {}
     if names is None:
         names = tuple(n for n in BASELINES if n not in FITTED or params.get(n) is not None)
@@ -112,7 +201,6 @@ def baseline_scores(logits: np.ndarray, temperature: float = 1.0, chunk_rows: in
     missing = [n for n in names if n in FITTED and params.get(n) is None]
     if missing:
         raise ValueError(f"baseline(s) {missing} need their fitted parameter")
-    plain = tuple(n for n in names if n not in FITTED)
     out = {name: np.empty(len(logits), np.float32) for name in names}
     chunk_rows = chunk_rows or max(1024, CHUNK_ELEMENTS // logits.shape[1])
     for start in range(0, len(logits), chunk_rows):
@@ -122,12 +210,7 @@ def baseline_scores(logits: np.ndarray, temperature: float = 1.0, chunk_rows: in
             row = start + int(np.flatnonzero(~finite)[0])
             raise ValueError(f"logits hold inf/NaN ({int((~finite).sum())} row(s) in rows "
                              f"{start}..{start + len(chunk) - 1}, first at row {row})")
-        part = scores_chunk(chunk, temperature, plain) if plain else {}
-        if "ts" in names:
-            part["ts"] = scores_chunk(chunk, params["ts"], ("mcp",))["mcp"]
-        if "pnorm" in names:
-            part["pnorm"] = (part.get("mcp") if params["pnorm"] == "MSP" and "mcp" in part
-                             else pnorm_chunk(chunk, params["pnorm"]))
+        shared = Chunk(chunk)
         for name in names:
-            out[name][start:start + len(chunk)] = part[name]
+            out[name][start:start + len(chunk)] = TABLE[name].score(shared, params.get(name))
     return out

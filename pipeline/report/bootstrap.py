@@ -34,7 +34,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from pipeline.core.selective import COUNT_METRICS, ECE_BINS, counts_metrics, ece_bins
+from pipeline.core.counts import COUNT_METRICS, counts_metrics
+from pipeline.core.selective import ECE_BINS, ece_bins
+from pipeline.report.separability import averaged_kl, bhattacharyya
 
 CI_LEVEL = 95.0
 MAX_LEFT_OUT = 0.05
@@ -138,18 +140,14 @@ def _linear(conf, correct, group, g, w, thresholds, probability) -> dict:
         sd1 = np.sqrt((s[:, 6] - p * mu1 ** 2) / (p - 1))
         sd2 = np.sqrt((s[:, 8] - q * mu2 ** 2) / (q - 1))
         ok = (p > 1) & (q > 1) & (sd1 > 0) & (sd2 > 0)
-        v1, v2 = np.where(ok, sd1 ** 2, np.nan), np.where(ok, sd2 ** 2, np.nan)
-        d2 = (mu1 - mu2) ** 2
-        # the formulas of pipeline.report.separability, on arrays (tests check they agree)
+        s1, s2 = np.where(ok, sd1, np.nan), np.where(ok, sd2, np.nan)
+        # separability.py's distances, applied to every resample's Gaussian fits
         common = {"acc": p / (p + q), "tpr": s[:, 2] / p,
-                  "bhattacharyya": 0.25 * np.log(0.25 * (v1 / v2 + v2 / v1 + 2.0))
-                  + 0.25 * d2 / (v1 + v2)}
+                  "bhattacharyya": bhattacharyya(mu1, s1, mu2, s2)}
         out = {}
-        for d, two in (("paper", 1.0), ("standard", 2.0)):
-            kl12 = 0.5 * np.log(v2 / v1) + (v1 + d2) / (two * v2) - 0.5
-            kl21 = 0.5 * np.log(v1 / v2) + (v2 + d2) / (two * v1) - 0.5
+        for d in ("paper", "standard"):
             out[d] = {**common, "tnr": s[:, 3 if d == "paper" else 4] / q,
-                      "kl": 0.5 * (kl12 + kl21)}
+                      "kl": averaged_kl(mu1, s1, mu2, s2, d)}
         if probability:     # ECE belongs to the standard set
             out["standard"]["ece"] = np.abs(s[:, 9:]).sum(1) / (p + q)
         return out

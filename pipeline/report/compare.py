@@ -1,4 +1,5 @@
-"""Intervals of seed means and paired comparisons, from the per-resample values of the workers.
+"""Intervals of seed means and paired comparisons (SS against the other losses and the reference
+post-hoc baseline), from the per-resample values of the workers.
 
 Every score evaluated on the same rows (one classifier cache and split) saw the same resamples
 (pipeline/report/bootstrap.py), so per resample b:
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeline.report.baselines import REFERENCE
 from pipeline.report.bootstrap import interval
 
 # (metric, definition, higher is better)
@@ -50,13 +52,13 @@ def row_intervals(row: dict, members: list[dict]) -> None:
 
 
 def comparisons(rows: list[dict]) -> list[dict]:
-    """SS rows against every other oracle row of their <O,C> and against the classifier's MCP,
-    for each metric of ``COMPARED``: the difference of the seed means, its paired interval and
-    which side the interval favours."""
+    """SS rows against every other oracle row of their <O,C> and against the classifier's
+    reference baseline (``baselines.REFERENCE``, MCP), for each metric of ``COMPARED``: the
+    difference of the seed means, its paired interval and which side the interval favours."""
     out = []
     for ss in (r for r in rows if r["kind"] == "oracle" and r["loss"] == SS):
         others = [r for r in rows if r["kind"] == "oracle" and r["oc"] == ss["oc"] and r is not ss]
-        others += [r for r in rows if r["kind"] == "baseline" and r["loss"] == "mcp"
+        others += [r for r in rows if r["kind"] == "baseline" and r["loss"] == REFERENCE
                    and r["classifier"] == ss["classifier"]]
         for other in others:
             out.append(_compare(ss, other))

@@ -1,12 +1,14 @@
-"""Where temperature scaling and MaxLogit-pNorm are fitted: the held-out validation rows of the
-classifier's TRAINING cache, i.e. the rows ``train-oracle`` carved out of its training split
-(``val_split.json``) and never trained an oracle on.  Never the evaluated split.
+"""Where the fitted post-hoc baselines (baselines.py's ``Fit`` entries: temperature scaling,
+MaxLogit-pNorm) are fitted: the held-out validation rows of the classifier's TRAINING cache, i.e.
+the rows ``train-oracle`` carved out of its training split (``val_split.json``) and never trained
+an oracle on.  Never the evaluated split.
 
 For each evaluated classifier cache: the runs evaluated on it name their training cache
 (run.json ``train_cache``) and their held-out rows (val_split.json).  The training cache is taken
 from that path, else from the --cache inputs (same model and weights, that split), else
 ``<cache root>/<classifier>/<split>``.  Runs that held out different rows are fitted on the rows
 every one of them held out.  ``fit_heldout`` (a worker) reads only those rows, shard by shard.
+Run directories are read through ``cache.runs.RunDir``; run.json comes with the planner's tasks.
 """
 from __future__ import annotations
 
@@ -16,12 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from cache.manifest import MANIFEST_FILE, read_json
+from cache.manifest import MANIFEST_FILE
 from cache.reader import ClassifierCache
+from cache.runs import VAL_FILE, RunDir
 from cache.shards import read_columns
-from pipeline.report.calibrate import FitError, fit_pnorm, fit_temperature
+from pipeline.report.baselines import FITTED, TABLE, fit_methods
+from pipeline.report.calibrate import FitError
 
-VAL_FILE = "val_split.json"
 SAME_CLASSIFIER = ("model", "weights_sha256", "preprocess", "dataset", "num_classes")
 
 
@@ -33,34 +36,34 @@ class FitTask:
 
 
 def plan_fits(tasks: list, cache_paths: list[str], known_caches: list[Path]) -> dict[str, object]:
-    """{evaluated cache path: FitTask, or the reason (str) why nothing can be fitted for it}."""
+    """{evaluated cache path: FitTask, or the reason (str) why nothing can be fitted for it}.
+    ``tasks``: the planner's OutputTasks, whose run.json (``run_json``) names the training cache."""
     out: dict[str, object] = {}
+    records = {t.run_dir: t.run_json for t in tasks}
     for path in cache_paths:
         runs = sorted({t.run_dir for t in tasks if t.cache == path})
         if not runs:
-            out[path] = ("no run evaluated on this cache names held-out rows (val_split.json of "
-                         "train-oracle); temperature scaling and MaxLogit-pNorm are fitted on them")
+            out[path] = (f"no run evaluated on this cache names held-out rows ({VAL_FILE} of "
+                         f"train-oracle); {fit_methods()} are fitted on them")
             continue
         try:
-            out[path] = _fit_task(path, runs, known_caches)
+            out[path] = _fit_task(path, {r: records[r] for r in runs}, known_caches)
         except FitError as err:
             out[path] = str(err)
     return out
 
 
-def _fit_task(path: str, runs: list[str], known: list[Path]) -> FitTask:
+def _fit_task(path: str, runs: dict[str, dict], known: list[Path]) -> FitTask:
+    """``runs``: {run directory: its run.json (empty for a copied run without one)}."""
     identity = ClassifierCache.open(Path(path)).identity
     rows, train = None, None
-    for run in runs:
-        val_path = Path(run) / VAL_FILE
-        if not val_path.exists():
+    for run, run_json in runs.items():
+        val = RunDir(Path(run)).val_split()
+        if val is None:
             raise FitError(f"run {run} has no {VAL_FILE} (it held out no rows); the held-out "
                            "rows of the training cache are needed")
-        val = read_json(val_path, "held-out rows")
         held = set(int(i) for i in val.get("val_rows", []))
         rows = held if rows is None else rows & held
-        run_file = Path(run) / "run.json"
-        run_json = read_json(run_file, "run record") if run_file.exists() else {}
         found = _training_cache(run_json.get("train_cache"), val.get("split", "train"), identity,
                                 path, known)
         if train is not None and found != train:
@@ -104,9 +107,10 @@ def read_rows(cache_dir: Path, rows: np.ndarray, columns: tuple[str, ...]) -> di
     return out
 
 
-def fit_heldout(task: FitTask, names: tuple[str, ...] = ("ts", "pnorm")) -> dict:
-    """T ("ts") and/or p ("pnorm") on the task's rows (valid ones); a reason instead of a value
-    on failure.  Called in the baseline workers, so fitting overlaps the other evaluations."""
+def fit_heldout(task: FitTask, names: tuple[str, ...] = FITTED) -> dict:
+    """The parameters of the fitted baselines ``names`` (e.g. T of "ts", p of "pnorm") on the
+    task's rows (valid ones); a reason instead of a value on failure.  Called in the baseline
+    workers, so fitting overlaps the other evaluations."""
     rows = np.asarray(task.rows, dtype=np.int64)
     cols = read_rows(Path(task.train_cache), rows, ("label", "valid", "logits"))
     ok = cols["valid"] == 1
@@ -114,13 +118,13 @@ def fit_heldout(task: FitTask, names: tuple[str, ...] = ("ts", "pnorm")) -> dict
     record = {"train_cache": task.train_cache, "runs": list(task.runs),
               "rows": int(ok.sum()), "invalid_rows_skipped": int((~ok).sum()),
               "rows_sha256": hashlib.sha256(rows.tobytes()).hexdigest()[:16],
-              "ts": None, "pnorm": None, "undefined": {}}
+              **dict.fromkeys(FITTED), "undefined": {}}
     what = f"held-out rows of {task.train_cache}"
-    for name, fit in (("ts", fit_temperature), ("pnorm", fit_pnorm)):
+    for name in FITTED:
         if name not in names:
             continue
         try:
-            record[name] = fit(logits, labels, what)
+            record[name] = TABLE[name].fitted.fit(logits, labels, what)
         except FitError as err:
             record["undefined"][name] = str(err)
     return record

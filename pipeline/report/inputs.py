@@ -2,7 +2,9 @@
 
 The main process only reads small things (run.json, HDF5 attributes, manifests) to plan the work
 and to refuse mismatched inputs early; the workers (``evaluate_output``, ``evaluate_baselines``)
-read the columns and return small dicts of numbers, so joblib ships no large arrays.
+read the columns and return small dicts of numbers, so joblib ships no large arrays.  Run
+directories are read through ``cache.runs`` only (its RunDir names every file in them); the
+run.json read here travels with each OutputTask, so later steps need not read it again.
 """
 from __future__ import annotations
 
@@ -13,19 +15,18 @@ from pathlib import Path
 
 import numpy as np
 
-from cache.manifest import IDENTITY_FILE, MANIFEST_FILE, read_json
+from cache.manifest import IDENTITY_FILE, MANIFEST_FILE
 from cache.outputs import classifier_ref, read_outputs
 from cache.reader import ClassifierCache, UnverifiedCacheWarning, slug, split_tag
+from cache.runs import OUTPUTS, RUN_FILE, RunDir, find_runs, is_run_dir
 from cache.schema import KIND_ORACLE, CacheError, CacheMismatch, canonical, check_identity
 from cache.shards import read_attrs
-from pipeline.report.baselines import (BASELINE_LABELS, BASELINES, CALIBRATED_SCORES, FITTED,
-                                       PROBABILITY_SCORES, baseline_scores)
+from pipeline.core.losses import tnr_threshold
+from pipeline.report.baselines import BASELINES, FITTED, TABLE, baseline_scores
 from pipeline.report.bootstrap import BootstrapSpec
 from pipeline.report.heldout import FitTask, fit_heldout
 from pipeline.report.scoring import score_summary, undefined_summary
 
-RUN_FILE = "run.json"
-OUTPUTS_DIR = "outputs"
 LABEL_KEYS = ("oracle", "oracle_model", "classifier", "loss", "variant", "loss_label", "seed",
               "group", "dataset", "num_classes")
 
@@ -67,10 +68,6 @@ def is_cache_dir(path: Path) -> bool:
     return (path / MANIFEST_FILE).exists() or (path / IDENTITY_FILE).exists()
 
 
-def is_run_dir(path: Path) -> bool:
-    return (path / RUN_FILE).is_file() or (path / OUTPUTS_DIR).is_dir()
-
-
 def cache_tag(identity: dict) -> str:
     """``val`` or ``val-defocus_blur-5`` from a cache identity (corruption ``name:sev:seedN``)."""
     corruption = identity.get("corruption") or "none"
@@ -96,9 +93,9 @@ def collect(paths: tuple[str, ...], runs_root: str | None, caches: tuple[str, ..
         elif is_run_dir(path):
             src.run_dirs[path.resolve()] = True
         else:
-            found = _runs_under(path)
+            found = find_runs(path)
             if not found:
-                raise ReportError(f"{path} is neither a run directory ({RUN_FILE} + {OUTPUTS_DIR}/), "
+                raise ReportError(f"{path} is neither a run directory ({RUN_FILE} + {OUTPUTS}/), "
                                   "a directory of runs, nor a classifier cache (manifest.json)")
             src.run_dirs.update({p: False for p in found if p not in src.run_dirs})
     roots = [Path(runs_root)] if runs_root else ([] if paths or caches else [default_root])
@@ -106,19 +103,13 @@ def collect(paths: tuple[str, ...], runs_root: str | None, caches: tuple[str, ..
         if not root.is_dir():
             raise ReportError(f"runs root {root} does not exist: train oracles first "
                               "(`cli.py train-oracle`), or pass RUN_DIR, --runs-root or --cache")
-        found = _runs_under(root)
+        found = find_runs(root)
         if not found:
-            raise ReportError(f"no run directories (with {RUN_FILE} or {OUTPUTS_DIR}/) under {root}")
+            raise ReportError(f"no run directories (with {RUN_FILE} or {OUTPUTS}/) under {root}")
         src.run_dirs.update({p: False for p in found if p not in src.run_dirs})
     for text in caches:
         src.caches.extend(_caches_under(Path(text)))
     return src
-
-
-def _runs_under(root: Path) -> list[Path]:
-    found = {p.parent.resolve() for p in root.rglob(RUN_FILE)}
-    found |= {p.parent.parent.resolve() for p in root.rglob(f"{OUTPUTS_DIR}/*.h5")}
-    return sorted(found)
 
 
 def _caches_under(path: Path) -> list[Path]:
@@ -152,16 +143,16 @@ def plan(src: Sources, splits: tuple[str, ...] = ()) -> tuple[list[OutputTask], 
         labels.setdefault(cache.path.resolve(), (cache.path.resolve().parent.name, []))
     tasks = []
     for run_dir, explicit in src.run_dirs.items():
-        outputs = [p for p in sorted((run_dir / OUTPUTS_DIR).glob("*.h5"))
-                   if not splits or p.stem in splits]
+        run = RunDir(run_dir)
+        outputs = [p for p in run.outputs() if not splits or p.stem in splits]
         if not outputs:
-            why = (f"no {OUTPUTS_DIR}/*.h5" + (f" for split(s) {list(splits)}" if splits else ""))
+            why = (f"no {OUTPUTS}/*.h5" + (f" for split(s) {list(splits)}" if splits else ""))
             if explicit:
                 raise ReportError(f"run {run_dir} has {why}: finish training or run "
                                   "`cli.py predict` on it")
             src.skipped.append({"run_dir": str(run_dir), "reason": why})
             continue
-        run_json = _read_run_json(run_dir)
+        run_json = run.read_if_any()
         for output in outputs:
             task = _output_task(run_dir, output, run_json, known)
             tasks.append(task)
@@ -178,11 +169,6 @@ def plan(src: Sources, splits: tuple[str, ...] = ()) -> tuple[list[OutputTask], 
         raise ReportError("nothing to report: no oracle outputs and no classifier cache" + (
             f" for split(s) {list(splits)}" if splits else ""))
     return tasks, cache_tasks
-
-
-def _read_run_json(run_dir: Path) -> dict:
-    path = run_dir / RUN_FILE
-    return read_json(path, "run record") if path.exists() else {}
 
 
 def _output_task(run_dir: Path, output: Path, run_json: dict, known: dict) -> OutputTask:
@@ -258,7 +244,7 @@ def _check_against_cache(task: OutputTask, cols: dict) -> None:
 def evaluate_output(task: OutputTask) -> dict:
     """Worker: read one oracle output file, check it, and compute every number of the report."""
     warnings.simplefilter("ignore", UnverifiedCacheWarning)  # noted once by the main process
-    digest = task.run_json.get("output_files", {}).get(Path(task.output).stem)
+    digest = RunDir(Path(task.run_dir)).output_digest(task.run_json, Path(task.output))
     try:
         out = read_outputs(Path(task.output), expect_classifier=task.ref, digest=digest)
     except CacheMismatch as err:
@@ -266,7 +252,7 @@ def evaluate_output(task: OutputTask) -> dict:
     _check_against_cache(task, out.columns)
     conf, correct, excluded = valid_rows(task.output, out.columns, "confidence")
     run, k = out.run, int(out.classifier["num_classes"])
-    thresholds = {"paper": 1.0 / k if run.get("loss") == "tcp" else 0.5, "standard": 0.5}
+    thresholds = {"paper": tnr_threshold(run.get("loss"), k), "standard": 0.5}
     result = score_summary(conf, correct, thresholds, histogram=True, bootstrap=task.bootstrap)
     result.update(kind="oracle", split=task.tag, source=task.output, run_dir=task.run_dir,
                   cache=task.cache, rows=int(len(out.columns["index"])),
@@ -279,8 +265,9 @@ def evaluate_output(task: OutputTask) -> dict:
 
 
 def evaluate_baselines(task: CacheTask) -> list[dict]:
-    """Worker: post-hoc baseline rows (``task.names``, default all) of one classifier cache; a
-    fitted baseline whose T or p could not be fitted is a row of n/a with the reason."""
+    """Worker: post-hoc baseline rows (``task.names``, default all, in the table's order) of
+    one classifier cache; a fitted baseline whose parameter could not be fitted is a row of n/a
+    with the reason."""
     names = task.names or BASELINES
     warnings.simplefilter("ignore", UnverifiedCacheWarning)  # noted once by the main process
     cache = ClassifierCache.open(Path(task.cache))
@@ -288,8 +275,7 @@ def evaluate_baselines(task: CacheTask) -> list[dict]:
     wanted = tuple(n for n in FITTED if n in names)
     fit = (fit_heldout(task.fit, wanted) if isinstance(task.fit, FitTask) and wanted
            else {"reason": task.fit or "not fitted"})
-    params = {"ts": (fit.get("ts") or {}).get("temperature"),
-              "pnorm": (fit.get("pnorm") or {}).get("p")}
+    params = {n: TABLE[n].fitted.parameter(fit.get(n)) for n in FITTED}
     unfit = {n: fit.get("reason") or fit.get("undefined", {}).get(n) for n in FITTED
              if n in names and params[n] is None}
     try:
@@ -306,13 +292,13 @@ def evaluate_baselines(task: CacheTask) -> list[dict]:
         else:
             conf, correct, excluded = valid_rows(task.cache, {**cols, name: scores[name]}, name)
             result = score_summary(conf, correct, {"paper": 0.5, "standard": 0.5},
-                                   histogram=False, rates=name in PROBABILITY_SCORES,
-                                   probability=name in CALIBRATED_SCORES, bootstrap=task.bootstrap)
-        if name in FITTED:     # how it was fitted: T or p, rows, training cache, runs
+                                   histogram=False, rates=TABLE[name].probability,
+                                   probability=TABLE[name].calibrated, bootstrap=task.bootstrap)
+        if name in FITTED:     # how it was fitted: the parameter, rows, training cache, runs
             result["fit"] = {**{k: v for k, v in fit.items() if k not in FITTED},
                              "value": fit.get(name), "parameter": params[name]}
         labels = {**dict.fromkeys(LABEL_KEYS), "oracle": "post-hoc", "classifier": task.classifier,
-                  "loss": name, "variant": "", "loss_label": BASELINE_LABELS[name],
+                  "loss": name, "variant": "", "loss_label": TABLE[name].label,
                   "group": "posthoc", "dataset": cache.identity["dataset"],
                   "num_classes": cache.identity["num_classes"]}
         result.update(kind="baseline", source=task.cache, run_dir=None, cache=task.cache,

@@ -1,9 +1,11 @@
-"""report.md: the tables of every split, figure links, and where every number came from."""
+"""report.md: the tables of every split, figure links, and where every number came from (the
+fitted post-hoc baselines' parameters in one column each, from baselines.py's table)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from pipeline.report import appendix, tables as T
+from pipeline.report.baselines import FITTED, TABLE
 
 
 def markdown_document(doc: dict, tables: list[dict]) -> str:
@@ -31,21 +33,26 @@ def markdown_document(doc: dict, tables: list[dict]) -> str:
 
 
 def _fits_section(fits: dict) -> list[str]:
-    """How temperature scaling and MaxLogit-pNorm were fitted, per evaluated cache."""
+    """How the fitted baselines' parameters were fitted, per evaluated cache."""
     if not fits:
         return []
+    specs = {n: TABLE[n].fitted for n in FITTED}
     lines = ["## Fitted post-hoc baselines", "",
-             "Temperature T (NLL) and p (AURC, MSP fallback) fitted on held-out rows of the "
+             " and ".join(s.how for s in specs.values()) + " fitted on held-out rows of the "
              "classifier's training cache, never on the evaluated split:", "",
-             "| evaluated cache | training cache | held-out rows | T | p |", "|---|---|---|---|---|"]
+             "| " + " | ".join(["evaluated cache", "training cache", "held-out rows",
+                                *(s.symbol for s in specs.values())]) + " |",
+             "|" + "---|" * (3 + len(specs))]
     for cache, f in fits.items():
         if "reason" in f:
-            lines.append(f"| `{cache}` | — | — | not fitted: {f['reason']} | |")
+            empty = " |" * (len(specs) - 1)          # the other parameters' cells
+            lines.append(f"| `{cache}` | — | — | not fitted: {f['reason']} |{empty}")
             continue
         why = f.get("undefined", {})
-        t = f"{f['ts']['temperature']:.4f}" if f.get("ts") else f"n/a: {why.get('ts', '')}"
-        p = f"{f['pnorm']['p']}" if f.get("pnorm") else f"n/a: {why.get('pnorm', '')}"
-        lines.append(f"| `{cache}` | `{f['train_cache']}` | {f['rows']} | {t} | {p} |")
+        cells = [s.fmt.format(s.parameter(f[n])) if f.get(n) else f"n/a: {why.get(n, '')}"
+                 for n, s in specs.items()]
+        lines.append(f"| `{cache}` | `{f['train_cache']}` | {f['rows']} | " + " | ".join(cells)
+                     + " |")
     return lines + [""]
 
 

@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from cache.reader import ClassifierCache, slug
+from pipeline.core.losses import LOSSES
 from pipeline.report import appendix, figures as F, tables as T
+from pipeline.report.baselines import DISPLAY_ORDER, WORKER_SPLIT
 from pipeline.report.bootstrap import BootstrapSpec
 from pipeline.report.compare import comparisons, row_intervals
 from pipeline.report.export import export_fd_shifts
@@ -31,11 +33,8 @@ from pipeline.report.markdown import markdown_document
 METRIC_CHOICES = ("paper", "standard", "both")
 FORMATS = ("md", "csv", "latex", "json")
 FILES = {"md": "report.md", "csv": "report.csv", "latex": "report.tex", "json": "report.json"}
-LOSS_ORDER = {"ce": 0, "focal": 1, "tcp": 2, "ss": 3}
-BASELINE_ORDER = {"mcp": 0, "ts": 1, "entropy": 2, "maxlogit": 3, "pnorm": 4, "energy": 5,
-                  "doctor": 6}
+LOSS_ORDER = {name: i for i, name in enumerate(LOSSES)}      # CE, focal, TCP, SS
 DEFAULT_RUNS_ROOT = Path("artifacts") / "fashion-mnist" / "runs"
-BASELINE_SPLIT = (("mcp", "entropy", "doctor", "ts"), ("maxlogit", "energy", "pnorm"))
 EXPORTS = ("fd-shifts",)
 EXCLUSION_NOTE = ("Rows with valid == 0 (images that could not be decoded, recorded by "
                   "`extract --skip-bad`) are excluded from every metric, accuracy included.")
@@ -95,7 +94,8 @@ def report(cfg: ReportConfig) -> dict:
     lap("figures")
     for r in results:
         r.pop("_boot", None)          # per-resample values: used above, too big for report.json
-    doc = build_doc(cfg, splits, results, src.skipped, figures, out, compared, fit_records(results))
+    doc = build_doc(cfg, splits, results, src.skipped, figures, out, compared, fit_records(results),
+                    {t.run_dir: t.run_json for t in tasks})
     written = write_outputs(doc, splits, out, cfg)
     if "fd-shifts" in cfg.export:
         written.append(export_fd_shifts(
@@ -137,11 +137,11 @@ def fit_records(results: list[dict]) -> dict[str, dict]:
 
 
 def _baseline_split(task) -> tuple[tuple[str, ...], ...]:
-    """With few classes the seven metric summaries (a sort of N rows and the bootstrap each)
+    """With few classes the metric summaries (a sort of N rows and the bootstrap per baseline)
     outweigh the scores (a few passes over N x K logits): split them over two workers, each
     recomputing its cheap scores.  With many classes one task computes the scores once."""
     k = int(ClassifierCache.open(Path(task.cache)).identity["num_classes"])
-    return BASELINE_SPLIT if k <= 32 else ((),)
+    return WORKER_SPLIT if k <= 32 else ((),)
 
 
 def default_out(tasks, cache_tasks) -> Path:
@@ -160,7 +160,7 @@ def _split_order(tag: str) -> tuple:
 
 def _row_order(row: dict) -> tuple:
     baseline = row["kind"] == "baseline"
-    order = (BASELINE_ORDER if baseline else LOSS_ORDER).get(row["loss"], 99)
+    order = (DISPLAY_ORDER if baseline else LOSS_ORDER).get(row["loss"], 99)
     return (row["classifier"], baseline, row["oracle"], order, row["variant"] or "",
             row["loss_label"], row["group"])
 
@@ -305,7 +305,8 @@ def draw_figures(splits: dict[str, list[dict]], out: Path, jobs: int = 0,
 
 # ------------------------------------------------------------------------------- documents --
 def build_doc(cfg, splits, results, skipped, figures, out: Path, compared: dict,
-              fits: dict) -> dict:
+              fits: dict, run_records: dict) -> dict:
+    """report.json; ``run_records``: {run directory: run.json as the planner read it}."""
     def rel(p):
         return os.path.relpath(p, out) if p else None
     doc_splits = []
@@ -319,7 +320,7 @@ def build_doc(cfg, splits, results, skipped, figures, out: Path, compared: dict,
     return {"schema": "trust-oracles-report/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "metrics": cfg.metrics, "definitions": T.DEFINITION_TEXT, "exclusion": EXCLUSION_NOTE,
             "config": asdict(cfg), "bootstrap": _bootstrap_text(cfg), "fits": fits,
-            "splits": doc_splits, "skipped": skipped, "appendix": appendix.collect(results),
+            "splits": doc_splits, "skipped": skipped, "appendix": appendix.collect(results, run_records),
             "evaluations": results}
 
 

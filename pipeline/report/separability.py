@@ -10,7 +10,9 @@ UNBIASED standard deviation (``torch.std`` in the authors' code, ddof=1 here), t
   - ``standard``: d(1,2) = ln(s2/s1) + (s1^2 + (mu1-mu2)^2) / (2 s2^2) - 1/2  (the correct KL)
 
 Pure numpy; importable without the rest of the pipeline.  Both distances are invariant under
-affine maps of the confidence (not under other monotone maps: they are moment-based).
+affine maps of the confidence (not under other monotone maps: they are moment-based).  The
+distance functions take floats or arrays (element-wise): the bootstrap (bootstrap.py) applies
+the same functions to the Gaussian fits of every resample, so each formula exists once.
 """
 from __future__ import annotations
 
@@ -37,21 +39,29 @@ def gaussian_fit(values: np.ndarray, what: str = "values") -> tuple[float, float
     return mu, sigma
 
 
-def bhattacharyya(mu1: float, s1: float, mu2: float, s2: float) -> float:
-    """Bhattacharyya distance between N(mu1, s1^2) and N(mu2, s2^2); 0 for identical Gaussians."""
+def _value(x):
+    """A float for float inputs, the array for array inputs."""
+    return float(x) if np.ndim(x) == 0 else x
+
+
+def bhattacharyya(mu1, s1, mu2, s2):
+    """Bhattacharyya distance between N(mu1, s1^2) and N(mu2, s2^2); 0 for identical Gaussians.
+    Floats or arrays (element-wise)."""
     v1, v2 = s1 * s1, s2 * s2
-    return float(0.25 * np.log(0.25 * (v1 / v2 + v2 / v1 + 2.0)) + 0.25 * (mu1 - mu2) ** 2 / (v1 + v2))
+    return _value(0.25 * np.log(0.25 * (v1 / v2 + v2 / v1 + 2.0))
+                  + 0.25 * (mu1 - mu2) ** 2 / (v1 + v2))
 
 
-def kl_gaussian(mu1: float, s1: float, mu2: float, s2: float, definition: str = "standard") -> float:
-    """KL(N1 || N2), ``standard`` (correct) or ``paper`` (the authors' formula without the 2)."""
+def kl_gaussian(mu1, s1, mu2, s2, definition: str = "standard"):
+    """KL(N1 || N2), ``standard`` (correct) or ``paper`` (the authors' formula without the 2).
+    Floats or arrays (element-wise)."""
     if definition not in ("paper", "standard"):
         raise ValueError(f"definition must be 'paper' or 'standard', got {definition!r}")
     denom = s2 * s2 * (1.0 if definition == "paper" else 2.0)
-    return float(np.log(s2 / s1) + (s1 * s1 + (mu1 - mu2) ** 2) / denom - 0.5)
+    return _value(np.log(s2 / s1) + (s1 * s1 + (mu1 - mu2) ** 2) / denom - 0.5)
 
 
-def averaged_kl(mu1: float, s1: float, mu2: float, s2: float, definition: str = "standard") -> float:
+def averaged_kl(mu1, s1, mu2, s2, definition: str = "standard"):
     """(KL(N1||N2) + KL(N2||N1)) / 2, the paper's symmetrised divergence."""
     return 0.5 * (kl_gaussian(mu1, s1, mu2, s2, definition) + kl_gaussian(mu2, s2, mu1, s1, definition))
 

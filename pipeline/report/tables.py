@@ -1,10 +1,13 @@
 """Report tables: one table model (paper Table 1 / Table A4 layouts), four writers (md, csv, tex,
-json).  Every table carries the sentence that says which metric definitions it uses."""
+json).  Every table carries the sentence that says which metric definitions it uses (the
+post-hoc baselines ECE applies to named from baselines.py's table)."""
 from __future__ import annotations
 
 import csv
 import io
 import json
+
+from pipeline.report.baselines import CALIBRATED_SCORES, TABLE
 
 # (metric, header, unit); "%" = x100 like the paper, "e3" = x1000 (fd-shifts' AURC scale).
 COLUMNS = {
@@ -37,8 +40,9 @@ DEFINITION_TEXT = {
                       "selective risk (error rate among the kept rows) at the highest threshold "
                       "keeping ≥ 80/90/95% of the rows; the largest coverage whose selective risk "
                       "is ≤ 1/5/10% (0: even the most confident rows are riskier). ECE: 15 "
-                      "equal-width bins, for scores that estimate P(correct) (oracles, MCP, "
-                      "temperature-scaled MSP).",
+                      "equal-width bins, for scores that estimate P(correct) (oracles, "
+                      + ", ".join(TABLE[n].prose or TABLE[n].label for n in CALIBRATED_SCORES)
+                      + ").",
     "paired": "SS minus the other row, mean over seeds, with the 95% paired bootstrap interval "
               "over test rows (the same resamples for both rows). AUC in points (higher is "
               "better for SS when positive), AURC ×10³ (better when negative).",

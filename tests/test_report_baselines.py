@@ -1,0 +1,100 @@
+"""The post-hoc baselines are one table (pipeline/report/baselines.py): every list the report
+keeps of them (evaluation order, worker split, display order, labels, TPR/TNR and ECE, fitted
+parameters, report.md's fits table) comes from it, and no other report module names a baseline."""
+from __future__ import annotations
+
+import ast
+
+import numpy as np
+
+from bench.synthetic_runs import write_cache
+from conftest import ROOT
+from pipeline.core.losses import LOSSES
+from pipeline.report import baselines as B, markdown, run
+from pipeline.report.calibrate import fit_pnorm, fit_temperature
+from pipeline.report.heldout import FitTask, fit_heldout
+
+
+def test_the_table_gives_every_list():
+    assert B.BASELINES == tuple(B.TABLE)
+    assert B.FITTED == tuple(n for n, b in B.TABLE.items() if b.fitted)
+    assert B.BASELINE_LABELS == {n: b.label for n, b in B.TABLE.items()}
+    assert B.PROBABILITY_SCORES == tuple(n for n, b in B.TABLE.items() if b.probability)
+    assert B.CALIBRATED_SCORES == tuple(n for n, b in B.TABLE.items() if b.calibrated)
+    assert sorted(B.DISPLAY_ORDER.values()) == list(range(len(B.TABLE)))
+    # each baseline in exactly one worker task, each task in the table's order
+    split = [n for group in B.WORKER_SPLIT for n in group]
+    assert sorted(split) == sorted(B.BASELINES)
+    for group in B.WORKER_SPLIT:
+        assert list(group) == [n for n in B.BASELINES if n in group]
+    assert B.REFERENCE in B.TABLE
+
+
+def test_the_orders_report_json_has_always_had():
+    """report.json lists the baseline rows in evaluation order and the tables in display order;
+    both are part of the output format (a baseline added later may go anywhere in them)."""
+    def kept(names):
+        return [n for n in names if n in OLD]
+    OLD = ("mcp", "entropy", "maxlogit", "energy", "doctor", "ts", "pnorm")
+    assert kept(B.BASELINES) == list(OLD)
+    assert [kept(g) for g in B.WORKER_SPLIT] == [["mcp", "entropy", "doctor", "ts"],
+                                                 ["maxlogit", "energy", "pnorm"]]
+    assert kept(sorted(B.DISPLAY_ORDER, key=B.DISPLAY_ORDER.get)) == \
+        ["mcp", "ts", "entropy", "maxlogit", "pnorm", "energy", "doctor"]
+    assert B.TABLE["ts"].fitted.fit is fit_temperature and B.TABLE["ts"].fitted.key == "temperature"
+    assert B.TABLE["pnorm"].fitted.fit is fit_pnorm and B.TABLE["pnorm"].fitted.key == "p"
+    assert list(run.LOSS_ORDER) == list(LOSSES)
+
+
+def test_no_other_report_module_names_a_baseline():
+    names = set(B.BASELINES)
+    found = []
+    for path in sorted((ROOT / "pipeline" / "report").glob("*.py")):
+        if path.name == "baselines.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in names:
+                found.append(f"{path.name}:{node.lineno} {node.value!r}")
+    assert not found, "baseline names outside baselines.py:\n" + "\n".join(found)
+
+
+def test_fit_heldout_fits_what_the_table_says(tmp_path):
+    cache = write_cache(tmp_path / "train", n=600, k=5, seed=3, split="train", accuracy=0.7)
+    task = FitTask(str(cache), tuple(range(0, 600, 2)), ("run",))
+    record = fit_heldout(task)
+    assert [k for k in record if k in B.TABLE] == list(B.FITTED)
+    for name in B.FITTED:
+        assert B.TABLE[name].fitted.parameter(record[name]) is not None
+    only = fit_heldout(task, (B.FITTED[-1],))
+    assert all(only[n] is None for n in B.FITTED[:-1]) and only[B.FITTED[-1]] is not None
+
+
+def test_fits_section_layout():
+    """report.md's fits table, one column per fitted parameter (the layout before the table)."""
+    fits = {"/c/test": {"train_cache": "/c/train", "rows": 1000,
+                        "ts": {"temperature": 0.96434}, "pnorm": {"p": "MSP"}},
+            "/c/shift": {"train_cache": "/c/train", "rows": 12, "ts": None, "pnorm": {"p": 3},
+                         "undefined": {"ts": "too few rows"}},
+            "/c/adv": {"reason": "no held-out rows", "ts": None, "pnorm": None}}
+    assert markdown._fits_section(fits) == [
+        "## Fitted post-hoc baselines", "",
+        "Temperature T (NLL) and p (AURC, MSP fallback) fitted on held-out rows of the "
+        "classifier's training cache, never on the evaluated split:", "",
+        "| evaluated cache | training cache | held-out rows | T | p |", "|---|---|---|---|---|",
+        "| `/c/test` | `/c/train` | 1000 | 0.9643 | MSP |",
+        "| `/c/shift` | `/c/train` | 12 | n/a: too few rows | 3 |",
+        "| `/c/adv` | — | — | not fitted: no held-out rows | |", ""]
+
+
+def test_scores_of_a_subset_equal_those_of_all():
+    """One exp pass is shared between the scores of a chunk: computing a subset (a worker's
+    share) gives the same bits as computing every score."""
+    rng = np.random.default_rng(1)
+    logits = (rng.normal(size=(2500, 6)) * 3).astype(np.float16)
+    params = {"ts": 1.3, "pnorm": "MSP"}
+    every = B.baseline_scores(logits, chunk_rows=700, params=params)
+    for group in B.WORKER_SPLIT:
+        part = B.baseline_scores(logits, chunk_rows=700, names=group, params=params)
+        for name in group:
+            assert np.array_equal(part[name], every[name]), name
+    assert np.array_equal(every["pnorm"], every["mcp"])      # p = MSP falls back to MCP
