@@ -330,3 +330,30 @@ def test_grey_fashion_mnist_split_in_its_idx_folder(tmp_path):
     np.testing.assert_array_equal(cols["pred"][order], rec["stored_pred"])
     np.testing.assert_allclose(cols["logits"][order].astype(np.float32), rec["stored_logits"],
                                rtol=2e-3, atol=2e-3)
+
+
+def test_a_batchnorm_classifier_is_attacked_and_scored_frozen(fitted, tmp_path):
+    """A classifier with BatchNorm (resnet10t): the accuracies the attack logs are the frozen
+    model's, batch after batch, so extract reproduces them.  (torchattacks puts its model back
+    into the mode it found it in; a wrapper left in train mode switched BatchNorm to batch
+    statistics after the first batch.)"""
+    from cache.reader import ClassifierCache
+    from pipeline.data.sources import list_split
+
+    tree, _ = fitted
+    model = ["--classifier", "resnet10t", "--random-init", "--model-kwargs", '{"num_classes": 3}',
+             "--data", tree, "--precision", "fp32", "--workers", "0", *CPU]
+    ok("attack", *model, "--split", "val", "--out", tmp_path / "adv", "--name", "val-adv",
+       "--batch-size", "4", "--shard-size", "6", *STRONG)
+    split_dir = tmp_path / "adv" / "val-adv"
+    rec, s = records(split_dir), manifest(split_dir)["summary"]
+    ok("extract", *[a for a in model if a != "--data" and a != tree], "--data", tmp_path / "adv",
+       "--split", "val-adv", "--out", tmp_path / "cache")
+    ok("extract", *model, "--split", "val", "--out", tmp_path / "cache")
+    adv = ClassifierCache.open(tmp_path / "cache" / "resnet10t" / "val-adv")
+    clean = ClassifierCache.open(tmp_path / "cache" / "resnet10t" / "val")
+    row = {n: i for i, n in enumerate(list_split(str(tmp_path / "adv"), "val-adv").names)}
+    order = np.array([row[f] for f in rec["files"]])
+    np.testing.assert_array_equal(adv.load(["pred"])["pred"][order], rec["stored_pred"])
+    assert adv.manifest["summary"]["accuracy"] == pytest.approx(s["stored_accuracy"])
+    assert clean.manifest["summary"]["accuracy"] == pytest.approx(s["clean_accuracy"])

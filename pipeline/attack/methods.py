@@ -72,7 +72,12 @@ def library_version() -> str:
 
 class PixelClassifier(nn.Module):
     """[0, 1] pixels (N, C, H, W) -> float32 logits: the frozen classifier behind the
-    normalisation of ``GpuNormalize`` (same formula, so q / 255 and the uint8 path agree)."""
+    normalisation of ``GpuNormalize`` (same formula, so q / 255 and the uint8 path agree).
+
+    Built in eval mode: torchattacks restores the wrapper's mode after every attack, and a
+    wrapper left in nn.Module's default train mode put the classifier's BatchNorm layers in
+    training mode after the first batch, so the logged accuracies of a BatchNorm classifier
+    (clean from the second batch on, and stored) used batch statistics, not the frozen model's."""
 
     def __init__(self, model: nn.Module, cfg: DataConfig, precision: str, device: torch.device):
         super().__init__()
@@ -80,6 +85,7 @@ class PixelClassifier(nn.Module):
         self.model, self.precision, self.device = model, precision, device
         self.register_buffer("mean", torch.tensor(cfg.mean[:c]).view(1, c, 1, 1) * 255.0)
         self.register_buffer("inv_std", 1.0 / (torch.tensor(cfg.std[:c]).view(1, c, 1, 1) * 255.0))
+        self.eval()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = ((x * 255.0 - self.mean) * self.inv_std).contiguous(memory_format=torch.channels_last)
