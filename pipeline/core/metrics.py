@@ -26,11 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.core.catalog import DEFINITIONS, names
 from pipeline.core.counts import counts_metrics, optimal_aurc as _optimal_aurc, tpr95_level
 
-DEFINITIONS = ("paper", "standard")
-PAPER_METRICS = ("fpr95", "aupr_err", "aupr_succ", "auc", "tpr", "tnr")
-STANDARD_METRICS = PAPER_METRICS + ("aurc", "eaurc", "augrc")
+# what ``evaluate`` computes for each definition (pipeline/core/catalog.py)
+PAPER_METRICS = names("paper", "scalar")
+STANDARD_METRICS = names("standard", "scalar")
 GRID_SIZE = 10_000                         # thresholds of the paper's FPR-95%-TPR grid
 TPR_WINDOW = (0.95 - 0.0005, 0.95 + 0.0005)  # exactly the authors' expression (0.9495, 0.95049..)
 

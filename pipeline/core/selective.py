@@ -23,9 +23,11 @@ import numpy as np
 
 from pipeline.core.counts import (COUNT_METRICS, COVERAGES, RISKS, WORKING_POINTS,  # noqa: F401
                                   Levels, counts_metrics, coverage_level, risk_level)
+from pipeline.core.catalog import names
 from pipeline.core.metrics import Ranked, UndefinedMetric, group_counts, rank
 
-SELECTIVE_METRICS = ("eaugrc",) + WORKING_POINTS + ("ece",)
+# what ``evaluate_selective`` adds to the standard set (pipeline/core/catalog.py)
+SELECTIVE_METRICS = names("standard", "counts", "ece")
 ECE_BINS = 15
 NOT_A_PROBABILITY = "ECE is undefined for this score: it is not an estimate of P(correct)"
 

@@ -19,7 +19,7 @@ from cache.schema import CacheError
 from pipeline.report import tables as T
 
 _NAME = re.compile(r"^[a-z][a-z_]*$")
-APPENDIX_METRICS = ("acc", "fpr95", "aupr_err", "aupr_succ", "auc", "tpr", "tnr")
+APPENDIX_METRICS = tuple(m for m, _, _ in T.COLUMNS["paper"])   # the paper Table 1 columns
 
 
 def corruption_of(identity: dict, root: str = "") -> tuple[str, int] | None:

@@ -34,6 +34,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from pipeline.core.catalog import CATALOG
 from pipeline.core.counts import COUNT_METRICS, counts_metrics
 from pipeline.core.selective import ECE_BINS, ece_bins
 from pipeline.report.separability import averaged_kl, bhattacharyya
@@ -45,8 +46,7 @@ RANK_METRICS = {"paper": {"auc": "auc", "aupr_succ": "aupr_succ", "aupr_err": "a
 NO_CI = {("paper", "fpr95"): "no bootstrap interval for the paper's grid FPR-95%-TPR (its 10,000 "
                              "thresholds move with each resample's extreme confidences); the "
                              "standard FPR-95%-TPR has one"}
-NEEDS = {"tpr": "pos", "tnr": "neg", "kl": "both", "bhattacharyya": "both", "auc": "both",
-         "aupr_succ": "both", "aupr_err": "both", "fpr95": "both"}
+NEEDS = {name: m.needs for name, m in CATALOG.items()}
 
 
 @dataclass(frozen=True)

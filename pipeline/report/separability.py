@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeline.core.catalog import names
 from pipeline.core.metrics import UndefinedMetric, check_inputs
 
-SEPARABILITY_METRICS = ("kl", "bhattacharyya")
+SEPARABILITY_METRICS = names("paper", "separability")
 NAMES = {"kl": "KL", "bhattacharyya": "Bhattacharyya distance"}
 
 

@@ -7,24 +7,13 @@ import csv
 import io
 import json
 
+from pipeline.core.catalog import CATALOG, DEFINITIONS, columns
 from pipeline.report.baselines import CALIBRATED_SCORES, TABLE
 
-# (metric, header, unit); "%" = x100 like the paper, "e3" = x1000 (fd-shifts' AURC scale).
-COLUMNS = {
-    "paper": [("acc", "Acc ↑", "%"), ("fpr95", "FPR-95%-TPR ↓", "%"),
-              ("aupr_err", "AUPR-Error ↓ (p)", "%"), ("aupr_succ", "AUPR-Success ↑", "%"),
-              ("auc", "AUC ↑", "%"), ("tpr", "TPR", "%"), ("tnr", "TNR ↑", "%")],
-    "standard": [("acc", "Acc ↑", "%"), ("fpr95", "FPR-95%-TPR ↓", "%"),
-                 ("aupr_err", "AUPR-Error ↑ (−p)", "%"), ("aupr_succ", "AUPR-Success ↑", "%"),
-                 ("auc", "AUC ↑", "%"), ("tpr", "TPR", "%"), ("tnr", "TNR ↑", "%"),
-                 ("aurc", "AURC ↓ ×10³", "e3"), ("eaurc", "E-AURC ↓ ×10³", "e3"),
-                 ("augrc", "AUGRC ↓ ×10³", "e3"), ("eaugrc", "e-AUGRC ↓ ×10³", "e3")],
-}
-WORKING_POINTS = [("risk@cov80", "Risk @80% cov ↓", "%"), ("risk@cov90", "Risk @90% cov ↓", "%"),
-                  ("risk@cov95", "Risk @95% cov ↓", "%"), ("cov@risk1", "Cov @1% risk ↑", "%"),
-                  ("cov@risk5", "Cov @5% risk ↑", "%"), ("cov@risk10", "Cov @10% risk ↑", "%"),
-                  ("ece", "ECE ↓", "%")]
-SEPARABILITY = {"paper": ("kl", "KL̄ (paper formula) ↑"), "standard": ("kl", "KL̄ (correct) ↑")}
+# (metric, header, unit) of each table, from pipeline/core/catalog.py; "%" = x100 like the
+# paper, "e3" = x1000 (fd-shifts' AURC scale).
+COLUMNS = {d: columns(d, "main") for d in DEFINITIONS}
+WORKING_POINTS = columns("standard", "working_points")
 UNITS = {"%": (100.0, 2), "e3": (1000.0, 2), "": (1.0, 4)}
 DEFINITION_TEXT = {
     "paper": "Paper definitions (the authors' code): FPR-95%-TPR at the first of 10,000 grid "
@@ -72,7 +61,8 @@ def build_tables(split: dict, choice: str, ci: bool = False) -> list[dict]:
         tables.append(_table(split, "working_points", "Working points and calibration",
                              DEFINITION_TEXT["working_points"],
                              [("standard", m, head, unit) for m, head, unit in WORKING_POINTS], ci))
-    sep = [(d, *SEPARABILITY[d], "") for d in defs] + [(defs[0], "bhattacharyya", "d_B ↑", "")]
+    sep = [(d, "kl", getattr(CATALOG["kl"], d), "") for d in defs] + \
+        [(defs[0], "bhattacharyya", getattr(CATALOG["bhattacharyya"], defs[0]), "")]
     tables.append(_table(split, "separability", "Separability (paper Table A4)",
                          DEFINITION_TEXT["separability"], sep, ci))
     if standard and split.get("comparisons"):
