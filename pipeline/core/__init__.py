@@ -2,9 +2,10 @@
 can use the torch-free modules (metrics, counts, selective, presets, options, losses).
 models.py     timm factory: presets, weights files, hub download, DataConfig (preprocessing)
 precision.py  bf16/fp16/fp32: the one default rule, autocast context, GradScaler (torch lazily)
-dist.py       torchrun / DDP plumbing; timing.py  model-only inference time
-presets.py    named models, the paper's protocol and the embedded dataset's settings
+dist.py  torchrun / DDP plumbing; timing.py  model-only inference time; presets.py  named
+              models, the paper's protocol and the embedded dataset's settings
 metrics.py    trustworthiness metrics, pure numpy (oracle validation and report)
 selective.py  e-AUGRC, working points, ECE;  counts.py  every rank metric, from counts, vectorised
 options.py    every shared option declared once (Opt, bundles); losses.py  which losses exist
+catalog.py    which metrics the report shows: definitions, table columns (pure Python)
 """
