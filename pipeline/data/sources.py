@@ -59,6 +59,7 @@ class SampleList:
     # they must be read without another resize/crop (``images.transform_for``)
     model_resolution: tuple[int, int, int] | None = None
     content_id: str = ""         # what made the pixels (an attack's identity hash), or ""
+    base: str | None = None      # the folder ``names`` are relative to; None: ROOT/<split>
 
     def __len__(self) -> int:
         return len(self.names)
@@ -73,7 +74,8 @@ class SampleList:
         return h.hexdigest()
 
     def path(self, i: int) -> Path:
-        return Path(self.root) / self.split / self.names[i]
+        base = Path(self.base) if self.base is not None else Path(self.root) / self.split
+        return base / self.names[i]
 
 
 def is_embedded(data: str | None) -> bool:
