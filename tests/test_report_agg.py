@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.report.run import _agg
+from pipeline.report.aggregate import _agg
 from pipeline.report.tables import cell_text
 
 

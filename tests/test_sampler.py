@@ -69,7 +69,7 @@ def test_targets_follow_the_view_shown():
 def test_validation_score_is_the_standard_aupr_error():
     from sklearn.metrics import average_precision_score, roc_auc_score
 
-    from pipeline.core.metrics import validation_metrics as val_metrics
+    from pipeline.oracle.loop import validation_metrics as val_metrics
 
     rng = np.random.default_rng(0)
     o = rng.random(500) < 0.8

@@ -296,22 +296,3 @@ def evaluate(confidence, correct=None, definition: str = "paper", tnr_threshold:
                     f"(threshold {details['threshold']:.6g}, TPR {details['tpr']:.4f}) was used")
         out["values"][name] = value
     return out
-
-
-def validation_metrics(z: np.ndarray, correct: np.ndarray, loss: float, tnr_logit: float) -> dict:
-    """The held-out validation of an oracle during training (checkpoint choice, sweeps):
-    AUPR-Error in the standard definition (errors are the positives, ranked by -score),
-    AUPR-Success, AUC, TPR/TNR.  Scored on the head's output z, which ranks exactly like
-    sigmoid(z) without float32 saturation ties; TPR at z > 0, TNR at z < ``tnr_logit``.
-    Undefined (one class) -> NaN."""
-    def safe(fn, *args, **kw):
-        try:
-            return float(fn(*args, **kw))
-        except UndefinedMetric:
-            return float("nan")
-
-    o = correct.astype(bool)
-    return {"rows": int(len(o)), "accuracy": float(o.mean()), "loss": loss,
-            "aupr_error": safe(aupr_error, z, o, definition="standard"),
-            "aupr_success": safe(aupr_success, z, o), "auc": safe(auc, z, o),
-            "tpr": safe(tpr, z, o, threshold=0.0), "tnr": safe(tnr, z, o, threshold=tnr_logit)}

@@ -2,5 +2,6 @@
 commands a user would type (each a subprocess, printed before it runs).
 
 command.py  the click command: options -> DemoConfig -> run
-run.py      the plan (fit-classifier, extract, train-oracle grid, report), skipping done steps
+plan.py     the plan: fit-classifier, extract, attack, train-oracle grid, predict, sweep, report
+run.py      runs the plan's commands, skipping done steps; demo.json, the report's main table
 """

@@ -50,7 +50,8 @@ def demo(seeds, full, data, corruption, severity, classifiers, oracles, losses, 
     for every <oracle, classifier> pair and loss, fine-tuned and head-only, an alpha sweep,
     report. Re-running skips completed steps."""
     # Imported on call: a command loads only its own stage.
-    from pipeline.demo.run import DemoConfig, DemoError, run
+    from pipeline.demo.plan import DemoConfig
+    from pipeline.demo.run import DemoError, run
 
     if full and seeds is not None and seeds != DEMO["full_seeds"]:
         raise click.UsageError(f"--full means --seeds {DEMO['full_seeds']}; give one of them")

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from cache.runs import RunError
 from pipeline.core import dist
-from pipeline.core.metrics import validation_metrics
+from pipeline.core import metrics as M
 from pipeline.oracle.log import StepLog
 from pipeline.oracle.step import global_mean, global_sum
 
@@ -152,6 +152,25 @@ class StopSignals:
         for s, h in self._old.items():
             signal.signal(s, h)
         return False
+
+
+def validation_metrics(z: np.ndarray, correct: np.ndarray, loss: float, tnr_logit: float) -> dict:
+    """The held-out validation of an oracle during training (checkpoint choice, sweeps):
+    AUPR-Error in the standard definition (errors are the positives, ranked by -score),
+    AUPR-Success, AUC, TPR/TNR.  Scored on the head's output z, which ranks exactly like
+    sigmoid(z) without float32 saturation ties; TPR at z > 0, TNR at z < ``tnr_logit``.
+    Undefined (one class) -> NaN."""
+    def safe(fn, *args, **kw):
+        try:
+            return float(fn(*args, **kw))
+        except M.UndefinedMetric:
+            return float("nan")
+
+    o = correct.astype(bool)
+    return {"rows": int(len(o)), "accuracy": float(o.mean()), "loss": loss,
+            "aupr_error": safe(M.aupr_error, z, o, definition="standard"),
+            "aupr_success": safe(M.aupr_success, z, o), "auc": safe(M.auc, z, o),
+            "tpr": safe(M.tpr, z, o, threshold=0.0), "tnr": safe(M.tnr, z, o, threshold=tnr_logit)}
 
 
 def fit(session: Session, state: LoopState, s: LoopSettings, logs: list[StepLog]) -> str:

@@ -1,35 +1,25 @@
-"""Stage 3 inputs: find run directories and classifier caches, check them, evaluate one split.
+"""Stage 3 inputs: find run directories and classifier caches, check them, plan the work.
 
 The main process only reads small things (run.json, HDF5 attributes, manifests) to plan the work
-and to refuse mismatched inputs early; the workers (``evaluate_output``, ``evaluate_baselines``)
-read the columns and return small dicts of numbers, so joblib ships no large arrays.  Run
+and to refuse mismatched inputs early; the workers (``report/evaluate.py``) read the columns and
+return small dicts of numbers, so joblib ships no large arrays.  Run
 directories are read through ``cache.runs`` only (its RunDir names every file in them); the
 run.json read here travels with each OutputTask, so later steps need not read it again.
 """
 from __future__ import annotations
 
 import json
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from cache.manifest import IDENTITY_FILE, MANIFEST_FILE
-from cache.outputs import classifier_ref, read_outputs
-from cache.reader import ClassifierCache, UnverifiedCacheWarning, slug, split_tag
+from cache.outputs import classifier_ref
+from cache.reader import ClassifierCache, slug, split_tag
 from cache.runs import OUTPUTS, RUN_FILE, RunDir, find_runs, is_run_dir
 from cache.schema import KIND_ORACLE, CacheError, CacheMismatch, canonical, check_identity
 from cache.shards import read_attrs
-from pipeline.core.losses import tnr_threshold
-from pipeline.report.baselines import BASELINES, FITTED, TABLE, baseline_scores
 from pipeline.report.bootstrap import BootstrapSpec
-from pipeline.report.heldout import FitTask, fit_heldout
-from pipeline.report.scoring import score_summary, undefined_summary
-
-LABEL_KEYS = ("oracle", "oracle_model", "classifier", "loss", "variant", "loss_label", "seed",
-              "group", "dataset", "num_classes")
-
+from pipeline.report.heldout import FitTask
 
 class ReportError(CacheError):
     """The report's inputs are missing, empty or inconsistent (cli.py prints it, exit code 1)."""
@@ -215,94 +205,3 @@ def _check_labels(run_dir: Path, run_json: dict, run: dict) -> None:
     missing = [k for k in ("oracle", "classifier", "loss", "seed", "group") if k not in run]
     if missing:
         raise ReportError(f"run {run_dir}: the outputs' run record lacks {missing}")
-
-
-def valid_rows(source: str, cols: dict, score: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Confidences and trust labels of the decodable rows (valid == 1); NaN is an error."""
-    valid = cols["valid"] == 1
-    conf = cols[score][valid]
-    bad = ~np.isfinite(conf)
-    if bad.any():
-        first = int(cols["index"][valid][bad][0])
-        raise ReportError(f"{source}: {int(bad.sum())} non-finite {score} value(s), first at "
-                          f"global index {first}; the outputs are corrupt — re-run `cli.py predict`")
-    if not valid.any():
-        raise ReportError(f"{source}: no valid rows (every image was undecodable)")
-    return conf, cols["correct"][valid].astype(bool), cols["index"][~valid]
-
-
-def _check_against_cache(task: OutputTask, cols: dict) -> None:
-    cache = ClassifierCache.open(task.cache).load(["valid", "correct"])
-    for name in ("valid", "correct"):
-        diff = np.flatnonzero(cache[name] != cols[name])
-        if len(diff):
-            raise CacheMismatch(f"run {task.run_dir}: column {name!r} of {task.output} differs "
-                                f"from the classifier cache {task.cache} at {len(diff)} row(s), "
-                                f"first global index {int(diff[0])}; refused")
-
-
-def evaluate_output(task: OutputTask) -> dict:
-    """Worker: read one oracle output file, check it, and compute every number of the report."""
-    warnings.simplefilter("ignore", UnverifiedCacheWarning)  # noted once by the main process
-    digest = RunDir(Path(task.run_dir)).output_digest(task.run_json, Path(task.output))
-    try:
-        out = read_outputs(Path(task.output), expect_classifier=task.ref, digest=digest)
-    except CacheMismatch as err:
-        raise CacheMismatch(f"run {task.run_dir}: {err}") from None
-    _check_against_cache(task, out.columns)
-    conf, correct, excluded = valid_rows(task.output, out.columns, "confidence")
-    run, k = out.run, int(out.classifier["num_classes"])
-    thresholds = {"paper": tnr_threshold(run.get("loss"), k), "standard": 0.5}
-    result = score_summary(conf, correct, thresholds, histogram=True, bootstrap=task.bootstrap)
-    result.update(kind="oracle", split=task.tag, source=task.output, run_dir=task.run_dir,
-                  cache=task.cache, rows=int(len(out.columns["index"])),
-                  excluded_rows=int(len(excluded)), excluded_indices=excluded[:20].tolist(),
-                  labels={**{key: run.get(key) for key in LABEL_KEYS}, "num_classes": k,
-                          "variant": run.get("variant") or "",
-                          "loss_label": run.get("loss_label") or str(run["loss"]).upper()},
-                  status=task.run_json.get("status"))
-    return result
-
-
-def evaluate_baselines(task: CacheTask) -> list[dict]:
-    """Worker: post-hoc baseline rows (``task.names``, default all, in the table's order) of
-    one classifier cache; a fitted baseline whose parameter could not be fitted is a row of n/a
-    with the reason."""
-    names = task.names or BASELINES
-    warnings.simplefilter("ignore", UnverifiedCacheWarning)  # noted once by the main process
-    cache = ClassifierCache.open(Path(task.cache))
-    cols = cache.load(["valid", "correct", "logits"])
-    wanted = tuple(n for n in FITTED if n in names)
-    fit = (fit_heldout(task.fit, wanted) if isinstance(task.fit, FitTask) and wanted
-           else {"reason": task.fit or "not fitted"})
-    params = {n: TABLE[n].fitted.parameter(fit.get(n)) for n in FITTED}
-    unfit = {n: fit.get("reason") or fit.get("undefined", {}).get(n) for n in FITTED
-             if n in names and params[n] is None}
-    try:
-        scores = baseline_scores(cols["logits"], names=tuple(n for n in names if n not in unfit),
-                                 params=params)
-    except ValueError as err:
-        raise ReportError(f"classifier cache {task.cache}: {err}") from None
-    results = []
-    for name in names:
-        if name in unfit:
-            result = undefined_summary(cols["correct"][cols["valid"] == 1].astype(bool),
-                                       f"not fitted: {unfit[name]}")
-            excluded = cols["index"][cols["valid"] != 1]
-        else:
-            conf, correct, excluded = valid_rows(task.cache, {**cols, name: scores[name]}, name)
-            result = score_summary(conf, correct, {"paper": 0.5, "standard": 0.5},
-                                   histogram=False, rates=TABLE[name].probability,
-                                   probability=TABLE[name].calibrated, bootstrap=task.bootstrap)
-        if name in FITTED:     # how it was fitted: the parameter, rows, training cache, runs
-            result["fit"] = {**{k: v for k, v in fit.items() if k not in FITTED},
-                             "value": fit.get(name), "parameter": params[name]}
-        labels = {**dict.fromkeys(LABEL_KEYS), "oracle": "post-hoc", "classifier": task.classifier,
-                  "loss": name, "variant": "", "loss_label": TABLE[name].label,
-                  "group": "posthoc", "dataset": cache.identity["dataset"],
-                  "num_classes": cache.identity["num_classes"]}
-        result.update(kind="baseline", source=task.cache, run_dir=None, cache=task.cache,
-                      rows=int(len(cols["index"])), labels=labels,
-                      excluded_rows=int(len(excluded)), excluded_indices=excluded[:20].tolist())
-        results += [{**result, "split": tag} for tag in task.tags]
-    return results

@@ -26,11 +26,11 @@ from cache.outputs import read_outputs
 from cache.reader import slug
 from cache.runs import RunDir, RunError, finite
 from pipeline.core.losses import tnr_logit
-from pipeline.core.metrics import validation_metrics
 from pipeline.core.presets import SS_ALPHAS, family
 from pipeline.oracle.config import TrainConfig
 from pipeline.oracle.features import FeatureMemo
 from pipeline.oracle.headonly import train_head_only
+from pipeline.oracle.loop import validation_metrics
 from pipeline.oracle.train import train
 from pipeline.sweep.grid import FLAGS, SweepError, choose, plan_stages, stage_points
 from pipeline.sweep.report import write_all

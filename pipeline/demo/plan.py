@@ -1,0 +1,158 @@
+"""The demo's plan: every ``cli.py`` command of the demo, in order, and the expansion of a step
+that runs once per complete run (``predict`` on the adversarial split).  Hyperparameters are not
+passed: they come from ``pipeline/core/presets.py``, exactly as for the bare commands."""
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from cache.reader import split_tag
+from cache.runs import RunDir, find_runs
+from pipeline.core.presets import DEMO, DEMO_ATTACK
+
+CLI = Path(__file__).resolve().parents[2] / "cli.py"     # pipeline/demo/plan.py -> cli.py
+BROADCAST = "--authors-broadcast"
+RUN_DIR = "RUN_DIR"        # a predict step's placeholder: one command per matching run
+
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    artifacts: Path                         # artifacts/<dataset>: where the commands write
+    data: str | None = None                 # None: the embedded copy
+    seeds: int = 1
+    corruption: str = "gaussian_noise"
+    severity: int = 5
+    classifiers: tuple[str, ...] = ("vit", "resnet")
+    oracles: tuple[str, ...] = ("vit", "resnet")
+    losses: tuple[str, ...] = ("ce", "focal", "tcp", "ss")
+    broadcast_losses: tuple[str, ...] = ("ce", "focal")
+    fit_args: tuple[str, ...] = ()          # appended to every fit-classifier command (tests)
+    extract_args: tuple[str, ...] = ()
+    train_args: tuple[str, ...] = ()
+    head_args: tuple[str, ...] = ()         # head-only train-oracle commands and the sweep
+    head_only: bool = True                  # the head-only grid and the sweep
+    report_args: tuple[str, ...] = ()
+    progress: bool = True
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class Step:
+    stage: str              # fit | extract | attack | train | predict | head-only | sweep | report
+    args: tuple[str, ...]                   # cli.py arguments
+    label: str
+    each_run_of: str | None = None          # classifier: repeat for each of its complete runs
+
+    def command(self) -> str:
+        """What a user types in the repository root."""
+        cli = os.path.relpath(CLI) if not os.path.relpath(CLI).startswith("..") else str(CLI)
+        return shlex.join(["python", cli, *self.args])
+
+
+def plan(cfg: DemoConfig) -> list[Step]:
+    """Every command of the demo, in order (seed-major, so seed 0 of the whole grid comes first)."""
+    data = ("--data", cfg.data) if cfg.data else ()
+    quiet = () if cfg.progress else ("--no-progress",)
+    shifted = split_tag("test", cfg.corruption, cfg.severity)
+    steps = []
+    for name in dict.fromkeys(cfg.classifiers + cfg.oracles):
+        steps.append(Step("fit", ("fit-classifier", "--classifier", name, *data, *quiet,
+                                  *cfg.fit_args), f"base classifier {name}"))
+    # every oracle's cache too: a head-only oracle reads its own model's features
+    extracted = cfg.classifiers + (cfg.oracles if cfg.head_only else ())
+    # explicit either way (on is the embedded set's default, presets.EMBEDDED_EXTRACT)
+    feats = ("--features",) if cfg.head_only else ("--no-features",)
+    for name in dict.fromkeys(extracted):
+        common = ("extract", "--classifier", name, *data)
+        steps.append(Step("extract", (*common, "--split", "train", "--split", "test",
+                                      "--flip-view", *feats, *quiet, *cfg.extract_args),
+                          f"{name}: cache train + test"))
+        steps.append(Step("extract", (*common, "--split", "test", "--corruption", cfg.corruption,
+                                      "--severity", str(cfg.severity), "--flip-view", *feats,
+                                      *quiet, *cfg.extract_args), f"{name}: cache {shifted}"))
+    adv_root, cache_root = Path(cfg.artifacts) / "adversarial", Path(cfg.artifacts) / "cache"
+    steps += adversarial_steps(cfg, data, quiet, adv_root, cache_root)
+    variants = [(loss, ()) for loss in cfg.losses]
+    variants += [(loss, (BROADCAST,)) for loss in cfg.broadcast_losses]
+    for seed in range(cfg.seeds):
+        for clf in cfg.classifiers:
+            for oracle in cfg.oracles:
+                for loss, extra in variants:
+                    label = f"<{oracle}, {clf}> {loss}{' (broadcast)' if extra else ''} seed {seed}"
+                    steps.append(Step("train", (
+                        "train-oracle", "--classifier", clf, "--oracle", oracle, "--loss", loss,
+                        *extra, "--seed", str(seed), *data, "--eval-split", shifted, *quiet,
+                        *cfg.train_args), label))
+    for clf in cfg.classifiers:
+        steps.append(Step("predict", (
+            "predict", "--run", RUN_DIR, "--data", str(adv_root), "--split",
+            adversarial_split(clf), "--cache", str(cache_root), "--name", DEMO_ATTACK["tag"],
+            "--precision", DEMO["predict_precision"], *quiet),
+            f"every run of {clf} on {adversarial_split(clf)}", each_run_of=clf))
+    if cfg.head_only:
+        steps += head_only_steps(cfg, variants, data, quiet, shifted)
+    # the bare `report` reads artifacts/fashion-mnist/runs; another --data writes elsewhere
+    where = (("--runs-root", str(Path(cfg.artifacts) / "runs"), "--out",
+              str(Path(cfg.artifacts) / "report")) if cfg.data else ())
+    steps.append(Step("report", ("report", *where, *cfg.report_args), "tables and figures"))
+    return steps
+
+
+def adversarial_split(classifier: str) -> str:
+    return f"test-{DEMO_ATTACK['attack']}-{classifier}"
+
+
+def adversarial_steps(cfg: DemoConfig, data: tuple, quiet: tuple, adv_root: Path,
+                      cache_root: Path) -> list[Step]:
+    """Per classifier: attack a seeded part of test against it (presets.DEMO_ATTACK; the attack's
+    own defaults otherwise), then cache the classifier's outputs on the stored images."""
+    steps = []
+    for name in cfg.classifiers:
+        split = adversarial_split(name)
+        steps.append(Step("attack", (
+            "attack", "--classifier", name, *data, "--split", "test", "--attack",
+            DEMO_ATTACK["attack"], "--max-samples", str(DEMO_ATTACK["max_samples"]),
+            "--precision", DEMO_ATTACK["precision"], "--out", str(adv_root), "--name", split,
+            *quiet), f"{name}: adversarial copy of test ({DEMO_ATTACK['attack']})"))
+        steps.append(Step("extract", (
+            "extract", "--classifier", name, "--data", str(adv_root), "--split", split,
+            "--precision", DEMO_ATTACK["precision"], "--out", str(cache_root), *quiet,
+            *cfg.extract_args), f"{name}: cache {split}"))
+    return steps
+
+
+def expand(step: Step, runs_root: Path) -> list[Step]:
+    """A per-run step -> one step per complete run of its classifier under ``runs_root``."""
+    if step.each_run_of is None:
+        return [step]
+    runs, root = [], Path(runs_root)
+    for path in find_runs(root) if root.is_dir() else []:
+        doc = RunDir(path).read_if_any()
+        if doc.get("status") == "complete" and doc["run"]["classifier"] == step.each_run_of \
+                and not doc.get("head_only"):   # fine-tuned runs only, whatever exists
+            runs.append(root / path.relative_to(root.resolve()))
+    return [replace(step, args=tuple(str(r) if a == RUN_DIR else a for a in step.args),
+                    label=f"{step.label}: {r.name}", each_run_of=None) for r in runs]
+
+
+def head_only_steps(cfg: DemoConfig, variants: list, data: tuple, quiet: tuple,
+                    shifted: str) -> list[Step]:
+    """The fine-tuned grid again with --head-only, then the <vit, vit> SS alpha sweep."""
+    steps = []
+    for seed in range(cfg.seeds):
+        for clf in cfg.classifiers:
+            for oracle in cfg.oracles:
+                for loss, extra in variants:
+                    label = (f"<{oracle}, {clf}> {loss}{' (broadcast)' if extra else ''} head-only "
+                             f"seed {seed}")
+                    steps.append(Step("head-only", (
+                        "train-oracle", "--head-only", "--classifier", clf, "--oracle", oracle,
+                        "--loss", loss, *extra, "--seed", str(seed), *data, "--eval-split",
+                        shifted, *quiet, *cfg.head_args), label))
+    if "vit" in cfg.classifiers and "vit" in cfg.oracles and "ss" in cfg.losses:
+        steps.append(Step("sweep", ("sweep", "--classifier", "vit", "--oracle", "vit", *data,
+                                    *quiet, *cfg.head_args), "<vit, vit> SS alpha-/alpha+ sweep"))
+    return steps
