@@ -10,7 +10,7 @@ import numpy as np
 from bench.synthetic_runs import write_cache
 from conftest import ROOT
 from pipeline.core.losses import LOSSES
-from pipeline.report import baselines as B, markdown, run
+from pipeline.report import aggregate as run, baselines as B, markdown
 from pipeline.report.calibrate import fit_pnorm, fit_temperature
 from pipeline.report.heldout import FitTask, fit_heldout
 
