@@ -22,13 +22,14 @@ RUN_DIR = "RUN_DIR"        # a predict step's placeholder: one command per match
 class DemoConfig:
     artifacts: Path                         # artifacts/<dataset>: where the commands write
     data: str | None = None                 # None: the embedded copy
-    seeds: int = 1
-    corruption: str = "gaussian_noise"
-    severity: int = 5
-    classifiers: tuple[str, ...] = ("vit", "resnet")
-    oracles: tuple[str, ...] = ("vit", "resnet")
-    losses: tuple[str, ...] = ("ce", "focal", "tcp", "ss")
-    broadcast_losses: tuple[str, ...] = ("ce", "focal")
+    # the grid: presets.DEMO's, unless the command line says otherwise
+    seeds: int = DEMO["seeds"]
+    corruption: str = DEMO["corruption"]
+    severity: int = DEMO["severity"]
+    classifiers: tuple[str, ...] = DEMO["classifiers"]
+    oracles: tuple[str, ...] = DEMO["oracles"]
+    losses: tuple[str, ...] = DEMO["losses"]
+    broadcast_losses: tuple[str, ...] = DEMO["broadcast_losses"]
     fit_args: tuple[str, ...] = ()          # appended to every fit-classifier command (tests)
     extract_args: tuple[str, ...] = ()
     train_args: tuple[str, ...] = ()
