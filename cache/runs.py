@@ -154,8 +154,8 @@ class RunDir:
                 return
             write_json_atomic(self.run_file, {**payload, "status": "failed", "error": error,
                                               "updated": _now()})
-        except CacheError:
-            pass
+        except CacheError:    # unreadable or unwritable (a full disk): the caller's error stands
+            return
 
     def claim(self, record: Mapping[str, Any], must_resume: bool,
               compared: Iterable[str]) -> str:

@@ -101,7 +101,7 @@ def attack(cfg: AttackConfig) -> dict:
     samples = list_split(cfg.data, cfg.split, cfg.labels_file)
     if cfg.workers is None:
         cfg = replace(cfg, workers=0 if samples.idx_images is not None
-                      else default_workers(int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
+                      else default_workers(dist.local_world()))
     spec = resolve_spec(cfg.classifier, is_embedded(cfg.data) or samples.dataset == FMNIST_NAME,
                         cfg.weights, cfg.random_init, cfg.model_kwargs)
     model = build_model(spec, seed=cfg.seed)

@@ -74,23 +74,24 @@ class Levels:
 # calls this for every resample of every score): a[0] - 0 and a[0] + 0 are a[0] exactly.  They
 # work on the flattened array (one contiguous pass, several times faster than row by row) and
 # then put back the first column, which the flat pass took from the previous row.
-def _step(a: np.ndarray) -> np.ndarray:
+def _with_previous(a: np.ndarray, op) -> np.ndarray:
+    """op(a[k], a[k - 1]) along the last axis, with a[0] where a[-1] would be 0."""
     a = np.ascontiguousarray(a)
     out = np.empty_like(a)
     flat, into = a.reshape(-1), out.reshape(-1)
-    np.subtract(flat[1:], flat[:-1], out=into[1:])
+    op(flat[1:], flat[:-1], out=into[1:])
     out[..., 0] = a[..., 0]
     return out
+
+
+def _step(a: np.ndarray) -> np.ndarray:
+    """a[k] - a[k - 1], with 0 standing for a[-1]."""
+    return _with_previous(a, np.subtract)
 
 
 def _pairs(a: np.ndarray) -> np.ndarray:
     """a[k] + a[k - 1], with 0 standing for a[-1]."""
-    a = np.ascontiguousarray(a)
-    out = np.empty_like(a)
-    flat, into = a.reshape(-1), out.reshape(-1)
-    np.add(flat[1:], flat[:-1], out=into[1:])
-    out[..., 0] = a[..., 0]
-    return out
+    return _with_previous(a, np.add)
 
 
 def _trapezoid(y_pairs: np.ndarray, x_step: np.ndarray) -> np.ndarray:
@@ -150,7 +151,12 @@ def counts_metrics(pos, neg, names=COUNT_METRICS, dtype=np.float64) -> dict[str,
     counts (no correct or no incorrect rows) is NaN.  ``dtype`` float32 halves the memory
     traffic for large batches (counts stay exact below 2^24; the metrics carry ~1e-6 relative
     rounding, far below a bootstrap interval's resolution)."""
-    lv = Levels.of(pos, neg, dtype)
+    return level_metrics(Levels.of(pos, neg, dtype), names)
+
+
+def level_metrics(lv: Levels, names=COUNT_METRICS) -> dict[str, np.ndarray]:
+    """``counts_metrics`` of counts already cumulated (a split's ``Ranked.levels``, which the
+    scalar metrics of one split share instead of cumulating them again for each)."""
     out = {}
     with np.errstate(invalid="ignore", divide="ignore"):
         out.update(_ranking(lv, names))

@@ -23,11 +23,12 @@ value, so a report never shows a silent NaN.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from pipeline.core.catalog import DEFINITIONS, names
-from pipeline.core.counts import counts_metrics, optimal_aurc as _optimal_aurc, tpr95_level
+from pipeline.core.counts import Levels, level_metrics, optimal_aurc as _optimal_aurc, tpr95_level
 
 # what ``evaluate`` computes for each definition (pipeline/core/catalog.py)
 PAPER_METRICS = names("paper", "scalar")
@@ -95,6 +96,11 @@ class Ranked:
     def n(self) -> int:
         return len(self.pos) + len(self.neg)
 
+    @cached_property      # computed once: every metric of the split reads it
+    def levels(self) -> Levels:
+        """The tie groups' counts, cumulated, for ``pipeline.core.counts``."""
+        return Levels.of(*group_counts(self))
+
 
 def rank(confidence, correct) -> Ranked:
     """Sort ``confidence`` (n,) once and accumulate the counts every metric needs."""
@@ -127,7 +133,7 @@ def group_counts(r: Ranked) -> tuple[np.ndarray, np.ndarray]:
 
 def _counted(r: Ranked, name: str) -> float:
     """One metric of ``counts_metrics`` on the split's tie groups."""
-    return float(counts_metrics(*group_counts(r), (name,))[name])
+    return float(level_metrics(r.levels, (name,))[name])
 
 
 def auc(confidence, correct=None) -> float:

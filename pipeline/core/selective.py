@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.core.counts import (COUNT_METRICS, COVERAGES, RISKS, WORKING_POINTS,  # noqa: F401
-                                  Levels, counts_metrics, coverage_level, risk_level)
+                                  Levels, counts_metrics, coverage_level, level_metrics,
+                                  risk_level)
 from pipeline.core.catalog import names
 from pipeline.core.metrics import Ranked, UndefinedMetric, group_counts, rank
 
@@ -38,13 +39,13 @@ def _counts(confidence, correct) -> tuple[Ranked, np.ndarray, np.ndarray]:
 
 
 def _levels(r: Ranked) -> Levels:
-    return Levels.of(*group_counts(r))
+    return r.levels
 
 
 def eaugrc(confidence, correct=None) -> float:
     """AUGRC - err^2 / 2 (the AUGRC of a perfect ranking of the same predictions), >= 0."""
-    r, pos, neg = _counts(confidence, correct)
-    return float(counts_metrics(pos, neg, ("eaugrc",))["eaugrc"])
+    r, _, _ = _counts(confidence, correct)
+    return float(level_metrics(r.levels, ("eaugrc",))["eaugrc"])
 
 
 def selective_risk_at_coverage(confidence, correct=None, coverage: int = 95,
@@ -101,8 +102,7 @@ def ece_bins(conf: np.ndarray, bins: int = ECE_BINS) -> np.ndarray:
 
 def evaluate_selective(r: Ranked, confidence, correct, probability: bool) -> dict:
     """``evaluate``-style dict of ``SELECTIVE_METRICS`` for one split (fractions in [0, 1])."""
-    pos, neg = group_counts(r)
-    values = {k: float(v) for k, v in counts_metrics(pos, neg, SELECTIVE_METRICS).items()}
+    values = {k: float(v) for k, v in level_metrics(r.levels, SELECTIVE_METRICS).items()}
     out: dict = {"values": values, "undefined": {}, "notes": {}}
     for c in COVERAGES:
         _, d = selective_risk_at_coverage(r, coverage=c, return_details=True)

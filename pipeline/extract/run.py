@@ -9,7 +9,6 @@ resumes by computing only the shards that are missing.
 """
 from __future__ import annotations
 
-import os
 import platform
 import socket
 import time
@@ -128,7 +127,7 @@ def extract(cfg: ExtractConfig) -> dict:
     samples = list_split(cfg.data, cfg.split, cfg.labels_file)
     if cfg.workers is None:  # in-memory idx images: worker IPC would cost more than the work
         cfg = replace(cfg, workers=0 if samples.idx_images is not None and not cfg.corruption
-                      else default_workers(int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
+                      else default_workers(dist.local_world()))
     spec = resolve_spec(cfg.classifier, is_embedded(cfg.data) or samples.dataset == "fashion-mnist",
                         cfg.weights, cfg.random_init, cfg.model_kwargs)
     model = build_model(spec, seed=cfg.seed)

@@ -86,8 +86,8 @@ def run_bank(preps: list[Prepared], info: dist.DistInfo, device: torch.device,
     for i in todo:
         write_val_split(preps[i], info)
         preps[i].run.write(preps[i].record, "running", versions(), step=0, **extras[i])
-    trained, timing = train_bank([preps[i] for i in todo], train_fc, device, memo) if todo \
-        else ([], {})
+    trained, timing = train_bank([preps[i] for i in todo], train_fc, device, memo, sched) \
+        if todo else ([], {})
     trained = dict(zip(todo, trained))
     out = []
     for i, prep in enumerate(preps):
@@ -109,13 +109,12 @@ def run_bank(preps: list[Prepared], info: dist.DistInfo, device: torch.device,
 
 
 def train_bank(bank: list[Prepared], train_fc: ClassifierCache, device: torch.device,
-               memo: FeatureMemo) -> tuple[list[tuple], dict]:
+               memo: FeatureMemo, sched: dict) -> tuple[list[tuple], dict]:
     """The loop over one bank of heads; per head (its state, best head, final head)."""
     first = bank[0]
     cfg = first.cfg
     check_valid(train_fc, first.train, np.concatenate([first.train_rows, first.val_rows]))
     table = load_table(train_fc, first.train, first.targets, cfg.flip, device, memo)
-    sched = schedule_of(first, 1)
     optim = BankOptim(cfg.seed, cfg.z == "hyperplane", cfg.lr, cfg.momentum, cfg.weight_decay,
                       sched["pct_start"], cfg.cycle_momentum)
     logs = [StepLog(p.run, None, True) for p in bank]

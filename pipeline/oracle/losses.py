@@ -108,10 +108,6 @@ class HeadLoss:
             self.shift_pos = vec([math.exp(-c.alpha_pos) for c in cfgs])
             self.shift_neg = vec([math.exp(-c.alpha_neg) for c in cfgs])
 
-    @property
-    def heads(self) -> int:
-        return len(self.w_pos)
-
     def coefficients(self, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-sample (c_pos, c_neg) = (w+ o, w- (1 - o)), each (B, P)."""
         o = o.float()[:, None]

@@ -11,6 +11,7 @@ A scorer is ``(split, path) -> summary``: ``image_scorer`` runs the oracle over 
 from __future__ import annotations
 
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -31,7 +32,7 @@ from pipeline.oracle.model import Oracle, load_trained_oracle
 from pipeline.oracle.prepare import Prepared, versions
 from pipeline.oracle.targets import Split
 
-Scorer = Callable[[Split, "object"], dict]
+Scorer = Callable[[Split, Path], dict]      # (split, output file) -> the split's summary
 
 
 def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig, *,
