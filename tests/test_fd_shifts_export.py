@@ -123,10 +123,12 @@ def test_a_float16_tie_is_resolved_toward_the_stored_prediction():
     out, adjusted = fd_shifts_logits(logits, pred)
     assert adjusted == 1 and out.argmax(1).tolist() == [2, 1]
     assert out[0, 2] == np.nextafter(np.float32(2.0), np.float32(3.0))
-    assert np.array_equal(np.delete(out.ravel(), 2), np.delete(logits.astype(np.float32).ravel(), 2))
+    others = np.arange(6) != 2
+    assert np.array_equal(out.ravel()[others], logits.astype(np.float32).ravel()[others])
     cols = {"logits": logits, "pred": pred, "label": np.array([2, 0]), "correct": np.array([1, 0])}
     raw, n = raw_logits_array(cols, 1)
-    assert n == 1 and (raw[:, -1] == 1).all() and (raw[:, :3].argmax(1) == raw[:, 3]).tolist() == [True, False]
+    assert n == 1 and (raw[:, -1] == 1).all()
+    assert (raw[:, :3].argmax(1) == raw[:, 3]).tolist() == [True, False]
     with pytest.raises(CacheMismatch, match="cache C: row 41: the stored prediction 0 is not a "
                                             "largest logit of that row"):
         fd_shifts_logits(logits, np.array([2, 0]), "cache C", np.array([40, 41]))
@@ -148,7 +150,8 @@ def test_runs_without_held_out_scores_are_refused_naming_the_command(tmp_path):
     no experiment without a validation set (fd-shifts' analysis would stop on an empty or
     missing index 0); the report itself is kept."""
     write_study(tmp_path / "a", n=300, losses=("ss",), seeds=(0, 1), n_train=1000)
-    add_heldout(next((tmp_path / "a" / "runs").glob("*seed1*")), tmp_path / "a" / "cache" / "vit" / "train")
+    add_heldout(next((tmp_path / "a" / "runs").glob("*seed1*")),
+                tmp_path / "a" / "cache" / "vit" / "train")
     res = cli_report("--runs-root", tmp_path / "a" / "runs", "--out", tmp_path / "ra")
     assert res.exit_code == 1 and "Traceback" not in res.output
     assert res.output.count("\n  run ") == 1 and "seed0" in res.output
@@ -214,7 +217,8 @@ def _run_args(data, cache, run, mode: str) -> list:
 
 
 @pytest.mark.parametrize("mode", ["head-only", "fine-tuned"])
-def test_train_oracle_scores_its_held_out_rows_outside_the_evaluated_splits(colours, tmp_path, mode):
+def test_train_oracle_scores_its_held_out_rows_outside_the_evaluated_splits(colours, tmp_path,
+                                                                          mode):
     from oracle_fixtures import run_cli
 
     data, cache = colours
@@ -227,7 +231,8 @@ def test_train_oracle_scores_its_held_out_rows_outside_the_evaluated_splits(colo
     record = run.read()
     assert record["heldout_output"] == {"split": "train", **file_digest(held)}
     scored = read_outputs(held, digest=record["heldout_output"])
-    assert np.flatnonzero(scored.columns["valid"]).tolist() == sorted(val_rows) and len(val_rows) == 12
+    assert np.flatnonzero(scored.columns["valid"]).tolist() == sorted(val_rows)
+    assert len(val_rows) == 12
     # the same chosen oracle as the evaluated splits: its train-split output, on those rows
     full = read_outputs(run.output("train")).columns["z"]
     np.testing.assert_allclose(scored.columns["z"][val_rows], full[val_rows], atol=1e-5)
@@ -244,5 +249,6 @@ def test_train_oracle_scores_its_held_out_rows_outside_the_evaluated_splits(colo
     run.write(record["run"], record["status"], record["versions"], **extra)
     again = run_cli(args)
     assert "already complete" in again.output
-    assert held.read_bytes() == held_bytes and run.read()["heldout_output"] == record["heldout_output"]
+    assert held.read_bytes() == held_bytes
+    assert run.read()["heldout_output"] == record["heldout_output"]
     assert run.checkpoint("best.pt").read_bytes() == best and run.log_file.read_text() == log

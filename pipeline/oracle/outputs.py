@@ -4,9 +4,10 @@ cache, ``cache.outputs``), each file's size and hash recorded in run.json (``out
 ``report`` and a re-run check), and the run marked complete.  ``cli.py predict`` writes its
 outputs with the same writer.
 
-A scorer is ``(split, path) -> summary``: ``image_scorer`` runs the oracle over the split's images
-(``pipeline.oracle.predict``), the head-only runs score their heads on the split's cached features
-(``pipeline.oracle.headonly``).  It is built only when a split has no outputs yet.
+A scorer is ``(split, path[, rows]) -> summary`` (``rows``: the held-out ones written to
+``heldout/<tag>.h5``, default every valid row): ``image_scorer`` runs the oracle over the split's
+images (``pipeline.oracle.predict``), the head-only runs score their heads on the split's cached
+features (``pipeline.oracle.headonly``).  It is built only when a file is missing.
 """
 from __future__ import annotations
 
@@ -76,8 +77,9 @@ def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig
 def write_z_outputs(run: RunDir, split: Split, cols: dict, rows: np.ndarray, z_rows: np.ndarray,
                     path, record: dict, info: dist.DistInfo, inference: dict | None = None) -> dict:
     """Write z (len(rows),) of the valid ``rows`` of ``split`` as its output file (rank 0), whose
-    ``valid`` column marks the rows scored; ``cols``: the cache's valid/correct/label/pred columns; ``inference``: the oracle's timing
-    on it (outputs/<name>.timing.json; none for head-only scores).  Returns a summary."""
+    ``valid`` column marks the rows scored; ``cols``: the cache's valid/correct/label/pred
+    columns; ``inference``: the oracle's timing on it (outputs/<name>.timing.json; none for
+    head-only scores).  Returns a summary."""
     n = split.cache.num_rows
     z = np.zeros(n, np.float32)
     conf = np.zeros(n, np.float32)

@@ -185,7 +185,8 @@ def _write_experiment(exp_dir: Path, parts: list[dict]) -> list[dict]:
 
 def export_fd_shifts(out: Path, tasks: list[OutputTask]) -> str:
     """Write one fd-shifts experiment per run of ``tasks`` (the report's output tasks).  Every
-    run is checked for its held-out scores before anything is written.  Returns index.json's path."""
+    run is checked for its held-out scores before anything is written.  Returns index.json's
+    path."""
     by_run: dict[str, list[OutputTask]] = defaultdict(list)
     for t in tasks:
         by_run[t.run_dir].append(t)
@@ -217,7 +218,8 @@ def export_fd_shifts(out: Path, tasks: list[OutputTask]) -> str:
         datasets = _write_experiment(root / group / name, parts)
         index["experiments"].append({
             "dir": f"{group}/{name}", "run": run_dir, "labels": run_tasks[0].run_json.get("run"),
-            "datasets": datasets, "fd_shifts_args": fd_shifts_args(group, name, parts, num_classes)})
+            "datasets": datasets,
+            "fd_shifts_args": fd_shifts_args(group, name, parts, num_classes)})
     _cache_columns.cache_clear()
     root.mkdir(parents=True, exist_ok=True)
     (root / "index.json").write_text(json.dumps(index, indent=1, default=str) + "\n",
