@@ -31,6 +31,7 @@ from cache.shards import read_attrs
 
 RUN_FILE, VAL_FILE, LOG_FILE = "run.json", "val_split.json", "log.jsonl"
 CHECKPOINTS, OUTPUTS, TENSORBOARD_DIR = "checkpoints", "outputs", "tensorboard"
+HELDOUT = "heldout"
 LAST, BEST = "last.pt", "best.pt"
 TIMING_SUFFIX = ".timing.json"
 # The labels of the ``run`` record that name a run (run.json and every output file's attribute).
@@ -116,6 +117,13 @@ class RunDir:
             raise RunError(f"output name {name!r} would not be a file inside {self.path / OUTPUTS}"
                            " (path separators or a leading '.'); pass --name with a plain file name")
         return self.path / OUTPUTS / f"{name}.h5"
+
+    def heldout_output(self, split_tag: str) -> Path:
+        """RUN/heldout/<training split tag>.h5: the chosen oracle's scores of the rows the run
+        held out of its training split (val_split.json), as an oracle output file of the training
+        cache whose ``valid`` is 1 on those rows only.  Outside outputs/: not an evaluated split
+        (fd-shifts' analysis needs them as its validation set, ``report --export fd-shifts``)."""
+        return self.path / HELDOUT / f"{split_tag.replace('/', '_')}.h5"
 
     def outputs(self) -> list[Path]:
         """The output files present, sorted by name."""

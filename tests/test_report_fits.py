@@ -1,5 +1,6 @@
 """What the report adds beyond the paper, end to end on a small synthetic study: where T and p are
-fitted (and why not), the paired comparisons, the seed-mean intervals and the fd-shifts export."""
+fitted (and why not), the paired comparisons and the seed-mean intervals (the fd-shifts export:
+tests/test_fd_shifts_export.py)."""
 from __future__ import annotations
 
 import json
@@ -9,10 +10,8 @@ import numpy as np
 import pytest
 
 from bench.synthetic_runs import write_cache, write_run, write_study
-from cache.outputs import read_outputs
 from cache.reader import ClassifierCache
 from cache.runs import VAL_FILE
-from pipeline.core import metrics as M
 from pipeline.report.calibrate import fit_pnorm, fit_temperature
 from pipeline.report.heldout import read_rows
 from pipeline.report.run import ReportConfig, report
@@ -93,34 +92,3 @@ def test_paired_comparisons_and_seed_mean_intervals(small, tmp_path):
     c = none["splits"][0]["comparisons"][0]["metrics"]["auc"]
     assert c["ci"]["undefined"] and c["delta"] is not None
     assert "ci" not in none["splits"][0]["rows"][0]["agg"]["standard"]["auc"]
-
-
-def test_fd_shifts_export_shapes_and_columns(small, tmp_path):
-    out = tmp_path / "r"
-    run_report(small, out, resamples=0, export=("fd-shifts",))
-    root = out / "fd-shifts"
-    index = json.loads((root / "index.json").read_text())
-    cache = ClassifierCache.open(small / "cache" / "vit" / "test")
-    cols = cache.load(["label", "valid", "logits"])
-    valid = cols["valid"] == 1
-    k = cache.identity["num_classes"]
-    with np.load(root / "vit" / "test" / "posthoc" / "test_results" / "raw_logits.npz") as npz:
-        raw = npz.f.arr_0                       # how fd-shifts reads it
-    assert raw.shape == (int(valid.sum()), k + 2) == (899, k + 2)
-    assert np.array_equal(raw[:, :k], cols["logits"][valid].astype(np.float32))
-    assert np.array_equal(raw[:, k], cols["label"][valid]) and (raw[:, k + 1] == 0).all()
-    runs = [e for e in index["experiments"] if e["run"] and e["split"] == "test"]
-    assert len(runs) == 4 and all(e["excluded_indices"] == [7] for e in runs)
-    for e in runs:
-        exp = root / e["dir"] / "test_results"
-        with np.load(exp / "external_confids.npz") as npz:
-            confids = npz.f.arr_0
-        with np.load(exp / "raw_logits.npz") as npz:
-            assert np.array_equal(npz.f.arr_0, raw)
-        o = read_outputs(Path(e["run"]) / "outputs" / "test.h5")
-        assert confids.shape == (899,)
-        assert np.array_equal(confids, o.columns["confidence"][valid].astype(np.float32))
-        # fd-shifts' own AUROC on these arrays = ours
-        correct = raw[:, :k].argmax(1) == raw[:, k]
-        assert M.auc(confids, correct) == pytest.approx(M.auc(o.columns["confidence"][valid],
-                                                              o.columns["correct"][valid] == 1))

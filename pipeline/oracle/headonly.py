@@ -27,7 +27,7 @@ from pipeline.oracle.features import (FeatureMemo, check_valid, feature_record, 
 from pipeline.oracle.log import StepLog
 from pipeline.oracle.loop import HeadState, TrainingDiverged
 from pipeline.oracle.model import Head
-from pipeline.oracle.outputs import Scorer, finish_run, write_z_outputs
+from pipeline.oracle.outputs import Scorer, finish_run, scored_rows, write_z_outputs
 from pipeline.oracle.prepare import Prepared, claimed, prepare, run_extras, versions, write_val_split
 from pipeline.oracle.train import loop_settings, schedule_of
 
@@ -89,9 +89,9 @@ def run_bank(preps: list[Prepared], info: dist.DistInfo, device: torch.device,
     trained, timing = train_bank([preps[i] for i in todo], train_fc, device, memo, sched) \
         if todo else ([], {})
     trained = dict(zip(todo, trained))
-    out = []
+    out, fcs = [], {first.train.tag: train_fc, **eval_fcs}   # train: its held-out rows
     for i, prep in enumerate(preps):
-        scorer = lambda rj, p=prep: feature_scorer(p, eval_fcs, device, info, memo)  # noqa: E731
+        scorer = lambda rj, p=prep: feature_scorer(p, fcs, device, info, memo)  # noqa: E731
         total = prep.schedule.total_steps
         if i not in trained:
             summary = finish_run(prep, scorer, info, total)
@@ -164,9 +164,9 @@ def feature_scorer(prep: Prepared, eval_fcs: dict, device: torch.device, info: d
     head.load_state_dict(ckpt["head"])
     head = head.to(device)
 
-    def score_split(split, out_path) -> dict:
+    def score_split(split, out_path, rows=None) -> dict:
         cols = split.cache.load(["valid", "correct", "label", "pred", "p_true"])
-        rows = np.flatnonzero(cols["valid"] == 1)
+        rows = scored_rows(cols["valid"], rows)
         fc = eval_fcs[split.tag]
         check_valid(fc, split, rows)
         table = load_table(fc, split, {"correct": cols["correct"], "p_true": cols["p_true"]},

@@ -4,14 +4,14 @@ cache, ``cache.outputs``), each file's size and hash recorded in run.json (``out
 ``report`` and a re-run check), and the run marked complete.  ``cli.py predict`` writes its
 outputs with the same writer.
 
-A scorer is ``(split, path) -> summary``: ``image_scorer`` runs the oracle over the split's images
-(``pipeline.oracle.predict``), the head-only runs score their heads on the split's cached features
-(``pipeline.oracle.headonly``).  It is built only when a split has no outputs yet.
+A scorer is ``(split, path[, rows]) -> summary`` (``rows``: the held-out ones written to
+``heldout/<tag>.h5``, default every valid row): ``image_scorer`` runs the oracle over the split's
+images (``pipeline.oracle.predict``), the head-only runs score their heads on the split's cached
+features (``pipeline.oracle.headonly``).  It is built only when a file is missing.
 """
 from __future__ import annotations
 
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -32,7 +32,8 @@ from pipeline.oracle.model import Oracle, load_trained_oracle
 from pipeline.oracle.prepare import Prepared, versions
 from pipeline.oracle.targets import Split
 
-Scorer = Callable[[Split, Path], dict]      # (split, output file) -> the split's summary
+# (split, output file[, rows: the held-out ones, default every valid row]) -> the summary
+Scorer = Callable[..., dict]
 
 
 def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig, *,
@@ -75,17 +76,20 @@ def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig
 
 def write_z_outputs(run: RunDir, split: Split, cols: dict, rows: np.ndarray, z_rows: np.ndarray,
                     path, record: dict, info: dist.DistInfo, inference: dict | None = None) -> dict:
-    """Write z (len(rows),) of the valid ``rows`` of ``split`` as its output file (rank 0);
-    ``cols``: the cache's valid/correct/label/pred columns; ``inference``: the oracle's timing
-    on it (outputs/<name>.timing.json; none for head-only scores).  Returns a summary."""
+    """Write z (len(rows),) of the valid ``rows`` of ``split`` as its output file (rank 0), whose
+    ``valid`` column marks the rows scored; ``cols``: the cache's valid/correct/label/pred
+    columns; ``inference``: the oracle's timing on it (outputs/<name>.timing.json; none for
+    head-only scores).  Returns a summary."""
     n = split.cache.num_rows
     z = np.zeros(n, np.float32)
     conf = np.zeros(n, np.float32)
+    valid = np.zeros(n, np.uint8)     # = the cache's column when every valid row is scored
+    valid[rows] = 1
     z[rows] = z_rows
     conf[rows] = torch.sigmoid(torch.from_numpy(np.asarray(z_rows, np.float32))).numpy()
     ref = classifier_ref(split.cache.path, split.cache.identity)
     if info.is_main:
-        write_outputs(path, {"index": np.arange(n, dtype=np.int64), "valid": cols["valid"],
+        write_outputs(path, {"index": np.arange(n, dtype=np.int64), "valid": valid,
                              "z": z, "confidence": conf, "correct": cols["correct"],
                              "label": cols["label"], "pred": cols["pred"]}, ref, record)
         if inference is not None:
@@ -99,12 +103,21 @@ def write_z_outputs(run: RunDir, split: Split, cols: dict, rows: np.ndarray, z_r
             "inference": inference}
 
 
+def scored_rows(valid: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """The rows a scorer scores: every valid row, or the valid ones of ``rows`` (held-out)."""
+    ok = valid == 1
+    if rows is None:
+        return np.flatnonzero(ok)
+    rows = np.sort(np.asarray(rows, dtype=np.int64))
+    return rows[ok[rows]]
+
+
 def score_images(run: RunDir, model, split: Split, path, record: dict, data_cfg, opts: dict,
-                 info: dist.DistInfo, device: torch.device) -> dict:
-    """Score every valid row of ``split`` with ``model`` on its images and write the output
-    file (rank 0), with the model's inference time.  Returns a summary."""
+                 info: dist.DistInfo, device: torch.device, rows: np.ndarray | None = None) -> dict:
+    """Score every valid row of ``split`` (or of ``rows``) with ``model`` on its images and write
+    the output file (rank 0), with the model's inference time.  Returns a summary."""
     cols = split.cache.load(["valid", "correct", "label", "pred"])
-    rows = np.flatnonzero(cols["valid"] == 1)
+    rows = scored_rows(cols["valid"], rows)
     timer = ModelTimer(device)
     z_rows = oracle_z(model, split, rows, data_cfg, info=info, device=device,
                       desc=f"predict {split.tag}", timer=timer, **opts)
@@ -120,48 +133,74 @@ def image_scorer(prep: Prepared, info: dist.DistInfo, device: torch.device, run_
     opts = dict(batch_size=prep.cfg.eval_batch_size, workers=prep.cfg.workers,
                 precision=prep.cfg.precision, progress=prep.cfg.progress)
 
-    def score(split: Split, path) -> dict:
+    def score(split: Split, path, rows: np.ndarray | None = None) -> dict:
         if not loaded:
             model, data_cfg, _ = load_trained_oracle(prep.run.path, run_json)
             if objs is not None:
                 unwrap(objs.model).cpu()   # free the training copy's device memory
             loaded.update(model=model.to(device), data_cfg=data_cfg)
         return score_images(prep.run, loaded["model"], split, path, prep.record,
-                            loaded["data_cfg"], opts, info, device)
+                            loaded["data_cfg"], opts, info, device, rows)
     return score
 
 
 def finish_run(prep: Prepared, scorer: Callable[[dict], Scorer], info: dist.DistInfo,
                total_steps: int, best: dict | None = None, extras: dict | None = None) -> dict:
-    """Outputs of every eval split (missing or damaged ones only) from the chosen oracle; run
-    complete.  ``scorer(run_json)`` builds the scorer on the first split that needs it;
-    ``extras``: what run.json records of a run just trained (None: an already complete run,
-    whose run.json is kept as it was when nothing is missing)."""
+    """Outputs of every eval split and of the held-out rows (missing or damaged ones only) from
+    the chosen oracle; run complete.  ``scorer(run_json)`` builds the scorer on the first file
+    that needs it; ``extras``: what run.json records of a run just trained (None: an already
+    complete run, whose run.json is kept as it was when nothing is missing)."""
     run_json = prep.run.read()
     if extras is not None:
         run_json = {**run_json, **extras}
     outputs = dict(run_json.get("outputs", {}))
     digests = dict(run_json.get("output_files", {}))
-    results, score = [], None
+    built: list[Scorer] = []
+
+    def score() -> Scorer:
+        built[:] = built or [scorer(run_json)]
+        return built[0]
+
+    results = []
     for split in prep.evals:
         path = prep.run.output(split.tag)
         ref = classifier_ref(split.cache.path, split.cache.identity)
         if prep.run.outputs_done(path, ref, prep.record, digests.get(path.stem)):
             results.append({"split": split.tag, "path": str(path), "already_complete": True})
         else:
-            score = score or scorer(run_json)
-            results.append(score(split, path))
+            results.append(score()(split, path))
         outputs[split.tag] = str(path)
         if info.is_main:   # size + XXH3-128 hash by file stem, checked by `report` and a re-run
             digests[path.stem] = file_digest(path)
+    heldout, held_digest = _heldout_outputs(prep, run_json.get("heldout_output"), score, info)
     best = best or run_json.get("best")
     summary = {"run_dir": str(prep.run.path), "status": "complete", "best": best,
-               "outputs": results, "total_steps": total_steps}
-    unchanged = (extras is None and score is None and run_json.get("status") == "complete"
-                 and digests == run_json.get("output_files"))
+               "outputs": results, "heldout": heldout, "total_steps": total_steps}
+    unchanged = (extras is None and not built and run_json.get("status") == "complete"
+                 and digests == run_json.get("output_files")
+                 and held_digest == run_json.get("heldout_output"))
     if info.is_main and not unchanged:
-        keep = {k: v for k, v in run_json.items()
-                if k not in (*FRAME_KEYS, "best", "step", "outputs", "output_files", "error")}
+        drop = (*FRAME_KEYS, "best", "step", "outputs", "output_files", "heldout_output", "error")
+        keep = {k: v for k, v in run_json.items() if k not in drop}
+        held = {"heldout_output": held_digest} if held_digest else {}
         prep.run.write(prep.record, "complete", versions(), step=total_steps, best=best,
-                       outputs=outputs, output_files=digests, **keep)
+                       outputs=outputs, output_files=digests, **held, **keep)
     return summary
+
+
+def _heldout_outputs(prep: Prepared, recorded: dict | None, score: Callable[[], Scorer],
+                     info: dist.DistInfo) -> tuple[dict | None, dict | None]:
+    """The chosen oracle's scores of the held-out training rows (RUN/heldout/<tag>.h5, the
+    validation set of fd-shifts' analysis), unless already written; (summary, run.json's
+    ``heldout_output``: split, size and XXH3-128 hash).  None without held-out rows."""
+    if not len(prep.val_rows):
+        return None, None
+    path = prep.run.heldout_output(prep.train.tag)
+    ref = classifier_ref(prep.train.cache.path, prep.train.cache.identity)
+    if prep.run.outputs_done(path, ref, prep.record, recorded):
+        summary = {"split": prep.train.tag, "path": str(path), "already_complete": True}
+    else:
+        summary = score()(prep.train, path, rows=prep.val_rows)
+    if not info.is_main:
+        return summary, None
+    return summary, {"split": prep.train.tag, **file_digest(path)}

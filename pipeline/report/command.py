@@ -33,8 +33,8 @@ import click
 @click.option("--rc-full-range", is_flag=True, help="Risk-coverage plots on selective risk 0-1 "
               "instead of an axis scaled to the curves.")
 @click.option("--export", "export", multiple=True, type=click.Choice(["fd-shifts"]),
-              help="Also write the inputs of another tool's analysis: fd-shifts = raw_logits.npz "
-              "+ external_confids.npz per classifier cache, split and run (<out>/fd-shifts).")
+              help="Also write the inputs of another tool's analysis: fd-shifts = one experiment "
+              "per run (its held-out rows + evaluated splits, <out>/fd-shifts; docs/METRICS.md).")
 def report(paths, runs_root, metrics, formats, out, caches, splits, jobs, no_figures, resamples,
            no_ci, ci_seed, ci_in_tables, rc_full_range, export):
     """Stage 3: tables (paper Table 1 / A4), figures and post-hoc baselines from run directories

@@ -95,10 +95,7 @@ def report(cfg: ReportConfig) -> dict:
                     {t.run_dir: t.run_json for t in tasks})
     written = write_outputs(doc, splits, out, cfg)
     if "fd-shifts" in cfg.export:
-        written.append(export_fd_shifts(
-            out, [(c.cache, c.classifier, tag) for c in cache_tasks for tag in c.tags],
-            [{"cache": t.cache, "output": t.output, "run_dir": t.run_dir, "tag": t.tag}
-             for t in tasks]))
+        written.append(export_fd_shifts(out, tasks))
     lap("write")
     return {"out": str(out), "files": written, "runs": len({t.run_dir for t in tasks}),
             "outputs": len(tasks), "caches": len(cache_tasks), "splits": list(splits),
