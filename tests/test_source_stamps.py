@@ -12,6 +12,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 
 from cache import manifest as mf
 from cache.integrity import file_digest
@@ -163,3 +164,30 @@ def test_changed_idx_rows_are_found_by_their_hashes(tmp_path, tiny_extract):
     assert any("1 image(s)" in n and "t10k-images-idx3-ubyte[6]" in n for n in summary["notes"])
     after = _digests(cfg.out)
     assert [after[k] == before[k] for k in sorted(before)] == [True, False, True]
+
+
+@pytest.mark.parametrize("decode", ["cpu", "gpu"])
+def test_loader_workers_record_the_hash_and_stamp_of_each_file_they_read(tmp_path, tiny_extract,
+                                                                        decode):
+    """Recorded in forked loader workers (shared memory), on the CPU decode path and the device
+    decoder's (run on the CPU here, as the Python API allows): exactly the files' hashes."""
+    import xxhash
+
+    from cache.integrity import column_hash
+    from pipeline.data.sources import list_split
+    from pipeline.extract.run import extract as run_extract
+
+    data = _tree(tmp_path)
+    cfg = tiny_extract(data, out=tmp_path / "c", workers=2, shard_size=4, decode=decode)
+    run_extract(cfg)
+    samples = list_split(str(data), "val")
+    cache = ClassifierCache.open(cfg.out)
+    hashes = cache.load([SOURCE_HASH_COLUMN])[SOURCE_HASH_COLUMN]
+    expect = [xxhash.xxh3_128_digest(samples.path(i).read_bytes()) for i in range(len(samples))]
+    assert [bytes(h) for h in hashes] == expect
+    for entry in cache.manifest["shards"]:
+        stats = np.array([(samples.path(i).stat().st_size, samples.path(i).stat().st_mtime_ns)
+                          for i in range(entry["start"], entry["stop"])], np.int64)
+        assert entry[SOURCE_STAMP] == column_hash(stats)
+    summary = run_extract(cfg)
+    assert summary["already_complete"] and not summary["notes"]

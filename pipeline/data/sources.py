@@ -73,9 +73,13 @@ class SampleList:
             h.update(f"content\t{self.content_id}\n".encode())
         return h.hexdigest()
 
+    @property
+    def folder(self) -> Path:
+        """The folder ``names`` are relative to."""
+        return Path(self.base) if self.base is not None else Path(self.root) / self.split
+
     def path(self, i: int) -> Path:
-        base = Path(self.base) if self.base is not None else Path(self.root) / self.split
-        return base / self.names[i]
+        return self.folder / self.names[i]
 
 
 def is_embedded(data: str | None) -> bool:

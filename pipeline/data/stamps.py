@@ -83,10 +83,10 @@ def current_stats(samples: SampleList, start: int, stop: int) -> np.ndarray:
     """(n, 2) int64 (size, mtime_ns) of the files now (idx: the rows' hashes)."""
     if samples.idx_images is not None:
         return idx_hashes(samples, start, stop).view("<i8")
-    out = np.empty((stop - start, 2), np.int64)
-    for k, i in enumerate(range(start, stop)):
+    base, out = str(samples.folder), np.empty((stop - start, 2), np.int64)
+    for k, name in enumerate(samples.names[start:stop]):   # plain strings: ~8 us a file
         try:
-            st = os.stat(samples.path(i))
+            st = os.stat(os.path.join(base, name))
             out[k] = st.st_size, st.st_mtime_ns
         except OSError:
             out[k] = -1, -1
