@@ -68,6 +68,14 @@ def test_changed_images_are_recomputed_by_extract_and_refused_by_train_oracle(tm
     assert _accuracy(result.output) == _accuracy(fresh.output)
     assert _digests(val) == _digests(tmp_path / "fresh" / CLASSIFIER / "val")
     run_cli(train_args(data, cache, tmp_path / "run", *FAST))
+    # predict reads pixels with the cache's targets too
+    shutil.copyfile(data / "val" / wnids[0] / f"{wnids[0]}_0.JPEG", victims[0])
+    result = run_cli(["predict", "--run", tmp_path / "run", "--data", data, "--cache", cache,
+                      "--split", "val", "--name", "again", "--device", "cpu", "--no-progress"],
+                     expect=1)
+    assert re.search(r"error: cache .*val: 1 image\(s\) \(.*_0.JPEG\) of --data changed",
+                     result.output)
+    assert not (tmp_path / "run" / "outputs" / "again.h5").exists()
 
 
 def test_new_stamps_with_the_same_content_are_re_recorded_and_verify_finds_same_size_edits(

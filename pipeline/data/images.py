@@ -118,7 +118,7 @@ def decode_file(path: str, data: bytearray | None = None) -> torch.Tensor:
             img = decode_image(raw, mode=ImageReadMode.RGB)
     except Exception:  # noqa: BLE001 - retry with PIL, which reads BMP/TIFF and reports truncation
         return _decode_pil(path if data is None else io.BytesIO(data))
-    if img.ndim == 4:  # an animated GIF: its first frame, as PIL and torchvision ImageFolder read it
+    if img.ndim == 4:  # an animated GIF: its first frame, as PIL and torchvision's ImageFolder
         img = img[0]
     if img.dtype == torch.uint16:  # libpng's 16-bit output: the model expects 0..255
         img = TF.to_dtype(img, torch.uint8, scale=True)

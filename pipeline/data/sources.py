@@ -207,8 +207,9 @@ def empty_class_folders(samples: SampleList) -> list[Path]:
     if samples.idx_images is not None:
         return []
     root = Path(samples.root)
-    return [root / split / c for split in dict.fromkeys(("train", samples.split))
-            for c in samples.classes if (root / split / c).is_dir() and not _images_in(root / split / c)]
+    folders = [root / split / c for split in dict.fromkeys(("train", samples.split))
+               for c in samples.classes]
+    return [f for f in folders if f.is_dir() and not _images_in(f)]
 
 
 def folder_classes(root: Path, split_dirs: list[str],

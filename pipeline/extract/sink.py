@@ -1,4 +1,6 @@
-"""Where extracted rows go: per-shard buffers filled by global index, written when full.
+"""Where extracted rows go: per-shard buffers filled by global index, written when full, with
+what the rows were computed from (pipeline/data/stamps.py).  A classifier with non-finite
+weights, or a batch with non-finite logits, is refused here before anything is written.
 
 Device->host copies of a batch's outputs are asynchronous and consumed one batch later, so the
 accelerator already runs the next batch while the host files this one.
