@@ -79,3 +79,21 @@ def no_room(path: Path, reason: str, kept: str) -> NoRoom:
     """The one message for a write that found no room: what, where, what is kept, what to do."""
     return NoRoom(f"disk full while writing {path}: free space, then re-run the same command; "
                   f"{kept} ({reason})")
+
+
+# errno values meaning "this process may not write here": a read-only mount, missing permission
+NOT_WRITABLE = {errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+                errno.EPERM: "operation not permitted"}
+
+
+class NotWritable(CacheError):
+    """A directory this command must write in is read-only for it."""
+
+
+def not_writable(err: BaseException, where: Path) -> NotWritable | None:
+    """The one message for a write refused by the file system, else None."""
+    reason = NOT_WRITABLE.get(getattr(err, "errno", None))
+    if reason is None:
+        return None
+    return NotWritable(f"cannot write in {where} ({reason}): choose another --out, or make it "
+                       "writable")

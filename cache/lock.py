@@ -12,6 +12,7 @@ import os
 import socket
 from pathlib import Path
 
+from cache.integrity import not_writable
 from cache.schema import CacheError
 
 LOCK_FILE = ".lock"
@@ -29,10 +30,20 @@ class DirLock:
     def __enter__(self):
         if not self.enabled:
             return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return self._take()
+        except OSError as err:      # a read-only mount or folder: one message, no traceback
+            refused = not_writable(err, self.path.parent)
+            if refused is None:
+                raise
+            # a run's lock raises its own error class (handled like a busy lock)
+            raise (refused if self.error is CacheError else self.error(str(refused))) from None
+
+    def _take(self):
         me = {"pid": os.getpid(), "host": socket.gethostname()}
         for _ in range(2):
             try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
                 with open(self.path, "x") as fh:
                     json.dump(me, fh)
                 return self
@@ -41,7 +52,7 @@ class DirLock:
                     raise self.error(f"{self.path.parent} is in use by another process "
                                      f"({self._owner_text()}); wait for it, or delete "
                                      f"{self.path} if that process is gone") from None
-                self.path.unlink(missing_ok=True)
+                self.path.unlink(missing_ok=True)   # a stale lock (its unlink may be refused)
         raise self.error(f"could not take {self.path}")
 
     def _owner_text(self) -> str:

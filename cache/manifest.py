@@ -12,7 +12,8 @@ from typing import Any, Mapping
 
 from cache.integrity import no_room, no_room_reason
 from cache.shards import shard_entry, shard_path, shard_problem
-from cache.schema import CLASSIFIER_IDENTITY, CacheError, canonical, check_identity
+from cache.schema import (CLASSIFIER_IDENTITY, SOURCE_STAMP, CacheError, canonical,
+                          check_identity)
 
 IDENTITY_FILE = "identity.json"
 MANIFEST_FILE = "manifest.json"
@@ -159,3 +160,21 @@ def record_checksums(cache_dir: Path) -> None:
     manifest["shards"] = [shard_entry(Path(cache_dir) / e["file"], e["start"], e["stop"])
                           for e in manifest["shards"]]
     write_json_atomic(Path(cache_dir) / MANIFEST_FILE, manifest)
+
+
+def record_shards(cache_dir: Path, stamps: Mapping[str, str] | None = None,
+                  rewritten: list[str] | None = None, columns: list[str] | None = None) -> None:
+    """Update a complete cache's manifest: new source stamps of shards whose files kept their
+    content (``stamps``: {file: digest}), fresh records of ``rewritten`` shards, and ``columns``
+    added to its column list."""
+    path = Path(cache_dir) / MANIFEST_FILE
+    manifest = load_manifest(cache_dir)
+    entries = []
+    for e in manifest["shards"]:
+        if e["file"] in (rewritten or []):
+            e = shard_entry(Path(cache_dir) / e["file"], e["start"], e["stop"])
+        entries.append({**e, **({SOURCE_STAMP: stamps[e["file"]]} if e["file"] in (stamps or {})
+                                else {})})
+    manifest["shards"] = entries
+    manifest["columns"] = list(dict.fromkeys([*manifest["columns"], *(columns or [])]))
+    write_json_atomic(path, manifest)

@@ -25,7 +25,18 @@ class UnverifiedCacheWarning(UserWarning):
     """A cache written before per-shard checksums: readable, but its files cannot be verified."""
 
 
+class UnstampedCacheWarning(UnverifiedCacheWarning):
+    """A cache written before image stamps: readable, but changed images cannot be found."""
+
+
 _NOTED: set[str] = set()
+
+
+def note_once(key: str, message: str, category: type[UserWarning] = UnverifiedCacheWarning) -> None:
+    """``message`` as a note (cli.py prints these as ``note: ...``), once per process and key."""
+    if key not in _NOTED:
+        _NOTED.add(key)
+        warnings.warn(message, category, stacklevel=3)
 
 
 def slug(text: str) -> str:
@@ -70,12 +81,11 @@ class ClassifierCache:
             problem = size_problem(path / shard["file"], shard)
             if problem:
                 raise CacheError(f"cache {path}: shard {path / shard['file']} {problem}; {REPAIR}")
-        if not cache.has_checksums and str(path.resolve()) not in _NOTED:
-            _NOTED.add(str(path.resolve()))
-            warnings.warn(f"cache {path} was written before per-shard checksums: its shards are "
-                          "checked for identity and row order but not for damage; re-run the "
-                          "same `cli.py extract` command once to check them and record checksums",
-                          UnverifiedCacheWarning, stacklevel=2)
+        if not cache.has_checksums:
+            note_once(str(path.resolve()), f"cache {path} was written before per-shard checksums: "
+                      "its shards are checked for identity and row order but not for damage; "
+                      "re-run the same `cli.py extract` command once to check them and record "
+                      "checksums")
         return cache
 
     @property

@@ -43,6 +43,14 @@ FEATURE_COLUMN = "features"  # (N, D) float16 pooled pre-logit features (--featu
 # their identity (absent otherwise, so caches without it keep their identity).
 FEATURE_FLIP_COLUMN = "features_flip"
 
+# What each row was computed from (docs/DATA_CONTRACT.md, pipeline/data/stamps.py): the column of
+# per-row XXH3-128 hashes of the image files' bytes (uint8 (N, 16); for idx rows, of the row's
+# pixels), and the shard attribute / manifest key holding the XXH3-64 digest of the rows'
+# (size, mtime_ns) stamps.  Additions that older readers ignore, like the checksums: caches
+# without them keep the schema version and are adopted by the next ``extract``.
+SOURCE_HASH_COLUMN = "source_xxh3"
+SOURCE_STAMP = "source_stamp"
+
 # Per-row columns of an oracle output file.
 ORACLE_COLUMNS: dict[str, str] = {
     "index": "int64",

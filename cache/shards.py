@@ -17,8 +17,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from cache.integrity import column_hash, file_digest, no_room, no_room_reason
-from cache.schema import (CLASSIFIER_COLUMNS, CLASSIFIER_IDENTITY, CacheError, CacheMismatch,
-                          check_identity, from_attr, identity_diff, to_attr)
+from cache.schema import (CLASSIFIER_COLUMNS, CLASSIFIER_IDENTITY, SOURCE_STAMP, CacheError,
+                          CacheMismatch, check_identity, from_attr, identity_diff, to_attr)
 
 SHARD_PATTERN = "shard-{:05d}.h5"
 HASHES = "xxh3_64"   # attribute (and manifest key): {column: XXH3-64 hex of its bytes}
@@ -70,6 +70,15 @@ def write_shard(path: Path, columns: Mapping[str, np.ndarray], attrs: Mapping[st
         if reason:
             raise no_room(path, reason, kept) from None
         raise
+
+
+def add_to_shard(path: Path, columns: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> None:
+    """Rewrite a sound shard with ``columns`` and ``attrs`` added (a cache adopted by a newer
+    version): every column is read (and checked) first, the new file replaces it atomically."""
+    old = read_columns(path, None)
+    write_shard(path, {**old, **columns}, {**{k: v for k, v in read_attrs(path).items()
+                                              if k != HASHES}, **attrs},
+                kept="the shard is unchanged; re-run the same command")
 
 
 def read_attrs(path: Path) -> dict:
@@ -149,9 +158,12 @@ def shard_expect(identity: Mapping[str, Any], start: int, stop: int) -> dict:
 
 
 def shard_entry(path: Path, start: int, stop: int) -> dict:
-    """A manifest's record of one shard: rows, size, XXH3-128 hash and the columns' hashes."""
+    """A manifest's record of one shard: rows, size, XXH3-128 hash, the columns' hashes and (when
+    the shard has it) the digest of its source files' stamps."""
+    attrs = read_attrs(path)
+    stamp = {SOURCE_STAMP: attrs[SOURCE_STAMP]} if SOURCE_STAMP in attrs else {}
     return {"file": Path(path).name, "start": start, "stop": stop, **file_digest(path),
-            HASHES: read_attrs(path).get(HASHES)}
+            HASHES: attrs.get(HASHES), **stamp}
 
 
 def size_problem(path: Path, entry: Mapping[str, Any]) -> str | None:

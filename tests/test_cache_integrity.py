@@ -26,7 +26,7 @@ from conftest import make_imagenet_tree
 from pipeline.extract.run import extract
 from pipeline.data.labels import imagenet_synsets
 
-COLUMNS = ["index", "label", "valid", "logits", "pred", "correct", "p_true", "p_max"]
+COLUMNS = ["index", "label", "valid", "logits", "pred", "correct", "p_true", "p_max", "source_xxh3"]
 
 
 @pytest.fixture

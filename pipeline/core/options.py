@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shlex
 from dataclasses import dataclass, field, replace
@@ -229,8 +230,34 @@ CLASSIFIER = Opt(("--classifier",), default="vit", show_default=True, help="The 
 DEVICE = Opt(("--device",), callback=device_option,
              help="cuda, cuda:1, cpu... Default: cuda if available.")
 PRECISION = Opt(("--precision",), type=click.Choice(PRECISIONS), help=PRECISION_RULE)
-WORKERS = Opt(("--workers",), type=click.IntRange(0), help="DataLoader worker processes per "
-              "process. Default: the usable cores / local ranks, minus one.")
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask: a container's or taskset's share)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+class WorkerCount(click.IntRange):
+    """0 .. the usable cores: more loader workers than cores only adds processes competing for
+    them (and their prefetched batches' memory), never speed."""
+
+    def __init__(self):
+        super().__init__(0)
+
+    def convert(self, value, param, ctx):
+        n = super().convert(value, param, ctx)
+        cores = usable_cores()
+        if n > cores:
+            self.fail(f"{n} workers, but this process may use {cores} core(s): give at most "
+                      f"--workers {cores} (or leave it out: the usable cores / local ranks, "
+                      "minus one)", param, ctx)
+        return n
+
+
+WORKERS = Opt(("--workers",), type=WorkerCount(), help="DataLoader worker processes per "
+              "process, at most the usable cores. Default: the usable cores / local ranks, "
+              "minus one.")
 BATCH_SIZE = Opt(("--batch-size",), type=BATCH, show_default=True, help="Images per batch.")
 WEIGHTS = Opt(("--weights",), help="Local weights file instead of the hub download.")
 RANDOM_INIT = Opt(("--random-init",), is_flag=True, help="No pretrained weights: a seeded "

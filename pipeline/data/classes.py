@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.data.errors import DataError
-from pipeline.data.sources import SampleList
+from pipeline.data.sources import SampleList, empty_class_folders
 
 FIX = ("list the classifier's classes in {path}, one per line in the order of its outputs (a "
        "classifier fine-tuned with torchvision's ImageFolder: the sorted folder names)")
@@ -35,9 +35,13 @@ def check_num_classes(num_classes: int, samples: SampleList, classifier: str) ->
                         f"labels up to {top} in ImageNet's class order (its class folders are "
                         f"ImageNet wnids, so labels are indices among the 1000 synsets); if the "
                         f"classifier was trained on these folders, {fix}")
+    empty = empty_class_folders(samples)
+    hint = (f" Class folder(s) {', '.join(map(str, empty[:5]))} hold no images: remove "
+            f"{'it' if len(empty) == 1 else 'them'} if {'it is' if len(empty) == 1 else 'they are'}"
+            " not a class of the classifier." if empty else "")
     raise DataError(f"--classifier {classifier} has {num_classes} outputs but {where} has {n} "
-                    f"classes ({_preview(samples.classes)}): its output k must mean class k. Use a "
-                    f"classifier of these classes (a weights file with a {n}-class head), or "
+                    f"classes ({_preview(samples.classes)}): its output k must mean class k.{hint} "
+                    f"Use a classifier of these classes (a weights file with a {n}-class head), or "
                     f"{fix}")
 
 

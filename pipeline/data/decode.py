@@ -40,6 +40,7 @@ from pipeline.data.images import BadImageError, ImageRows, ResizeCrop, decode_fi
 from pipeline.data.jpeg import DECODE_MODES, device_decodable, device_share, uses_hardware
 from pipeline.data.resize import BatchResize
 from pipeline.data.sources import SampleList
+from pipeline.data.stamps import read_stamped
 
 __all__ = ["DECODE_MODES", "DeviceDecoder", "RawRows", "collate_raw", "device_decodable",
            "device_share", "make_dataset", "uses_hardware"]
@@ -61,8 +62,9 @@ class RawRows(ImageRows):
     def __getitem__(self, i: int):
         if i % self.share[1] < self.share[0]:
             try:
-                with open(self.samples.path(i), "rb") as fh:
-                    data = fh.read()
+                data, stamp = read_stamped(self.samples.path(i))
+                if self.recorder is not None:
+                    self.recorder.record(i, stamp)
             except OSError:
                 data = b""  # unreadable: let the CPU path raise/record it with its message
             if device_decodable(data):

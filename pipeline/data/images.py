@@ -6,8 +6,8 @@ bandwidth; the same code serves extraction, oracle training and prediction.
 """
 from __future__ import annotations
 
+import io
 import math
-import os
 import random
 import warnings
 from dataclasses import replace
@@ -21,7 +21,9 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
 from pipeline.core.models import DataConfig
+from pipeline.core.options import usable_cores
 from pipeline.data.sources import SampleList
+from pipeline.data.stamps import read_stamped
 
 _INTERP = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
            "nearest": InterpolationMode.NEAREST}
@@ -99,21 +101,25 @@ def _pad_to(img: torch.Tensor, th: int, tw: int, fill: list[int]) -> torch.Tenso
     return out
 
 
-def decode_file(path: str) -> torch.Tensor:
+def decode_file(path: str, data: bytearray | None = None) -> torch.Tensor:
     """Decode to uint8 RGB CHW with libjpeg/libpng; fall back to PIL for other formats.
 
     A truncated or corrupt file raises (torchvision, then PIL both refuse it).  libjpeg's
     recoverable warnings (e.g. "extraneous bytes before marker", seen in ImageNet train) are not
     errors: PIL and timm's loader decode those files too.  16-bit images (PNG, TIFF) keep their
     8 most significant bits, as an 8-bit export of them would; pixel formats whose range cannot be
-    known (32-bit integer or float samples) raise naming the format.
+    known (32-bit integer or float samples) raise naming the format.  ``data``: the file's bytes
+    when the caller has read them already (``extract`` hashes what it decodes).
     """
     try:
         with warnings.catch_warnings():  # torchvision >= 0.29 deprecates its decoders (still fine)
             warnings.simplefilter("ignore", DeprecationWarning)
-            img = decode_image(read_file(path), mode=ImageReadMode.RGB)
+            raw = read_file(path) if data is None else torch.frombuffer(data, dtype=torch.uint8)
+            img = decode_image(raw, mode=ImageReadMode.RGB)
     except Exception:  # noqa: BLE001 - retry with PIL, which reads BMP/TIFF and reports truncation
-        return _decode_pil(path)
+        return _decode_pil(path if data is None else io.BytesIO(data))
+    if img.ndim == 4:  # an animated GIF: its first frame, as PIL and torchvision's ImageFolder
+        img = img[0]
     if img.dtype == torch.uint16:  # libpng's 16-bit output: the model expects 0..255
         img = TF.to_dtype(img, torch.uint8, scale=True)
     return img
@@ -125,7 +131,7 @@ _PIL_16BIT = ("I;16", "I;16L", "I;16B", "I;16N")
 _PIL_UNKNOWN_RANGE = {"I": "32-bit integer", "F": "32-bit float"}
 
 
-def _decode_pil(path: str) -> torch.Tensor:
+def _decode_pil(path) -> torch.Tensor:
     from PIL import Image
 
     with Image.open(path) as im:
@@ -143,6 +149,10 @@ def _decode_pil(path: str) -> torch.Tensor:
 class ImageRows(Dataset):
     """Row ``i`` of a split -> (uint8 image, i, valid).  Labels stay in the main process."""
 
+    # extract sets a SourceRecorder (pipeline.data.stamps): each file's stamp and content hash,
+    # taken from the bytes decoded, so the cache records what its rows were computed from
+    recorder = None
+
     def __init__(self, samples: SampleList, transform: Callable[[torch.Tensor], torch.Tensor],
                  corrupt: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
                  skip_bad: bool = False):
@@ -154,7 +164,16 @@ class ImageRows(Dataset):
     def _load(self, i: int) -> torch.Tensor:
         if self.samples.idx_images is not None:
             return torch.from_numpy(np.array(self.samples.idx_images[i])).unsqueeze(0)
-        return decode_file(str(self.samples.path(i)))
+        path = self.samples.path(i)
+        if self.recorder is None:
+            return decode_file(str(path))
+        try:
+            data, stamp = read_stamped(path)
+        except OSError:
+            self.recorder.record_unreadable(i, path)
+            raise
+        self.recorder.record(i, stamp)
+        return decode_file(str(path), data)
 
     def __getitem__(self, i: int):
         try:
@@ -193,11 +212,7 @@ def chunk_batches(ranges: Sequence[tuple[int, int]], batch_size: int,
 def default_workers(local_world: int = 1) -> int:
     """Loader workers per process: the cores this process may use, shared between the local
     ranks, leaving one core for the main process (which feeds the accelerator)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        cores = os.cpu_count() or 1
-    return max(1, min(32, cores // max(local_world, 1) - 1))
+    return max(1, min(32, usable_cores() // max(local_world, 1) - 1))
 
 
 def make_loader(dataset: Dataset, batches: list[list[int]], workers: int,

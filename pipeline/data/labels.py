@@ -44,9 +44,11 @@ def flat_labels(root: Path, split: str, labels_file: str | None):
         raise DataError(f"--labels {path}: file not found")
     if path.name.endswith(".csv"):
         return _kaggle_csv(path, synsets), synsets, "imagenet"
-    lines = [l.split() for l in path.read_text().splitlines() if l.strip()]
-    if lines and all(len(t) == 1 for t in lines):
-        return _devkit(path, [t[0] for t in lines], synsets), synsets, "imagenet"
+    # (line number in the file, tokens): blank lines skipped, messages name the file's lines
+    lines = [(no, l.split()) for no, l in enumerate(path.read_text().splitlines(), start=1)
+             if l.strip()]
+    if lines and all(len(t) == 1 for _, t in lines):
+        return _devkit(path, [t[0] for _, t in lines], synsets), synsets, "imagenet"
     return _name_label_lines(path, lines, synsets), synsets, "imagenet"
 
 
@@ -74,14 +76,15 @@ def _wnid_index(wnid: str, synsets: tuple[str, ...], where: str) -> int:
 
 
 def _kaggle_csv(path: Path, synsets) -> dict[str, int]:
-    out = {}
+    out, first = {}, {}
     with open(path, newline="") as fh:
         reader = csv.DictReader(fh)
         if not reader.fieldnames or not {"ImageId", "PredictionString"} <= set(reader.fieldnames):
             raise DataError(f"{path}: expected columns ImageId,PredictionString; got {reader.fieldnames}")
         for row_no, row in enumerate(reader, start=2):
             wnid = row["PredictionString"].split()[0] if row["PredictionString"].strip() else ""
-            out[row["ImageId"] + ".JPEG"] = _wnid_index(wnid, synsets, f"{path} line {row_no}")
+            _put(out, first, row["ImageId"] + ".JPEG",
+                 _wnid_index(wnid, synsets, f"{path} line {row_no}"), path, row_no)
     return out
 
 
@@ -104,16 +107,29 @@ def _devkit(path: Path, ids: list[str], synsets) -> dict[str, int]:
     return out
 
 
-def _name_label_lines(path: Path, lines: list[list[str]], synsets) -> dict[str, int]:
-    out = {}
-    for line_no, tokens in enumerate(lines, start=1):
+def _name_label_lines(path: Path, lines: list[tuple[int, list[str]]], synsets) -> dict[str, int]:
+    out, first = {}, {}
+    for line_no, tokens in lines:
         if len(tokens) != 2:
             raise DataError(f"{path} line {line_no}: expected 'filename label', got {' '.join(tokens)!r}")
         name, label = tokens
         if label.isdigit():
             if int(label) >= len(synsets):
                 raise DataError(f"{path} line {line_no}: class index {label} >= {len(synsets)}")
-            out[Path(name).name] = int(label)
+            _put(out, first, Path(name).name, int(label), path, line_no)
         else:
-            out[Path(name).name] = _wnid_index(label, synsets, f"{path} line {line_no}")
+            _put(out, first, Path(name).name, _wnid_index(label, synsets, f"{path} line {line_no}"),
+                 path, line_no)
     return out
+
+
+def _put(out: dict, first: dict, name: str, label: int, path: Path, line_no: int) -> None:
+    """One image's label.  Listed again with another label, which one is right cannot be known
+    (the last line used to win silently): refused.  Listed again with the same label (two label
+    files joined, say): no number changes, so it is accepted."""
+    if name in out and out[name] != label:
+        raise DataError(f"{path}: {name} is listed twice with different labels (line "
+                        f"{first[name]}: class {out[name]}, line {line_no}: class {label}); keep "
+                        "the right line and delete the other")
+    first.setdefault(name, line_no)
+    out[name] = label

@@ -73,9 +73,13 @@ class SampleList:
             h.update(f"content\t{self.content_id}\n".encode())
         return h.hexdigest()
 
+    @property
+    def folder(self) -> Path:
+        """The folder ``names`` are relative to."""
+        return Path(self.base) if self.base is not None else Path(self.root) / self.split
+
     def path(self, i: int) -> Path:
-        base = Path(self.base) if self.base is not None else Path(self.root) / self.split
-        return base / self.names[i]
+        return self.folder / self.names[i]
 
 
 def is_embedded(data: str | None) -> bool:
@@ -112,6 +116,8 @@ def check_splits(data: str | None, splits: tuple[str, ...]) -> None:
         fmt = layout(root, split)
         if not fmt.has_split(root, split):
             raise DataError(fmt.missing(root, split))
+        if fmt is IMAGE_FOLDER and _subdirs(root / split):   # class folders: all known?
+            _known_classes(root, root / split, _subdirs(root / split))
 
 
 def embedded_data(data: str | None) -> bool:
@@ -195,6 +201,17 @@ def _images_in(path: Path) -> list[str]:
                       and os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS and e.is_file())
 
 
+def empty_class_folders(samples: SampleList) -> list[Path]:
+    """Folders of the split's classes (in ROOT/train/ and the split) that hold no images: the
+    likely cause of a class count that does not match the classifier's."""
+    if samples.idx_images is not None:
+        return []
+    root = Path(samples.root)
+    folders = [root / split / c for split in dict.fromkeys(("train", samples.split))
+               for c in samples.classes]
+    return [f for f in folders if f.is_dir() and not _images_in(f)]
+
+
 def folder_classes(root: Path, split_dirs: list[str],
                    where: Path | None = None) -> tuple[tuple[str, ...], str]:
     """Class list and dataset name: ``ROOT/classes.txt`` (the user's order) when present, else
@@ -216,7 +233,9 @@ def folder_classes(root: Path, split_dirs: list[str],
 
 
 def _read_classes(path: Path) -> tuple[str, ...]:
-    classes = tuple(l.strip() for l in path.read_text().splitlines() if l.strip())
+    # utf-8-sig: Windows editors start a UTF-8 file with a byte-order mark, not part of a name
+    classes = tuple(l.strip() for l in path.read_text(encoding="utf-8-sig").splitlines()
+                    if l.strip())
     repeated = sorted({c for c in classes if classes.count(c) > 1})
     if not classes or repeated:
         raise DataError(f"{path}: " + (f"class(es) {repeated[:5]} listed more than once" if repeated
@@ -260,6 +279,17 @@ def image_folder(root: Path, split: str, labels_file: str | None) -> SampleList:
 
 
 def _class_folders(root: Path, split_dir: Path, dirs: list[str]):
+    classes, name, lookup = _known_classes(root, split_dir, dirs)
+    names, labels = [], []
+    for d in dirs:
+        files = _images_in(split_dir / d)
+        names += [f"{d}/{f}" for f in files]
+        labels += [lookup[d]] * len(files)
+    return names, labels, classes, name
+
+
+def _known_classes(root: Path, split_dir: Path, dirs: list[str]):
+    """(classes, dataset name, class -> label); refuses a class folder that is not a class."""
     classes, name = folder_classes(root, dirs, split_dir)
     lookup = {c: i for i, c in enumerate(classes)}
     unknown = [d for d in dirs if d not in lookup]
@@ -269,12 +299,7 @@ def _class_folders(root: Path, split_dir: Path, dirs: list[str]):
         raise DataError(f"{split_dir}: class folder(s) {unknown[:5]} are not among the "
                         f"{len(classes)} classes of {where}; rename them, or list every class "
                         f"(one per line, in label order) in {root / 'classes.txt'}")
-    names, labels = [], []
-    for d in dirs:
-        files = _images_in(split_dir / d)
-        names += [f"{d}/{f}" for f in files]
-        labels += [lookup[d]] * len(files)
-    return names, labels, classes, name
+    return classes, name, lookup
 
 
 def _folder_splits(root: Path) -> tuple[str, ...]:

@@ -2,8 +2,9 @@
 
 command.py  the click command: options -> ExtractConfig -> one run per split
 run.py      resolve config -> claim the cache directory -> loader -> model -> sink -> manifest
-claim.py    the cache directory locked and claimed; shards already there checked (and the
-            damaged ones removed, so they are recomputed)
-sink.py     per-shard buffers filled by global index, written as HDF5 shards when full
+claim.py    the cache directory locked and claimed; shards already there checked, also against
+            the images' stamps (damaged ones and those of changed images removed: recomputed)
+sink.py     per-shard buffers filled by global index (non-finite logits refused), written as
+            HDF5 shards with the images' hashes when full
 The files written are ``cache``'s classifier caches (docs/DATA_CONTRACT.md).
 """

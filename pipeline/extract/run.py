@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from cache import manifest as mf
 from cache.schema import (FEATURE_COLUMN, FEATURE_FLIP_COLUMN, FLIP_COLUMNS, KIND_CLASSIFIER,
-                          SCHEMA_VERSION, CacheError)
+                          SCHEMA_VERSION, SOURCE_HASH_COLUMN, CacheError)
 from cache.shards import (read_attrs, read_columns, shard_entry, shard_is_complete, shard_path,
                           shard_ranges)
 from pipeline.core import dist
@@ -37,7 +37,9 @@ from pipeline.data.images import (GpuNormalize, chunk_batches, default_workers, 
 from pipeline.data.prefetch import StagedPrefetch
 from pipeline.data.sources import SampleList, is_embedded, list_split
 from pipeline.extract.claim import claim, locked
-from pipeline.extract.sink import ShardSink, closing_loop
+from pipeline.data.stamps import SourceRecorder
+from pipeline.extract.sink import (FINITE, ShardSink, check_finite_parameters, closing_loop,
+                                  model_text)
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,8 @@ def classify(fn, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tenso
     logits = logits.float()
     probs = logits.softmax(dim=-1)
     pred = logits.argmax(dim=-1)
-    out = {"logits": logits.half(), "pred": pred, "correct": (pred == labels).to(torch.uint8),
+    out = {FINITE: torch.isfinite(logits).all(dim=-1),   # checked (and dropped) by the sink
+           "logits": logits.half(), "pred": pred, "correct": (pred == labels).to(torch.uint8),
            "p_true": probs.gather(1, labels[:, None]).squeeze(1), "p_max": probs.max(dim=-1).values}
     if feats is not None:
         out[FEATURE_COLUMN] = feats.float().half()
@@ -131,6 +134,8 @@ def extract(cfg: ExtractConfig) -> dict:
     spec = resolve_spec(cfg.classifier, is_embedded(cfg.data) or samples.dataset == "fashion-mnist",
                         cfg.weights, cfg.random_init, cfg.model_kwargs)
     model = build_model(spec, seed=cfg.seed)
+    text = model_text(cfg, spec)
+    check_finite_parameters(model, text)
     data_cfg = resolve_data_config(model, spec, cfg.preprocess)
     dataset = make_dataset(samples, transform_for(samples, data_cfg), cfg.decode,
                            make_corruption(cfg), cfg.skip_bad)
@@ -138,13 +143,16 @@ def extract(cfg: ExtractConfig) -> dict:
     # directory is claimed, so an unusable decoder leaves nothing behind
     decoder = DeviceDecoder(samples, dataset.transform, device, cfg.skip_bad, cfg.decode) \
         if cfg.decode != "cpu" else None
+    if samples.idx_images is None:   # files: stamped and hashed where the workers read them
+        dataset.recorder = SourceRecorder(len(samples))
     class_notes = check_num_classes(int(model.num_classes), samples, cfg.classifier)
     identity = build_identity(cfg, samples, spec, model, data_cfg)
     ranges = shard_ranges(len(samples), cfg.shard_size)
-    with locked(cfg.out, info):
-        complete, claim_notes = claim(cfg.out, identity, ranges, cfg.verify, info)
-        _extract_missing(cfg, complete, samples, dataset, decoder, model, data_cfg, identity,
-                         ranges, info, device)
+    with locked(cfg.out, info) as writable:
+        complete, claim_notes = claim(cfg.out, identity, ranges, cfg.verify, info, samples,
+                                      writable)
+        _extract_missing(cfg, complete, samples, dataset, decoder, (model, text), data_cfg,
+                         identity, ranges, info, device)
     summary = mf.load_manifest(cfg.out)["summary"]
     return {**summary, "out": str(cfg.out), "already_complete": complete,
             "notes": class_notes + claim_notes}
@@ -167,7 +175,9 @@ def _extract_missing(cfg, complete, samples, dataset, decoder, model, data_cfg, 
 
 def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, info,
                 device) -> dict:
-    """Compute this rank's missing shards; returns rows computed and timings."""
+    """Compute this rank's missing shards; returns rows computed and timings.  ``model``: the
+    classifier and how messages name it."""
+    model, text = model
     for s in todo:  # stale temporaries of an interrupted run of this rank's shards
         for tmp in Path(cfg.out).glob(f".{shard_path(cfg.out, s).name}.tmp-*"):
             tmp.unlink(missing_ok=True)
@@ -186,7 +196,7 @@ def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, 
     if device.type == "cuda" and batch_rows:
         _warm_up(cfg, fn, normalize, data_cfg, len(batch_rows[0]), device)
     labels_all = torch.from_numpy(dataset.samples.labels)
-    sink = ShardSink(cfg.out, identity, ranges, dataset.samples)
+    sink = ShardSink(cfg.out, identity, ranges, dataset.samples, dataset.recorder, text)
     total = sum(b - a for a, b in my_ranges)
     bar = tqdm(total=total, unit="img", disable=not (cfg.progress and info.is_main),
                desc=f"extract {dataset.samples.split}", dynamic_ncols=True)
@@ -259,6 +269,7 @@ def _write_manifest(cfg, samples, identity, ranges, timing, info) -> None:
     columns += [f"{c}_flip" for c in FLIP_COLUMNS] if cfg.flip_view else []
     columns += [FEATURE_COLUMN] if cfg.features else []
     columns += [FEATURE_FLIP_COLUMN] if cfg.features and cfg.flip_view else []
+    columns += [SOURCE_HASH_COLUMN]
     mf.write_json_atomic(Path(cfg.out) / mf.MANIFEST_FILE, {
         "identity": identity, "columns": columns, "shards": shards,
         "summary": _summary(samples, (valid, correct, bad), timing),

@@ -1,4 +1,6 @@
-"""Where extracted rows go: per-shard buffers filled by global index, written when full.
+"""Where extracted rows go: per-shard buffers filled by global index, written when full, with
+what the rows were computed from (pipeline/data/stamps.py).  A classifier with non-finite
+weights, or a batch with non-finite logits, is refused here before anything is written.
 
 Device->host copies of a batch's outputs are asynchronous and consumed one batch later, so the
 accelerator already runs the next batch while the host files this one.
@@ -12,7 +14,29 @@ import numpy as np
 import torch
 
 from cache.shards import shard_path, write_shard
+from pipeline.core.models import ModelError
 from pipeline.data.sources import SampleList
+from pipeline.data.stamps import SourceRecorder, shard_sources
+
+FINITE = "finite"   # per-row flag of ``classify`` (and ``finite_flip``): checked here, not stored
+
+
+def model_text(cfg, spec) -> str:
+    """The classifier and where its weights came from, as a message names them."""
+    weights = cfg.weights or spec.weights
+    return f"--classifier {cfg.classifier} (" + (f"weights {weights}" if weights else
+                                                 "random init" if cfg.random_init else
+                                                 "pretrained weights") + ")"
+
+
+def check_finite_parameters(model, text: str) -> None:
+    """NaN/inf weights make every logit NaN: refused by parameter name before any work."""
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise ModelError(f"{text} has non-finite values (NaN or inf) in {len(bad)} parameter(s): "
+                         f"{', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''}; its outputs "
+                         "would be NaN. Use an undamaged weights file (a checkpoint from before "
+                         "training diverged)")
 
 
 class ShardBuffer:
@@ -47,9 +71,11 @@ class ShardSink:
     accelerator already runs the next batch while the host files this one.
     """
 
-    def __init__(self, out: Path, identity: dict, ranges: list, samples: SampleList):
+    def __init__(self, out: Path, identity: dict, ranges: list, samples: SampleList,
+                 recorder: SourceRecorder | None, model_text: str):
         self.out, self.identity, self.ranges, self.samples = Path(out), identity, ranges, samples
         self.shard_size, self.buffers, self.pending = identity["shard_size"], {}, None
+        self.recorder, self.model_text = recorder, model_text
 
     def push(self, rows: torch.Tensor, valid: torch.Tensor, outputs: dict) -> None:
         staged = {k: v.to("cpu", non_blocking=True) for k, v in outputs.items()}
@@ -67,15 +93,32 @@ class ShardSink:
         self.pending = None
         if event is not None:
             event.synchronize()
+        self._check_finite(rows, valid, staged)
         s = int(rows[0]) // self.shard_size
         buf = self.buffers.get(s) or ShardBuffer(*self.ranges[s], self.samples)
         self.buffers[s] = buf
         buf.put(rows, valid, staged)
         if buf.full:
-            attrs = {**self.identity, "start": buf.start, "stop": buf.stop,
+            sources, stamp = shard_sources(self.samples, self.recorder, buf.start, buf.stop)
+            attrs = {**self.identity, "start": buf.start, "stop": buf.stop, **stamp,
                      "bad_rows": buf.columns["index"][buf.columns["valid"] == 0].tolist()}
-            write_shard(shard_path(self.out, s), buf.columns, attrs)
+            write_shard(shard_path(self.out, s), {**buf.columns, **sources}, attrs)
             del self.buffers[s]
+
+    def _check_finite(self, rows: np.ndarray, valid: np.ndarray, staged: dict) -> None:
+        """NaN or inf logits give pred 0 and a trust label that only says label == 0: refused
+        before the batch's shard is written (the shards already complete are kept)."""
+        finite = np.ones(len(rows), bool)
+        for key in [k for k in staged if k.startswith(FINITE)]:
+            finite &= staged.pop(key).numpy()
+        bad = rows[~finite & (valid == 1)]
+        if len(bad):
+            shown = ", ".join(f"{self.samples.path(int(i))} (row {i})" for i in bad[:3])
+            raise ModelError(f"{self.model_text} gives non-finite logits (NaN or inf) on "
+                             f"{len(bad)} of {len(rows)} images of this batch, e.g. {shown}: its "
+                             "predictions and trust labels would be meaningless. Check the weights "
+                             "(a damaged or diverged checkpoint), or --precision fp32 if fp16/bf16 "
+                             "overflows")
 
 
 @contextmanager

@@ -7,16 +7,18 @@ misaligned.  Targets are read into RAM in the calling (main) process.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
 
-from cache.reader import ClassifierCache, cache_dir_for
+from cache.reader import ClassifierCache, UnstampedCacheWarning, cache_dir_for, note_once, slug
 from cache.schema import CacheError, check_identity
 from pipeline.data.corruptions import make_corruption, parse_corruption_tag
 from pipeline.data.sources import SampleList, list_split
+from pipeline.data.stamps import check_sources
 
 # What must agree between the caches of one classifier across splits (train vs test vs shifted).
 CLASSIFIER_KEYS = ("model", "model_kwargs", "weights_sha256", "num_classes", "preprocess",
@@ -59,6 +61,7 @@ def open_split(data: str | None, cache_root: Path, classifier: str, tag: str,
                          f"--severity N]` with the same --data first, or pass --cache ROOT")
     cache = ClassifierCache.open(path)
     ident = cache.identity
+    check_classifier(cache, classifier)
     samples = list_split(data, ident["split"], labels_file)
     if ident.get("dataset_fingerprint") == samples.fingerprint and \
             ident.get("num_rows") != len(samples):
@@ -77,7 +80,41 @@ def open_split(data: str | None, cache_root: Path, classifier: str, tag: str,
         check_identity(ident, dict(same_classifier_as), f"cache {path}", keys=CLASSIFIER_KEYS,
                        hint="It was extracted with another classifier than the training split's "
                             "cache; re-extract it with the same classifier and weights.")
+    check_images(cache, samples)
     return Split(tag, cache, samples, parse_corruption(ident.get("corruption", "none")))
+
+
+def check_classifier(cache: ClassifierCache, classifier: str) -> None:
+    """The cache found under ``--classifier``'s name must be that classifier's: a cache copied or
+    moved under another name would be trained on, and recorded, as the wrong model."""
+    recorded = cache.manifest.get("config", {}).get("classifier")
+    if recorded is not None and slug(recorded) != slug(classifier):
+        ident = cache.identity
+        raise CacheError(f"cache {cache.path} was extracted with --classifier {recorded} (model "
+                         f"{ident['model']}, model_kwargs {json.dumps(ident['model_kwargs'])}), "
+                         f"not --classifier {classifier}: it was copied or moved under this name. "
+                         f"Pass --classifier {recorded}, or extract {classifier}'s own cache with "
+                         f"`cli.py extract --classifier {classifier}`")
+
+
+def check_images(cache: ClassifierCache, samples: SampleList) -> None:
+    """Pixels read from --data meet targets read from the cache: the images must be the ones the
+    cache was computed from (stamps, then content hashes: pipeline/data/stamps.py)."""
+    found = check_sources(cache.path, cache.manifest["shards"], samples)
+    if found.changed:
+        raise CacheError(f"cache {cache.path}: {found.changed_text(samples)} of --data changed "
+                         "since it was extracted (their content differs from the hashes it "
+                         "records), so its trust labels do not describe them. Re-run the same "
+                         "`cli.py extract` command: it recomputes the shards of the changed images")
+    if found.unstamped:
+        note_once(f"stamps {cache.path.resolve()}", f"cache {cache.path} was written before image "
+                  "stamps: changed images of --data cannot be found; re-run the same `cli.py "
+                  "extract` command once to record them", UnstampedCacheWarning)
+    if found.restamp:
+        note_once(f"restamp {cache.path.resolve()}", f"cache {cache.path}: the image files of "
+                  f"{len(found.restamp)} shard(s) have new sizes or modification times but the "
+                  "content the cache was computed from (checked by hashing them); re-run the "
+                  "same `cli.py extract` command to record their stamps and skip this check")
 
 
 def training_targets(split: Split) -> dict[str, np.ndarray]:
