@@ -95,12 +95,28 @@ def _is_project_checkpoint(path: str) -> bool:
     return isinstance(obj, dict) and obj.get("format") == CHECKPOINT_FORMAT
 
 
-def _load_file(path: str):
-    path = Path(path)
+def _check_file(path: Path) -> None:
     if not path.exists():
         raise ModelError(f"--weights {path}: file not found")
     if path.is_dir():
         raise ModelError(f"--weights {path} is a directory; pass the weights file itself")
+
+
+def file_sha256(path: str) -> str:
+    """sha256 of a weights file's bytes: what identifies the weights of a run (its group hash,
+    the same-run check), whatever path names the file and whenever it is read."""
+    path = Path(path)
+    _check_file(path)
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _load_file(path: str):
+    path = Path(path)
+    _check_file(path)
     kind = _file_kind(path)
     if kind == "text":
         raise ModelError(f"--weights {path} is a text file, not a weights file: expected a "

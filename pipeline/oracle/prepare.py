@@ -22,7 +22,7 @@ from cache.runs import RunDir, RunError, default_run_dir, run_record
 from pipeline.core import dist
 from pipeline.core.losses import (PARAMS, LossConfig, check_loss_options, head_of, loss_label,
                                   resolve_loss, variant_tags)
-from pipeline.core.models import ModelError, ModelSpec, resolve_spec
+from pipeline.core.models import ModelError, ModelSpec, file_sha256, resolve_spec
 from pipeline.core.precision import default_precision
 from pipeline.core.presets import SS_ALPHAS, family
 from pipeline.data.images import default_workers
@@ -36,6 +36,9 @@ from pipeline.oracle.targets import (CLASSIFIER_KEYS, Split, check_both_classes,
 
 # Settings a refusal of "holds another run" names when they differ: the run part of the config.
 CLAIM_COMPARED = tuple(sorted(f for f in TrainConfig.__dataclass_fields__ if f not in NOT_IN_GROUP))
+CLAIM_HINTS = {"weights_sha256": "the --weights file's contents are not the ones this run was "
+               "trained with (the file changed in place, or another file): restore that file to "
+               "continue this run; new weights make a new run"}
 
 
 @dataclass
@@ -123,6 +126,7 @@ def prepare(cfg: TrainConfig, device: torch.device) -> Prepared:
     z_head = head_of(cfg.loss, cfg.z)
     cfg = replace(cfg, oracle=cfg.oracle or cfg.classifier, eval_splits=eval_tags,
                   preprocess=cfg.preprocess or train.cache.identity["preprocess"], z=z_head,
+                  weights_sha256=file_sha256(cfg.weights) if cfg.weights else None,
                   **{name: getattr(loss, name) for name, p in PARAMS.items() if p.recorded})
     config = as_record(cfg)
     tags = variant_tags(loss, z_head) + (["head-only"] if cfg.head_only else [])
@@ -205,7 +209,7 @@ def _claim(prep: Prepared, must_resume: bool, info: dist.DistInfo) -> str:
     err, state = None, "new"
     if info.is_main:
         try:
-            state = prep.run.claim(prep.record, must_resume, CLAIM_COMPARED)
+            state = prep.run.claim(prep.record, must_resume, CLAIM_COMPARED, CLAIM_HINTS)
         except RunError as e:
             err = e
     if not dist.all_ok(info, err is None):

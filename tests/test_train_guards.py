@@ -1,0 +1,77 @@
+"""train-oracle and predict, nothing silently wrong (issue 18, runs side): the oracle's weights
+identified by their contents, no evaluation on the training split, one message and run.json
+``failed`` on every way a run stops, and predict's default precision.  Each case is listed in
+docs/BAD_INPUT.md (Training / Prediction)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from oracle_fixtures import (CLASSIFIER, TINY_VIT_KWARGS, extract, run_cli, train_args,
+                             write_colour_tree)
+
+
+@pytest.fixture(scope="module")
+def stage1(tmp_path_factory):
+    base = tmp_path_factory.mktemp("guards")
+    data = write_colour_tree(base / "colours", {"train": 8, "val": 4})
+    cache = base / "cache"
+    extract(data, cache, flip_view=False)
+    return data, cache
+
+
+def assert_error(result, pattern, code=1):
+    assert result.exit_code == code, result.output
+    assert re.search(pattern, result.output, re.S), result.output
+    assert "Traceback" not in result.output
+
+
+def save_weights(path: Path, seed: int) -> Path:
+    import timm
+    import torch
+
+    torch.manual_seed(seed)
+    torch.save(timm.create_model(CLASSIFIER, **TINY_VIT_KWARGS).state_dict(), path)
+    return path
+
+
+def with_weights(args: list, weights: str) -> list:
+    args = [a for a in args if a != "--random-init"]
+    return args + ["--weights", weights]
+
+
+def run_dirs(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.glob("*/run.json"))
+
+
+# ----------------------------------------------------------------- weights by their contents --
+def test_the_oracle_weights_are_identified_by_their_contents_not_their_path(stage1, tmp_path,
+                                                                            monkeypatch):
+    data, cache = stage1
+    monkeypatch.chdir(tmp_path)
+    save_weights(tmp_path / "k3.pth", seed=0)
+    runs = tmp_path / "runs"
+    base = train_args(data, cache, None, "--runs-root", runs, "--batch-size", 4,
+                      "--val-fraction", 0)
+    run_cli(with_weights(base, "k3.pth"))
+    [first] = run_dirs(runs)
+    record = json.loads((first / "run.json").read_text())["run"]
+    assert record["config"]["weights"] == "k3.pth"                     # the path, for humans
+    sha = record["config"]["weights_sha256"]
+    assert len(sha) == 64
+    # another spelling of the same file: the same run (its seeds would be averaged together)
+    again = run_cli(with_weights(base, "./k3.pth"))
+    assert "already complete" in again.output and run_dirs(runs) == [first]
+    # the same path with other contents: another run, never "already complete"
+    save_weights(tmp_path / "k3.pth", seed=1)
+    changed = run_cli(with_weights(base, "k3.pth"))
+    assert "already complete" not in changed.output
+    assert len(run_dirs(runs)) == 2
+    # ... and refused in the first run's directory, saying what differs and what to do
+    result = run_cli(with_weights(base, "k3.pth") + ["--out", first], expect=None)
+    assert_error(result, r"holds another run:.*weights_sha256: run has .*--weights file's "
+                         r"contents are not the ones this run was trained with.*restore")
+    assert json.loads((first / "run.json").read_text())["status"] == "complete"
