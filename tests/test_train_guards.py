@@ -75,3 +75,20 @@ def test_the_oracle_weights_are_identified_by_their_contents_not_their_path(stag
     assert_error(result, r"holds another run:.*weights_sha256: run has .*--weights file's "
                          r"contents are not the ones this run was trained with.*restore")
     assert json.loads((first / "run.json").read_text())["status"] == "complete"
+
+
+# ------------------------------------------------------------- the training split evaluated --
+@pytest.mark.parametrize("extra, named", [
+    (("--train-split", "val"), r"--train-split val and the dataset's evaluation split 'val'.*"
+                               r"Train on another split \(--train-split"),
+    (("--eval-split", "train"), r"--train-split train and --eval-split train.*Drop --eval-split "
+                                r"train"),
+])
+def test_evaluating_on_the_training_split_is_refused(stage1, tmp_path, extra, named):
+    """--train-split val trained and scored the same rows, with no word."""
+    data, cache = stage1
+    out = tmp_path / "r"
+    result = run_cli(train_args(data, cache, out, "--batch-size", 4, *extra), expect=None)
+    assert_error(result, r"list the same images.*scored on the rows it is trained on")
+    assert_error(result, named)
+    assert not out.exists()

@@ -115,6 +115,7 @@ def prepare(cfg: TrainConfig, device: torch.device) -> Prepared:
     eval_tags = tuple(dict.fromkeys(default_eval_splits(cfg.data, train) + tuple(cfg.eval_splits)))
     evals = [open_split(cfg.data, Path(cfg.cache), cfg.classifier, tag, cfg.labels_file,
                         same_classifier_as=train.cache.identity) for tag in eval_tags]
+    check_not_trained_on(train, evals, cfg.eval_splits)
     targets = training_targets(train)
     train_rows, val_rows = _schedule_rows(cfg, train, targets)
     counts = check_both_classes(targets["correct"][train_rows], f"split {train.tag!r}")
@@ -139,6 +140,27 @@ def prepare(cfg: TrainConfig, device: torch.device) -> Prepared:
     schedule = StepSchedule(train_rows, cfg.batch_size, cfg.epochs, cfg.seed, cfg.flip)
     return Prepared(cfg, record, RunDir(run_dir), "unclaimed", train, evals, targets, train_rows,
                     val_rows, loss, spec, schedule, counts, protocol)
+
+
+def check_not_trained_on(train: Split, evals: list[Split], given: tuple[str, ...]) -> None:
+    """Refuse to evaluate on the images the oracle trains on (the same listing, by its dataset
+    fingerprint, whatever the tag or corruption): its numbers would be training-set numbers,
+    and the report, which fits its baselines on held-out training rows, would fit them on the
+    evaluated split.  Refused rather than labelled: every table, figure and export would have
+    to carry the label, and one that missed it would print a silently wrong number."""
+    fingerprint = train.cache.identity["dataset_fingerprint"]
+    for split in evals:
+        if split.cache.identity["dataset_fingerprint"] != fingerprint:
+            continue
+        given_here = split.tag in given
+        how = (f"--eval-split {split.tag}" if given_here
+               else f"the dataset's evaluation split {split.tag!r} (always scored)")
+        fix = (f"drop --eval-split {split.tag}" if given_here
+               else "train on another split (--train-split, e.g. the dataset's train split)")
+        raise RunError(f"--train-split {train.tag} and {how} list the same images (dataset "
+                       f"fingerprint {fingerprint[:12]}): the oracle would be scored on the rows "
+                       "it is trained on, and the report's baselines fitted on the evaluated "
+                       f"split. {fix[0].upper()}{fix[1:]}.")
 
 
 def write_val_split(prep: Prepared, info: dist.DistInfo) -> None:
