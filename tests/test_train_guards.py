@@ -19,7 +19,7 @@ def stage1(tmp_path_factory):
     base = tmp_path_factory.mktemp("guards")
     data = write_colour_tree(base / "colours", {"train": 8, "val": 4})
     cache = base / "cache"
-    extract(data, cache, flip_view=False)
+    extract(data, cache, extra=("--features",))     # the features and both views: --head-only
     return data, cache
 
 
@@ -92,3 +92,63 @@ def test_evaluating_on_the_training_split_is_refused(stage1, tmp_path, extra, na
     assert_error(result, r"list the same images.*scored on the rows it is trained on")
     assert_error(result, named)
     assert not out.exists()
+
+
+# ---------------------------------------------------- one message, run.json never `running` --
+def head_only_args(data: Path, cache: Path, out: Path, *extra) -> list:
+    args = train_args(data, cache, out, "--batch-size", 4, "--head-only", *extra, loss="ss")
+    for option in ("--precision", "--workers"):          # fine-tuning options
+        i = args.index(option)
+        del args[i:i + 2]
+    i = args.index("--model-kwargs")                      # the backbone of the feature cache
+    args[i + 1] = json.dumps({**TINY_VIT_KWARGS, "num_classes": 3})
+    return args
+
+
+@pytest.mark.parametrize("head_only, lr", [(False, 1e6), (True, 1e38)])
+def test_a_diverging_run_ends_in_the_nan_message_and_run_json_failed(stage1, tmp_path, head_only,
+                                                                     lr):
+    """--lr 1e6 ended in a traceback 'confidence must be finite' (the last finite loss's update
+    made the weights non-finite, seen first by the validation), run.json left `running`."""
+    data, cache = stage1
+    out = tmp_path / "r"
+    extra = ("--lr", lr, "--val-fraction", 0.25)
+    args = head_only_args(data, cache, out, *extra) if head_only else \
+        train_args(data, cache, out, "--batch-size", 4, *extra)
+    result = run_cli(args, expect=None)
+    assert_error(result, r"the loss became (nan|inf|-inf) at step \d+ of \d+; training stopped "
+                         r"and .*Lower --lr")
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "failed" and "the loss became" in run["error"]
+
+
+def test_an_unreachable_hub_fails_in_seconds_and_names_weights(stage1, tmp_path):
+    """--head-only (or any pretrained build) without a reachable hub retried for about a minute.
+    This machine has no network: the real hub lookup runs."""
+    import time
+
+    data, cache = stage1
+    out = tmp_path / "r"
+    args = [a for a in head_only_args(data, cache, out) if a != "--random-init"]
+    start = time.perf_counter()
+    result = run_cli(args, expect=None)
+    assert time.perf_counter() - start < 15, "the hub was retried"
+    assert_error(result, r"could not fetch pretrained weights for .*not in the local cache and .* "
+                         r"cannot be reached.*Pass --weights FILE")
+    assert not out.exists()                     # a failed start leaves no run folder
+
+
+def test_any_error_after_the_claim_marks_the_run_failed(stage1, tmp_path):
+    """An image damaged after extract (the same listing, so the cache still matches) fails the
+    training loop: the run was left `running`, as if it still trained."""
+    import shutil
+
+    data, cache = stage1
+    copy = shutil.copytree(data, tmp_path / "data")
+    for image in sorted((copy / "train").rglob("*.JPEG")):
+        image.write_bytes(image.read_bytes()[:60])
+    out = tmp_path / "r"
+    result = run_cli(train_args(copy, cache, out, "--batch-size", 4), expect=None)
+    assert_error(result, r"cannot decode .*\.JPEG")
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "failed" and "cannot decode" in run["error"]
