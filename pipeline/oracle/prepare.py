@@ -195,9 +195,10 @@ def versions() -> dict:
 @contextmanager
 def claimed(preps: list[Prepared], info: dist.DistInfo, must_resume: bool, kept: str):
     """Lock and claim the runs' directories (rank 0 decides, the others follow): each prep's
-    ``state`` becomes new, resume or complete.  A write that finds no room marks the runs that
-    are not complete ``failed`` with the one disk-full message (``kept``: what survives and how
-    to go on); a failed start leaves no empty run folder behind."""
+    ``state`` becomes new, resume or complete.  Any error after the claim marks the claimed runs
+    that are not complete ``failed`` with its message (a write that finds no room: the one
+    disk-full message, ``kept`` saying what survives and how to go on); a failed start leaves
+    no empty run folder behind."""
     existed = [p.run.path.exists() for p in preps]
     with ExitStack() as locks:
         try:
@@ -213,11 +214,12 @@ def claimed(preps: list[Prepared], info: dist.DistInfo, must_resume: bool, kept:
             yield preps
         except Exception as err:
             full = as_no_room(err, preps[0].run.path, kept)
+            if info.is_main:   # a run that stops is never left `running`; another run's
+                for prep in preps:   # run.json (a refused claim) is not this call's to mark
+                    if prep.state in ("new", "resume"):
+                        prep.run.mark_failed(str(full or err))
             if full is None:
                 raise
-            if info.is_main:
-                for prep in preps:
-                    prep.run.mark_failed(str(full))
             raise full from None
         finally:
             locks.close()
