@@ -2,7 +2,8 @@
 
 Weights come from (first match wins): ``--weights FILE`` (a plain state dict, safetensors, or a
 project checkpoint written by ``fit-classifier`` which also names its architecture), the embedded
-dataset's fitted checkpoints, timm's hub download, or a seeded random init (``--random-init``).
+dataset's fitted checkpoints, timm's hub download (``pipeline.core.hub``: local caches first, an
+unreachable hub refused in seconds), or a seeded random init (``--random-init``).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import timm
 import torch
 from torch import nn
 
+from pipeline.core.hub import HubUnreachable, create_pretrained
 from pipeline.core.presets import (EMBEDDED_ARCH, EMBEDDED_DATA_CONFIG, IMAGENET_PRESETS,
                                    embedded_classifier_path)
 
@@ -195,7 +197,12 @@ def build_model(spec: ModelSpec, seed: int = 0, num_classes: int | None = None) 
     pretrained = spec.weights is None and not spec.random_init
     torch.manual_seed(seed)  # random init must be reproducible (tests, benchmarks)
     try:
-        model = timm.create_model(spec.name, pretrained=pretrained, **kwargs)
+        model = (create_pretrained(spec.name, kwargs) if pretrained
+                 else timm.create_model(spec.name, pretrained=False, **kwargs))
+    except HubUnreachable as err:
+        raise ModelError(f"could not fetch pretrained weights for {spec.name}: {err}. Pass "
+                         "--weights FILE (a timm state dict, downloaded elsewhere), or use "
+                         "--random-init for a test run.") from None
     except Exception as err:  # noqa: BLE001 - hub/network errors come in many classes
         if pretrained:
             raise ModelError(f"could not fetch pretrained weights for {spec.name} from the model "
