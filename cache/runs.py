@@ -166,17 +166,22 @@ class RunDir:
             return
 
     def claim(self, record: Mapping[str, Any], must_resume: bool,
-              compared: Iterable[str]) -> str:
+              compared: Iterable[str], hints: Mapping[str, str] | None = None) -> str:
         """'new', 'resume' or 'complete'.  Refuses a directory that holds another run, naming the
-        differing labels and the differing settings among ``compared``."""
+        differing labels and the differing settings among ``compared`` (with ``hints[setting]``,
+        what to do about that one, where given)."""
         if self.run_file.exists():
             found = self.read()
             old, new = found.get("run", {}), dict(record)
-            diffs = identity_diff(old, new, RUN_IDENTITY)
+            diffs = identity_diff(old, new, RUN_IDENTITY, found_in="run")
             if diffs:
-                cfg_diffs = identity_diff(old.get("config", {}), new["config"], tuple(compared))
+                compared = tuple(compared)
+                cfg_diffs = identity_diff(old.get("config", {}), new["config"], compared,
+                                          found_in="run")
+                fixes = [hints[k] for k in compared if k in (hints or {}) and
+                         identity_diff(old.get("config", {}), new["config"], (k,))]
                 raise RunError(f"run directory {self.path} holds another run:\n  "
-                               + "\n  ".join(diffs + cfg_diffs)
+                               + "\n  ".join(diffs + cfg_diffs + fixes)
                                + "\nUse another --out, or delete that directory to start over.")
             if found.get("status") == "complete":
                 return "complete"

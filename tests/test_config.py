@@ -22,7 +22,8 @@ def test_every_option_of_train_oracle_is_one_field_and_every_field_one_option():
     declared = {f.metadata["opt"].name for f in fields(TrainConfig) if f.metadata["opt"]}
     assert params == declared
     unset = [f.name for f in fields(TrainConfig) if f.metadata["opt"] is None]
-    assert unset == ["artifacts"]        # derived from --data, not an option
+    # derived: the --weights file's sha256 (prepare), the artifacts root (--data)
+    assert unset == ["weights_sha256", "artifacts"]
 
 
 def test_a_command_line_becomes_the_fields_it_names():
@@ -56,6 +57,20 @@ def test_the_group_hash_leaves_out_exactly_where_runtime_and_seed():
         assert group_hash(changed, ident) == group_hash(base, ident), name
     for name in ("lr", "precision", "channels_last", "accum_steps", "train_split", "alpha_pos"):
         assert group_hash({**base, name: 123}, ident) != group_hash(base, ident), name
+
+
+def test_runs_without_weights_keep_their_group_and_weights_are_named_by_contents():
+    """Pinned: the group of a run without --weights (every demo run, most runs) did not move
+    when the weights file came to be named by its sha256 instead of its path."""
+    ident = {"model": "m", "weights_sha256": "w", "dataset_fingerprint": "f", "split": "train",
+             "corruption": "none"}
+    assert group_hash(asdict(TrainConfig()), ident) == "162ce89213ee"
+    head_only = TrainConfig(random_init=True, head_only=True, lr=0.1)
+    assert group_hash(asdict(head_only), ident) == "f056f8b91779"
+    k3 = asdict(TrainConfig(weights="k3.pth", weights_sha256="a" * 64))
+    assert group_hash({**k3, "weights": "./k3.pth"}, ident) == group_hash(k3, ident)
+    assert group_hash({**k3, "weights_sha256": "b" * 64}, ident) != group_hash(k3, ident)
+    assert group_hash(k3, ident) != group_hash(asdict(TrainConfig()), ident)
 
 
 def test_derived_lists_follow_the_field_declarations():

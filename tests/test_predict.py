@@ -74,3 +74,19 @@ def test_predict_on_another_data_root_gets_its_own_file(trained, tmp_path):
     assert "shifted_val.h5" in result.output
     assert np.array_equal(read_outputs(run / "outputs" / "shifted_val.h5").columns["z"],
                           read_outputs(run / "outputs" / "val.h5").columns["z"])
+
+
+def test_predict_without_precision_reproduces_a_bf16_run_bit_for_bit(trained, tmp_path):
+    """predict's default precision is the run's own (bf16 here), not the device's default (fp32
+    on the CPU): its outputs of the run's own split equal train-oracle's, bit for bit."""
+    data, cache, _ = trained
+    run = tmp_path / "bf16"
+    args = train_args(data, cache, run, "--lr", 0.05, "--val-fraction", 0.25, "--batch-size", 4)
+    args[args.index("--precision") + 1] = "bf16"
+    run_cli(args)
+    run_cli(["predict", "--run", run, "--split", "val", "--name", "again", "--workers", 0,
+             "--no-progress"])
+    first = read_outputs(run / "outputs" / "val.h5").columns
+    again = read_outputs(run / "outputs" / "again.h5").columns
+    for column in ("z", "confidence"):
+        assert first[column].tobytes() == again[column].tobytes(), column

@@ -124,7 +124,8 @@ def test_gradients_come_from_the_planner_s_run_records(tmp_path):
     run_dir = str(output.parent.parent)
     cache = str(tmp_path / "cache" / "vit" / "test")
     result = {"kind": "oracle", "split": "test", "cache": cache, "run_dir": run_dir,
-              "source": str(output), "labels": {"oracle": "vit", "classifier": "vit"}}
+              "source": str(output), "labels": {"oracle": "vit", "classifier": "vit", "loss_label": "SS",
+                                               "group": "g", "seed": 0}}
     record = {"grad_norm": {"mean": 0.25, "samples": 8}}
     found = collect([result], {run_dir: record})
     assert [g["mean"] for g in found["gradients"]] == [0.25]

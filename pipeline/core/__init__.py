@@ -1,6 +1,6 @@
 """What every stage shares (``cache`` and itself only); this file imports nothing, so ``report``
 can use the torch-free modules (metrics, counts, selective, presets, options, losses).
-models.py     timm factory: presets, weights files, hub download, DataConfig (preprocessing)
+models.py     timm factory: presets, weights files, hub (hub.py: caches first), DataConfig
 precision.py  bf16/fp16/fp32: the one default rule, autocast context, GradScaler (torch lazily)
 dist.py  torchrun / DDP plumbing; timing.py  model-only inference time; presets.py  named
               models, the paper's protocol and the embedded dataset's settings

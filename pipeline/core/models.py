@@ -2,7 +2,8 @@
 
 Weights come from (first match wins): ``--weights FILE`` (a plain state dict, safetensors, or a
 project checkpoint written by ``fit-classifier`` which also names its architecture), the embedded
-dataset's fitted checkpoints, timm's hub download, or a seeded random init (``--random-init``).
+dataset's fitted checkpoints, timm's hub download (``pipeline.core.hub``: local caches first, an
+unreachable hub refused in seconds), or a seeded random init (``--random-init``).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import timm
 import torch
 from torch import nn
 
+from pipeline.core.hub import HubUnreachable, create_pretrained
 from pipeline.core.presets import (EMBEDDED_ARCH, EMBEDDED_DATA_CONFIG, IMAGENET_PRESETS,
                                    embedded_classifier_path)
 
@@ -95,12 +97,28 @@ def _is_project_checkpoint(path: str) -> bool:
     return isinstance(obj, dict) and obj.get("format") == CHECKPOINT_FORMAT
 
 
-def _load_file(path: str):
-    path = Path(path)
+def _check_file(path: Path) -> None:
     if not path.exists():
         raise ModelError(f"--weights {path}: file not found")
     if path.is_dir():
         raise ModelError(f"--weights {path} is a directory; pass the weights file itself")
+
+
+def file_sha256(path: str) -> str:
+    """sha256 of a weights file's bytes: what identifies the weights of a run (its group hash,
+    the same-run check), whatever path names the file and whenever it is read."""
+    path = Path(path)
+    _check_file(path)
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _load_file(path: str):
+    path = Path(path)
+    _check_file(path)
     kind = _file_kind(path)
     if kind == "text":
         raise ModelError(f"--weights {path} is a text file, not a weights file: expected a "
@@ -179,7 +197,12 @@ def build_model(spec: ModelSpec, seed: int = 0, num_classes: int | None = None) 
     pretrained = spec.weights is None and not spec.random_init
     torch.manual_seed(seed)  # random init must be reproducible (tests, benchmarks)
     try:
-        model = timm.create_model(spec.name, pretrained=pretrained, **kwargs)
+        model = (create_pretrained(spec.name, kwargs) if pretrained
+                 else timm.create_model(spec.name, pretrained=False, **kwargs))
+    except HubUnreachable as err:
+        raise ModelError(f"could not fetch pretrained weights for {spec.name}: {err}. Pass "
+                         "--weights FILE (a timm state dict, downloaded elsewhere), or use "
+                         "--random-init for a test run.") from None
     except Exception as err:  # noqa: BLE001 - hub/network errors come in many classes
         if pretrained:
             raise ModelError(f"could not fetch pretrained weights for {spec.name} from the model "

@@ -91,6 +91,9 @@ class TrainConfig:
     # the oracle backbone and its head
     weights: str | None = setting(None, WEIGHTS.but(help="Oracle backbone weights file instead "
                                                         "of the hub."))
+    # the --weights file's identity, filled by prepare: its sha256 stands for the path in the
+    # group hash, so ./k3.pth and k3.pth are one group and a file changed in place is another
+    weights_sha256: str | None = setting(None, None)
     random_init: bool = setting(False, RANDOM_INIT.but(help="Random oracle backbone (tests, "
                                                             "benchmarks)."))
     model_kwargs: dict = setting(opt=MODEL_KWARGS.but(help="JSON for the oracle's "
@@ -255,6 +258,10 @@ def group_hash(config: Mapping[str, Any], train_identity: Mapping[str, Any]) -> 
     keep = {k: v for k, v in config.items() if k not in NOT_IN_GROUP}
     if not keep.get("head_only"):      # fine-tuned runs keep the group they had before --head-only
         keep.pop("head_only", None)
+    # the weights file by its contents, not its path; runs without --weights keep their group
+    sha = keep.pop("weights_sha256", None)
+    if keep.get("weights") is not None:
+        keep["weights"] = {"sha256": sha}
     keep["train_cache"] = {k: train_identity.get(k) for k in
                            ("model", "weights_sha256", "dataset_fingerprint", "split", "corruption")}
     return hashlib.sha256(json.dumps(canonical(keep), sort_keys=True).encode()).hexdigest()[:12]

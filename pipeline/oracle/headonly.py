@@ -136,8 +136,8 @@ def _write_trained(prep: Prepared, h: HeadState, best_state: dict | None, final_
     total = prep.schedule.total_steps
     if h.diverged_at is not None:
         err = TrainingDiverged(
-            f"the loss became non-finite at step {h.diverged_at} of {total} (head-only run; "
-            "nothing was kept). Lower --lr or check the features.")
+            f"the loss became {h.diverged_value} at step {h.diverged_at} of {total}; training "
+            "stopped and nothing was kept (head-only run). Lower --lr, or check the features.")
         prep.run.write(prep.record, "failed", versions(), step=h.diverged_at, error=str(err),
                        **extra)
         return None

@@ -71,6 +71,7 @@ class HeadState:
     best_score: float | None = None
     best_step: int | None = None
     diverged_at: int | None = None       # first step with a non-finite loss (1-based)
+    diverged_value: float | None = None  # that loss (nan or inf)
 
 
 @dataclass
@@ -231,8 +232,7 @@ def _sync(session: Session, state: LoopState, window: list, logs: list[StepLog],
         head.counts += counts[:, p]
         bad = np.flatnonzero(~np.isfinite(losses[:, p]))
         if len(bad) and head.diverged_at is None:
-            head.diverged_at = first + int(bad[0])
-            session.diverged(float(losses[bad[0], p]), head.diverged_at, state)
+            _diverge(session, state, head, first + int(bad[0]), float(losses[bad[0], p]))
     now = time.perf_counter()
     img_s = len(window) * s.batch_size / max(now - t0, 1e-9)
     lr = session.lr()
@@ -261,6 +261,10 @@ def _validate(session: Session, state: LoopState, logs: list[StepLog]) -> None:
     for p, head in enumerate(state.heads):
         if head.diverged_at is not None:
             continue
+        bad = ~np.isfinite(z[:, p])
+        if bad.any():     # the step's loss was finite, its update was not: the next loss is nan
+            _diverge(session, state, head, state.step, float(z[bad, p][0]))
+            continue
         metrics = validation_metrics(z[:, p], session.val_correct, float(loss[p]),
                                      session.tnr_logit)
         logs[p].write({"step": state.step, "val": metrics})
@@ -268,3 +272,11 @@ def _validate(session: Session, state: LoopState, logs: list[StepLog]) -> None:
         if math.isfinite(score) and (head.best_score is None or score > head.best_score):
             head.best_score, head.best_step = score, state.step
             session.keep_best(p, state.step, score)
+
+
+def _diverge(session: Session, state: LoopState, head: HeadState, step: int,
+             value: float) -> None:
+    """A head's loss (or, at a validation, its output) became non-finite at ``step``: marked,
+    then the session decides (a fine-tuned run stops with the one message, a bank goes on)."""
+    head.diverged_at, head.diverged_value = step, value
+    session.diverged(value, step, state)

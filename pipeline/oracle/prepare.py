@@ -22,7 +22,7 @@ from cache.runs import RunDir, RunError, default_run_dir, run_record
 from pipeline.core import dist
 from pipeline.core.losses import (PARAMS, LossConfig, check_loss_options, head_of, loss_label,
                                   resolve_loss, variant_tags)
-from pipeline.core.models import ModelError, ModelSpec, resolve_spec
+from pipeline.core.models import ModelError, ModelSpec, file_sha256, resolve_spec
 from pipeline.core.precision import default_precision
 from pipeline.core.presets import SS_ALPHAS, family
 from pipeline.data.images import default_workers
@@ -36,6 +36,9 @@ from pipeline.oracle.targets import (CLASSIFIER_KEYS, Split, check_both_classes,
 
 # Settings a refusal of "holds another run" names when they differ: the run part of the config.
 CLAIM_COMPARED = tuple(sorted(f for f in TrainConfig.__dataclass_fields__ if f not in NOT_IN_GROUP))
+CLAIM_HINTS = {"weights_sha256": "the --weights file's contents are not the ones this run was "
+               "trained with (the file changed in place, or another file): restore that file to "
+               "continue this run; new weights make a new run"}
 
 
 @dataclass
@@ -112,6 +115,7 @@ def prepare(cfg: TrainConfig, device: torch.device) -> Prepared:
     eval_tags = tuple(dict.fromkeys(default_eval_splits(cfg.data, train) + tuple(cfg.eval_splits)))
     evals = [open_split(cfg.data, Path(cfg.cache), cfg.classifier, tag, cfg.labels_file,
                         same_classifier_as=train.cache.identity) for tag in eval_tags]
+    check_not_trained_on(train, evals, cfg.eval_splits)
     targets = training_targets(train)
     train_rows, val_rows = _schedule_rows(cfg, train, targets)
     counts = check_both_classes(targets["correct"][train_rows], f"split {train.tag!r}")
@@ -123,6 +127,7 @@ def prepare(cfg: TrainConfig, device: torch.device) -> Prepared:
     z_head = head_of(cfg.loss, cfg.z)
     cfg = replace(cfg, oracle=cfg.oracle or cfg.classifier, eval_splits=eval_tags,
                   preprocess=cfg.preprocess or train.cache.identity["preprocess"], z=z_head,
+                  weights_sha256=file_sha256(cfg.weights) if cfg.weights else None,
                   **{name: getattr(loss, name) for name, p in PARAMS.items() if p.recorded})
     config = as_record(cfg)
     tags = variant_tags(loss, z_head) + (["head-only"] if cfg.head_only else [])
@@ -135,6 +140,27 @@ def prepare(cfg: TrainConfig, device: torch.device) -> Prepared:
     schedule = StepSchedule(train_rows, cfg.batch_size, cfg.epochs, cfg.seed, cfg.flip)
     return Prepared(cfg, record, RunDir(run_dir), "unclaimed", train, evals, targets, train_rows,
                     val_rows, loss, spec, schedule, counts, protocol)
+
+
+def check_not_trained_on(train: Split, evals: list[Split], given: tuple[str, ...]) -> None:
+    """Refuse to evaluate on the images the oracle trains on (the same listing, by its dataset
+    fingerprint, whatever the tag or corruption): its numbers would be training-set numbers,
+    and the report, which fits its baselines on held-out training rows, would fit them on the
+    evaluated split.  Refused rather than labelled: every table, figure and export would have
+    to carry the label, and one that missed it would print a silently wrong number."""
+    fingerprint = train.cache.identity["dataset_fingerprint"]
+    for split in evals:
+        if split.cache.identity["dataset_fingerprint"] != fingerprint:
+            continue
+        given_here = split.tag in given
+        how = (f"--eval-split {split.tag}" if given_here
+               else f"the dataset's evaluation split {split.tag!r} (always scored)")
+        fix = (f"drop --eval-split {split.tag}" if given_here
+               else "train on another split (--train-split, e.g. the dataset's train split)")
+        raise RunError(f"--train-split {train.tag} and {how} list the same images (dataset "
+                       f"fingerprint {fingerprint[:12]}): the oracle would be scored on the rows "
+                       "it is trained on, and the report's baselines fitted on the evaluated "
+                       f"split. {fix[0].upper()}{fix[1:]}.")
 
 
 def write_val_split(prep: Prepared, info: dist.DistInfo) -> None:
@@ -169,9 +195,10 @@ def versions() -> dict:
 @contextmanager
 def claimed(preps: list[Prepared], info: dist.DistInfo, must_resume: bool, kept: str):
     """Lock and claim the runs' directories (rank 0 decides, the others follow): each prep's
-    ``state`` becomes new, resume or complete.  A write that finds no room marks the runs that
-    are not complete ``failed`` with the one disk-full message (``kept``: what survives and how
-    to go on); a failed start leaves no empty run folder behind."""
+    ``state`` becomes new, resume or complete.  Any error after the claim marks the claimed runs
+    that are not complete ``failed`` with its message (a write that finds no room: the one
+    disk-full message, ``kept`` saying what survives and how to go on); a failed start leaves
+    no empty run folder behind."""
     existed = [p.run.path.exists() for p in preps]
     with ExitStack() as locks:
         try:
@@ -187,11 +214,12 @@ def claimed(preps: list[Prepared], info: dist.DistInfo, must_resume: bool, kept:
             yield preps
         except Exception as err:
             full = as_no_room(err, preps[0].run.path, kept)
+            if info.is_main:   # a run that stops is never left `running`; another run's
+                for prep in preps:   # run.json (a refused claim) is not this call's to mark
+                    if prep.state in ("new", "resume"):
+                        prep.run.mark_failed(str(full or err))
             if full is None:
                 raise
-            if info.is_main:
-                for prep in preps:
-                    prep.run.mark_failed(str(full))
             raise full from None
         finally:
             locks.close()
@@ -205,7 +233,7 @@ def _claim(prep: Prepared, must_resume: bool, info: dist.DistInfo) -> str:
     err, state = None, "new"
     if info.is_main:
         try:
-            state = prep.run.claim(prep.record, must_resume, CLAIM_COMPARED)
+            state = prep.run.claim(prep.record, must_resume, CLAIM_COMPARED, CLAIM_HINTS)
         except RunError as e:
             err = e
     if not dist.all_ok(info, err is None):

@@ -1,7 +1,9 @@
-"""Seeds into table rows: one row per <kind, oracle, classifier, loss label, group> and split, the
-mean +- std over its seeds (a repeated seed counted once), in the report's row and split order."""
+"""Seeds into table rows: one row per <kind, oracle, classifier, loss label, group, evaluated
+cache> and split, the mean +- std over its seeds (a repeated seed counted once, by ``counted``,
+which every table uses), in the report's row and split order."""
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -26,31 +28,76 @@ def row_order(row: dict) -> tuple:
             row["loss_label"], row["group"])
 
 
-def aggregate(results: list[dict]) -> dict[str, list[dict]]:
-    """{split: rows}; a row = one <kind, oracle, classifier, loss label, group> with its seeds."""
+def row_key(result: dict) -> tuple:
+    """What one table row stands for: split, kind, oracle, classifier, loss label, group and the
+    identity of the evaluated cache (``inputs.eval_identity``: two evaluation sets, e.g. a split
+    listed with and without a class, are two rows, never one row with a "repeated seed")."""
+    lab = result["labels"]
+    return (result["split"], result["kind"], lab["oracle"], lab["classifier"], lab["loss_label"],
+            lab["group"], json.dumps(result.get("eval") or {}, sort_keys=True))
+
+
+def training_key(result: dict) -> tuple:
+    """What one trained oracle stands for, wherever it was evaluated (the appendix's gradient
+    magnitudes, a quantity of training)."""
+    lab = result["labels"]
+    return (result["kind"], lab["oracle"], lab["classifier"], lab["loss_label"], lab["group"])
+
+
+def grouped(results: list[dict], key=row_key) -> dict[tuple, tuple[list[dict], list[str]]]:
+    """{key: (the evaluations counted under it, the notes on its repeats)}: each group's repeated
+    seeds collapsed by ``collapse_repeats`` (which marks them ``repeat_of``)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in results:
-        lab = r["labels"]
-        groups[(r["split"], r["kind"], lab["oracle"], lab["classifier"], lab["loss_label"],
-                lab["group"])].append(r)
-    splits: dict[str, list[dict]] = defaultdict(list)
+        groups[key(r)].append(r)
+    out = {}
     for key, members in groups.items():
         members, notes = collapse_repeats(members)
         members.sort(key=lambda m: (m["labels"]["seed"] is None, m["labels"]["seed"] or 0))
+        out[key] = (members, notes)
+    return out
+
+
+def counted(results: list[dict], key=row_key) -> list[dict]:
+    """The evaluations every table counts (a repeated seed once): the one deduplication used by
+    the main tables, the figures and the appendix (gradients, inference time)."""
+    return [m for members, _ in grouped(results, key).values() for m in members]
+
+
+def aggregate(results: list[dict]) -> dict[str, list[dict]]:
+    """{split: rows}; a row = one ``row_key`` with its seeds."""
+    splits: dict[str, list[dict]] = defaultdict(list)
+    for key, (members, notes) in grouped(results).items():
         row = _row(members)
         row["warnings"] += notes
         splits[key[0]].append(row)
     out = {}
     for tag in sorted(splits, key=split_order):
-        rows = sorted(splits[tag], key=row_order)
-        clash = defaultdict(int)
-        for row in rows:
-            clash[(row["oc"], row["loss_label"])] += 1
-        for row in rows:
-            ambiguous = clash[(row["oc"], row["loss_label"])] > 1
-            row["display_loss"] = row["loss_label"] + (f" [{row['group']}]" if ambiguous else "")
-        out[tag] = rows
+        out[tag] = sorted(splits[tag], key=row_order)
+        _display_labels(out[tag])
     return out
+
+
+def _display_labels(rows: list[dict]) -> None:
+    """``display_loss``: the loss label, plus what tells rows apart where several rows of one
+    <O,C> would read the same (their group, and what differs in their evaluated caches)."""
+    clash = defaultdict(list)
+    for row in rows:
+        clash[(row["oc"], row["loss_label"])].append(row)
+    for same in clash.values():
+        differ = [k for k in ("group", *same[0]["eval"]) if len(same) > 1
+                  and len({json.dumps((r["eval"] | {"group": r["group"]}).get(k), sort_keys=True)
+                           for r in same}) > 1]
+        for row in same:
+            parts = [_short(row["group"]) if k == "group" else f"{k} {_short(row['eval'].get(k))}"
+                     for k in differ]
+            row["display_loss"] = row["loss_label"] + (f" [{', '.join(parts)}]" if parts else "")
+
+
+def _short(value) -> str:
+    """A hash as its first 8 hex digits, anything else as text."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text[:8] if len(text) >= 32 and all(c in "0123456789abcdef" for c in text) else text
 
 
 def collapse_repeats(members: list[dict]) -> tuple[list[dict], list[str]]:
@@ -84,6 +131,7 @@ def _row(members: list[dict]) -> dict:
     lab = members[0]["labels"]
     seeds = [m["labels"]["seed"] for m in members]
     row = {"kind": members[0]["kind"], "split": members[0]["split"], "oc": oc_label(lab),
+           "eval": members[0].get("eval") or {},
            **{k: lab[k] for k in ("oracle", "classifier", "loss", "variant", "loss_label",
                                   "group", "num_classes")},
            "n": len(members), "seeds": seeds, "sources": [m["source"] for m in members],

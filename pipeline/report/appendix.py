@@ -17,6 +17,7 @@ from cache.manifest import load_manifest
 from cache.runs import RunDir
 from cache.schema import CacheError
 from pipeline.report import tables as T
+from pipeline.report.aggregate import counted, training_key
 
 _NAME = re.compile(r"^[a-z][a-z_]*$")
 APPENDIX_METRICS = tuple(m for m, _, _ in T.COLUMNS["paper"])   # the paper Table 1 columns
@@ -42,9 +43,10 @@ def corruption_of(identity: dict, root: str = "") -> tuple[str, int] | None:
 
 def collect(results: list[dict], run_records: Mapping[str, dict]) -> dict:
     """{'shifts': {split: [corruption, severity]}, 'gradients': [...], 'inference': [...]} for
-    report.json (one entry per shifted split / run / <O,C> and split).  ``run_records``: {run
+    report.json (one entry per shifted split / counted run / <O,C> and split).  ``run_records``: {run
     directory: its run.json as the planner read it}."""
     manifests = _Manifests()
+    results = counted(results)     # a repeated seed once, as in every other table
     shifts = {}
     for r in results:
         if r["split"] not in shifts:
@@ -52,11 +54,14 @@ def collect(results: list[dict], run_records: Mapping[str, dict]) -> dict:
             shifts[r["split"]] = corruption_of(manifest.get("identity", {}), manifest.get("root", ""))
     grads, runs = [], {}
     for r in results:
-        if r["kind"] == "oracle" and r["run_dir"] and r["run_dir"] not in runs:
-            runs[r["run_dir"]] = r
-            g = run_records.get(r["run_dir"], {}).get("grad_norm") or {}
-            if g.get("mean") is not None:
-                grads.append({"run_dir": r["run_dir"], "labels": r["labels"], **g})
+        if r["kind"] == "oracle" and r["run_dir"]:
+            runs.setdefault(r["run_dir"], r)
+    # one trained oracle per seed of a group, wherever it was evaluated (copies: this count must
+    # not mark the evaluations of the main tables as repeats)
+    for r in counted([dict(r) for r in runs.values()], key=training_key):
+        g = run_records.get(r["run_dir"], {}).get("grad_norm") or {}
+        if g.get("mean") is not None:
+            grads.append({"run_dir": r["run_dir"], "labels": r["labels"], **g})
     timing = defaultdict(lambda: {"oracle": [], "classifier": None})
     for r in results:
         if r["kind"] != "oracle":

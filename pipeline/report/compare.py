@@ -57,8 +57,9 @@ def comparisons(rows: list[dict]) -> list[dict]:
     difference of the seed means, its paired interval and which side the interval favours."""
     out = []
     for ss in (r for r in rows if r["kind"] == "oracle" and r["loss"] == SS):
-        others = [r for r in rows if r["kind"] == "oracle" and r["oc"] == ss["oc"] and r is not ss]
-        others += [r for r in rows if r["kind"] == "baseline" and r["loss"] == REFERENCE
+        same = [r for r in rows if r["eval"] == ss["eval"]]     # rows of one evaluated cache
+        others = [r for r in same if r["kind"] == "oracle" and r["oc"] == ss["oc"] and r is not ss]
+        others += [r for r in same if r["kind"] == "baseline" and r["loss"] == REFERENCE
                    and r["classifier"] == ss["classifier"]]
         for other in others:
             out.append(_compare(ss, other))

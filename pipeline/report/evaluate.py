@@ -8,14 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
-from cache.outputs import read_outputs
+from cache.outputs import classifier_ref, read_outputs
 from cache.reader import ClassifierCache, UnverifiedCacheWarning
 from cache.runs import RunDir
 from cache.schema import CacheMismatch
 from pipeline.core.losses import tnr_threshold
 from pipeline.report.baselines import BASELINES, FITTED, TABLE, baseline_scores
 from pipeline.report.heldout import FitTask, fit_heldout
-from pipeline.report.inputs import CacheTask, OutputTask, ReportError
+from pipeline.report.inputs import CacheTask, OutputTask, ReportError, eval_identity
 from pipeline.report.scoring import score_summary, undefined_summary
 
 LABEL_KEYS = ("oracle", "oracle_model", "classifier", "loss", "variant", "loss_label", "seed",
@@ -62,8 +62,9 @@ def evaluate_output(task: OutputTask) -> dict:
     result.update(kind="oracle", split=task.tag, source=task.output, run_dir=task.run_dir,
                   cache=task.cache, rows=int(len(out.columns["index"])),
                   excluded_rows=int(len(excluded)), excluded_indices=excluded[:20].tolist(),
+                  eval=eval_identity(task.ref),
                   labels={**{key: run.get(key) for key in LABEL_KEYS}, "num_classes": k,
-                          "variant": run.get("variant") or "",
+                          "classifier": task.classifier, "variant": run.get("variant") or "",
                           "loss_label": run.get("loss_label") or str(run["loss"]).upper()},
                   status=task.run_json.get("status"))
     return result
@@ -88,6 +89,7 @@ def evaluate_baselines(task: CacheTask) -> list[dict]:
                                  params=params)
     except ValueError as err:
         raise ReportError(f"classifier cache {task.cache}: {err}") from None
+    evaluated = eval_identity(classifier_ref(cache.path, cache.identity))
     results = []
     for name in names:
         if name in unfit:
@@ -107,7 +109,7 @@ def evaluate_baselines(task: CacheTask) -> list[dict]:
                   "group": "posthoc", "dataset": cache.identity["dataset"],
                   "num_classes": cache.identity["num_classes"]}
         result.update(kind="baseline", source=task.cache, run_dir=None, cache=task.cache,
-                      rows=int(len(cols["index"])), labels=labels,
+                      rows=int(len(cols["index"])), labels=labels, eval=evaluated,
                       excluded_rows=int(len(excluded)), excluded_indices=excluded[:20].tolist())
         results += [{**result, "split": tag} for tag in task.tags]
     return results

@@ -18,6 +18,7 @@ from cache.reader import ClassifierCache, slug, split_tag
 from cache.runs import OUTPUTS, RUN_FILE, RunDir, find_runs, is_run_dir
 from cache.schema import KIND_ORACLE, CacheError, CacheMismatch, canonical, check_identity
 from cache.shards import read_attrs
+from pipeline.core.presets import EMBEDDED_ARCH, IMAGENET_PRESETS
 from pipeline.report.bootstrap import BootstrapSpec
 from pipeline.report.heldout import FitTask
 
@@ -114,8 +115,27 @@ def _caches_under(path: Path) -> list[Path]:
     return found
 
 
+def eval_identity(ref: dict) -> dict:
+    """What makes an evaluated classifier cache what it is (``classifier_ref`` without its path):
+    model, weights hash, dataset fingerprint, split, corruption, rows, ...  The report keys its
+    rows by it, so two evaluation sets are never merged because their paths or tags look alike."""
+    return canonical({k: v for k, v in ref.items() if k != "path"})
+
+
 def _ref_key(ref: dict) -> str:
-    return json.dumps(canonical({k: v for k, v in ref.items() if k != "path"}), sort_keys=True)
+    return json.dumps(eval_identity(ref), sort_keys=True)
+
+
+def classifier_label(name: str, identity: dict) -> str:
+    """The classifier a row is labelled with: the name given (--classifier, or the cache's
+    folder) when it names the model the cache recorded, else that recorded model -- a copied
+    cache of model A under the name B is A's, whatever the folder or the command line said.
+    A name names a model when it is the model (timm's pretrained tag aside) or a preset of it."""
+    model = str(identity.get("model") or "")
+    named = {name, IMAGENET_PRESETS.get(name), (EMBEDDED_ARCH.get(name) or (None,))[0]}
+    if not name or not model or model in named or name.split(".")[0] == model.split(".")[0]:
+        return name or model
+    return model
 
 
 def open_cache(path: Path) -> tuple[ClassifierCache, dict]:
@@ -130,7 +150,8 @@ def plan(src: Sources, splits: tuple[str, ...] = ()) -> tuple[list[OutputTask], 
     for path in src.caches:
         cache, ref = open_cache(path)
         known.setdefault(_ref_key(ref), cache.path.resolve())
-        labels.setdefault(cache.path.resolve(), (cache.path.resolve().parent.name, []))
+        label = classifier_label(cache.path.resolve().parent.name, cache.identity)
+        labels.setdefault(cache.path.resolve(), (label, []))
     tasks = []
     for run_dir, explicit in src.run_dirs.items():
         run = RunDir(run_dir)
@@ -178,7 +199,7 @@ def _output_task(run_dir: Path, output: Path, run_json: dict, known: dict) -> Ou
                             f"cache {cache.path}") from None
     _check_labels(run_dir, run_json, run)
     return OutputTask(str(run_dir), str(output), output.stem, str(cache.path.resolve()), ref,
-                      str(run.get("classifier") or ""), run_json)
+                      classifier_label(str(run.get("classifier") or ""), cache.identity), run_json)
 
 
 def _locate_cache(run_dir: Path, output: Path, recorded: dict, run: dict) -> Path:
