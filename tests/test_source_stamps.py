@@ -199,3 +199,22 @@ def test_loader_workers_record_the_hash_and_stamp_of_each_file_they_read(tmp_pat
         assert entry[SOURCE_STAMP] == column_hash(stats)
     summary = run_extract(cfg)
     assert summary["already_complete"] and not summary["notes"]
+
+
+def test_head_only_refuses_an_oracle_feature_cache_of_images_changed_since(tmp_path):
+    """The classifier cache re-extracted after images changed (so its stamps are current) must
+    not be joined with another backbone's features of the old images (--features-cache)."""
+    from test_head_only import head_args
+
+    data = write_colour_tree(tmp_path / "data", {"train": 8, "val": 4})
+    extract(data, tmp_path / "cache", extra=("--features",))
+    extract(data, tmp_path / "ofeat", seed=1, extra=("--features",))
+    wnids = sorted(p.name for p in (data / "train").iterdir())
+    shutil.copyfile(data / "train" / wnids[1] / f"{wnids[1]}_0.JPEG",
+                    data / "train" / wnids[0] / f"{wnids[0]}_0.JPEG")
+    extract(data, tmp_path / "cache", extra=("--features",))      # C's cache repaired only
+    result = run_cli(head_args(tmp_path, data, "--features-cache", tmp_path / "ofeat",
+                               "--no-flip", "--batch-size", 4), expect=1)
+    assert re.search(r"error: cache .*ofeat.*train: 1 image\(s\) \(.*_0.JPEG\) of --data "
+                     r"changed since it was extracted", result.output), result.output
+    assert "Traceback" not in result.output

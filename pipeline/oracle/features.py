@@ -31,7 +31,7 @@ from cache.schema import (FEATURE_COLUMN, FEATURE_FLIP_COLUMN, CacheError, Cache
 from cache.shards import read_column_into
 from pipeline.core.models import build_model, resolve_data_config, weights_sha256
 from pipeline.oracle.prepare import Prepared
-from pipeline.oracle.targets import Split
+from pipeline.oracle.targets import Split, check_images
 
 # What the feature cache must share with the classifier cache it is joined with (same samples).
 SAME_SAMPLES = ("dataset", "dataset_fingerprint", "split", "corruption", "num_rows")
@@ -133,6 +133,9 @@ def open_features(src: FeatureSource, split: Split, need_flip: bool) -> Classifi
         raise CacheError(f"{where} has no flipped view's features, which training with --flip "
                          "needs (never mixing views). Train with --no-flip, or re-extract with "
                          "--features --flip-view:\n" + hint)
+    # its own stamps: a classifier cache re-extracted after images changed must not be joined
+    # with features of the old images
+    check_images(cache, split.samples)
     return cache
 
 
