@@ -94,6 +94,24 @@ def test_evaluating_on_the_training_split_is_refused(stage1, tmp_path, extra, na
     assert not out.exists()
 
 
+def test_predict_refuses_the_training_split(stage1, tmp_path):
+    """predict --split train scored the rows the oracle was trained on, with no word; a run
+    written before run.json recorded the training fingerprint is checked through its cache."""
+    data, cache = stage1
+    out = tmp_path / "r"
+    run_cli(train_args(data, cache, out, "--batch-size", 4))
+    args = ["predict", "--run", out, "--data", data, "--cache", cache, "--split", "train",
+            "--device", "cpu", "--no-progress"]
+    assert_error(run_cli(args, expect=None), r"--split train lists the images run .* was "
+                 r"trained on .*training-set numbers")
+    record = json.loads((out / "run.json").read_text())
+    del record["train_fingerprint"]
+    (out / "run.json").write_text(json.dumps(record))
+    assert_error(run_cli(args, expect=None), r"--split train lists the images run")
+    assert not (out / "outputs" / "train.h5").exists()
+    run_cli([*args[:-4], "val", *args[-3:], "--name", "val-again"])
+
+
 # ---------------------------------------------------- one message, run.json never `running` --
 def head_only_args(data: Path, cache: Path, out: Path, *extra) -> list:
     args = train_args(data, cache, out, "--batch-size", 4, "--head-only", *extra, loss="ss")

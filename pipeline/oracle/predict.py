@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cache.outputs import classifier_ref
+from cache.reader import ClassifierCache
 from cache.runs import RunDir, RunError
+from cache.schema import CacheError
 from pipeline.core import dist
 from pipeline.core.options import check_output_name
 from pipeline.data.sources import is_embedded
@@ -42,6 +44,25 @@ def run_precision(run: dict) -> str:
         if train.get("precision"):
             return train["precision"]
     return record["config"]["precision"]
+
+
+def check_not_training_rows(run_dir: Path, run: dict, split) -> None:
+    """Refuse to score the images the run's oracle was trained on (train-oracle refuses to
+    evaluate them too: prepare.check_not_trained_on).  The training split's fingerprint is in
+    run.json; a run written before it is recorded there is checked against its training cache
+    when that is still where it was."""
+    trained = run.get("train_fingerprint")
+    if trained is None and Path(run.get("train_cache", "")).is_dir():
+        try:
+            trained = ClassifierCache.open(Path(run["train_cache"])).identity["dataset_fingerprint"]
+        except CacheError:
+            trained = None
+    found = split.cache.identity["dataset_fingerprint"]
+    if found == trained:
+        raise RunError(f"--split {split.tag} lists the images run {run_dir} was trained on "
+                       f"(dataset fingerprint {found[:12]}): its scores would be training-set "
+                       "numbers, and the report's baselines are fitted on held-out rows of that "
+                       "split. Predict on another split.")
 
 
 @dataclass(frozen=True)
@@ -81,6 +102,7 @@ def predict(cfg: PredictConfig) -> list[dict]:
     for tag in cfg.splits:
         split = open_split(cfg.data, cfg.cache, record["classifier"], tag, cfg.labels_file,
                            same_classifier_as=run["classifier_identity"])
+        check_not_training_rows(cfg.run, run, split)
         path = run_dir.output(cfg.name or default_output_name(cfg.data, record, tag))
         if run_dir.outputs_done(path, classifier_ref(split.cache.path, split.cache.identity), record):
             results.append({"split": tag, "path": str(path), "already_complete": True})

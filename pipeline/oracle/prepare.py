@@ -181,6 +181,7 @@ def run_extras(prep: Prepared, schedule_info: dict) -> dict:
             "train_cache": str(prep.train.cache.path),
             "eval_caches": {s.tag: str(s.cache.path) for s in prep.evals},
             "classifier_identity": {k: ident[k] for k in CLASSIFIER_KEYS},
+            "train_fingerprint": ident["dataset_fingerprint"],
             "class_counts": {"incorrect": prep.counts[0], "correct": prep.counts[1]},
             "rows": {"train": int(len(prep.train_rows)), "val": int(len(prep.val_rows))},
             "protocol": prep.protocol}
