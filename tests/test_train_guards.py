@@ -112,6 +112,27 @@ def test_predict_refuses_the_training_split(stage1, tmp_path):
     run_cli([*args[:-4], "val", *args[-3:], "--name", "val-again"])
 
 
+def test_non_finite_oracle_weights_are_refused_before_outputs_are_written(stage1, tmp_path):
+    """An oracle whose weights are not finite (a final model whose last update diverged) ended
+    in a traceback `confidence must be finite`; predict on such a checkpoint likewise."""
+    import torch
+
+    data, cache = stage1
+    out = tmp_path / "r"
+    run_cli(train_args(data, cache, out, "--batch-size", 4))
+    best = out / "checkpoints" / "best.pt"
+    ckpt = torch.load(best, weights_only=False)
+    state = ckpt["model"] if "model" in ckpt else ckpt
+    name = next(k for k, v in state.items() if v.is_floating_point())
+    state[name].fill_(float("nan"))
+    torch.save(ckpt, best)
+    args = ["predict", "--run", out, "--data", data, "--cache", cache, "--split", "val",
+            "--name", "again", "--device", "cpu", "--no-progress"]
+    assert_error(run_cli(args, expect=None), r"gives non-finite scores \(NaN or inf\) on \d+ of "
+                 r"\d+ rows of split 'val' .*training diverged; nothing was written")
+    assert not (out / "outputs" / "again.h5").exists()
+
+
 # ---------------------------------------------------- one message, run.json never `running` --
 def head_only_args(data: Path, cache: Path, out: Path, *extra) -> list:
     args = train_args(data, cache, out, "--batch-size", 4, "--head-only", *extra, loss="ss")

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from cache.integrity import file_digest
 from cache.outputs import classifier_ref, write_outputs
-from cache.runs import FRAME_KEYS, RunDir
+from cache.runs import FRAME_KEYS, RunDir, RunError
 from pipeline.core import dist
 from pipeline.core.models import DataConfig
 from pipeline.core.precision import autocast
@@ -80,6 +80,13 @@ def write_z_outputs(run: RunDir, split: Split, cols: dict, rows: np.ndarray, z_r
     ``valid`` column marks the rows scored; ``cols``: the cache's valid/correct/label/pred
     columns; ``inference``: the oracle's timing on it (outputs/<name>.timing.json; none for
     head-only scores).  Returns a summary."""
+    bad = np.flatnonzero(~np.isfinite(z_rows))
+    if len(bad):   # e.g. the final model of a run whose last update diverged (--val-fraction 0)
+        raise RunError(f"the oracle of run {run.path} gives non-finite scores (NaN or inf) on "
+                       f"{len(bad)} of {len(z_rows)} rows of split {split.tag!r} (first: row "
+                       f"{int(rows[bad[0]])}): its weights are not finite, so training diverged; "
+                       "nothing was written. Lower --lr and train again (another --out, or "
+                       "delete the run folder)")
     n = split.cache.num_rows
     z = np.zeros(n, np.float32)
     conf = np.zeros(n, np.float32)
