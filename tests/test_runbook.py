@@ -223,13 +223,14 @@ def test_disk_figures_follow_the_cache_schema():
     text = DOC.read_text()
     size = {"int64": 8, "uint8": 1, "float32": 4}
     k = 1000
-    base = sum(size[t] for c, t in CLASSIFIER_COLUMNS.items() if c != "logits") + 2 * k
+    base = sum(size[t] for c, t in CLASSIFIER_COLUMNS.items() if c != "logits") + 2 * k \
+        + 16                                          # source_xxh3: the image file's XXH3-128
     flip = sum(size[CLASSIFIER_COLUMNS[c]] for c in FLIP_COLUMNS if c != "logits") + 2 * k
     oracle = sum(size[t] for t in ORACLE_COLUMNS.values())
-    assert (base - 2 * k, flip - 2 * k, oracle) == (34, 17, 34)
-    assert "**34 + 2K bytes**" in text and "**17 + 2K** more" in text
+    assert (base - 2 * k, flip - 2 * k, oracle) == (50, 17, 34)
+    assert "**50 + 2K bytes**" in text and "**17 + 2K** more" in text
     assert f"{base + flip:,}" in text and f"{base:,}" in text and "34 bytes/row" in text
-    for rows, per_row, shown in ((1_281_167, base + flip, "5.19 GB"), (1_281_167, base, "2.61 GB"),
+    for rows, per_row, shown in ((1_281_167, base + flip, "5.21 GB"), (1_281_167, base, "2.63 GB"),
                                  (50_000, base + flip, "203 MB"), (50_000, base, "102 MB")):
         value = rows * per_row / (1e9 if "GB" in shown else 1e6)
         assert f"{value:.{2 if 'GB' in shown else 0}f} {shown.split()[1]}" == shown, (rows, per_row)
