@@ -7,7 +7,8 @@ between the rounds, and in the same working directory, so the absolute paths tha
 record (the caches an output was scored against) are the same.  The files are then compared byte
 for byte.  Left out, by name, because they hold wall times and nothing else differs in them:
 the manifest's ``info.created`` and the timing keys of its ``summary``; run.json's ``updated``
-and ``timing``; log.jsonl's ``img_per_s``; ``outputs/<split>.timing.json``."""
+and ``timing``; log.jsonl's ``img_per_s``; ``outputs/<split>.timing.json``; TensorBoard's event
+files (named by the time and process id; written only where the package is installed)."""
 from __future__ import annotations
 
 import json
