@@ -84,14 +84,15 @@ def fit_classifier(classifier, data, split, out, labels_file, num_classes, model
     m = result["meta"]
     if result["skipped"]:
         click.echo(f"{result['out']} exists (held-out accuracy {100 * m['held_out_accuracy']:.2f}%"
-                   f", fitted {m.get('created', '?')}): nothing to do; --force retrains")
+                   f", fitted {result['fitted']}): nothing to do; --force retrains")
         for note in result["notes"]:
             click.echo(f"warning: it differs from what this command would fit: {note}", err=True)
         return
     for note in result["notes"]:
         click.echo(f"note: {note}", err=True)
+    t = result["timing"]
     click.echo(f"fit-classifier {classifier} ({m['model']}, "
                f"{m['hparams']['epochs']} epochs on {m['train_rows']} images of "
-               f"{m['dataset']}/{m['split']}, {m['train_s']:.1f}s, {m['img_per_s']:.0f} img/s): "
+               f"{m['dataset']}/{m['split']}, {t['train_s']:.1f}s, {t['img_per_s']:.0f} img/s): "
                f"held-out accuracy {100 * m['held_out_accuracy']:.2f}% on {m['held_out_rows']} "
                f"images; saved {result['out']}")

@@ -33,6 +33,8 @@ from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, make_loade
 from pipeline.data.sources import FMNIST_NAME, SampleList, is_embedded, list_split
 
 CHECKPOINT_VERSION = 1
+# FitConfig fields that say where and how, not what is fitted: not in the checkpoint's meta
+RUNTIME_ONLY = ("out", "force", "progress")
 HPARAMS = tuple(DEFAULT_FIT)   # epochs, batch_size, lr, weight_decay, warmup_epochs, pad, ...
 
 
@@ -221,7 +223,9 @@ def save_checkpoint(path: Path, model, spec, data_cfg, meta: dict) -> None:
             "state_dict": state, "meta": meta}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(ckpt, tmp)
+    # through a file object, torch.save names the zip's folder "archive", not after the temp file
+    with open(tmp, "wb") as fh:
+        torch.save(ckpt, fh)
     os.replace(tmp, path)
 
 
@@ -267,7 +271,8 @@ def fit(cfg: FitConfig) -> dict:
     out = default_out(cfg, samples, embedded_preset)
     if out.exists() and not cfg.force:
         ckpt = read_checkpoint(out)
-        return {"skipped": True, "out": str(out), "meta": ckpt.get("meta", {}),
+        fitted = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(out.stat().st_mtime))
+        return {"skipped": True, "out": str(out), "meta": ckpt.get("meta", {}), "fitted": fitted,
                 "notes": stale_reasons(ckpt, spec, hp, samples)}
     notes = []
     if samples.dataset == FMNIST_NAME and samples.split != "clf-train":
@@ -285,14 +290,18 @@ def fit(cfg: FitConfig) -> dict:
     history = train_epochs(model, samples, data_cfg, train_rows, hp, device, cfg.seed, cfg.progress)
     train_s = time.perf_counter() - start
     accuracy = evaluate(model, samples, data_cfg, val_rows, hp, device)
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+    # What determines the weights, and nothing else: no wall time, date or output path, so the same
+    # command on the same machine and thread count writes a byte-identical file (docs/RESULTS.md,
+    # "Determinism"). The CPU thread count is recorded: it changes the order of float sums.
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()
+              if k not in RUNTIME_ONLY}
     meta = {"model": spec.name, "config": config,
             "hparams": hp, "dataset": samples.dataset, "split": samples.split,
             "dataset_fingerprint": samples.fingerprint, "num_classes": num_classes,
             "classes": list(samples.classes), "train_rows": len(train_rows),
             "held_out_rows": len(val_rows), "held_out_accuracy": accuracy, "history": history,
-            "train_s": round(train_s, 2), "img_per_s": round(hp["epochs"] * len(train_rows) / train_s, 1),
-            "device": str(device), "torch": str(torch.__version__), "timm": str(timm.__version__),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "device": str(device), "threads": torch.get_num_threads(),
+            "torch": str(torch.__version__), "timm": str(timm.__version__)}
     save_checkpoint(out, model, spec, data_cfg, meta)
-    return {"skipped": False, "out": str(out), "meta": meta, "notes": notes}
+    timing = {"train_s": round(train_s, 2), "img_per_s": round(hp["epochs"] * len(train_rows) / train_s, 1)}
+    return {"skipped": False, "out": str(out), "meta": meta, "notes": notes, "timing": timing}
