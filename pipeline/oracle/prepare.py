@@ -188,9 +188,10 @@ def run_extras(prep: Prepared, schedule_info: dict) -> dict:
 
 
 def versions() -> dict:
-    """The library versions run.json records."""
+    """The library versions run.json records, and the CPU thread count: fine-tuned weights on
+    the CPU depend on it (kernels split float sums by thread; docs/RESULTS.md "Determinism")."""
     return {"torch": torch.__version__, "timm": timm.__version__,
-            "python": platform.python_version()}
+            "python": platform.python_version(), "threads": torch.get_num_threads()}
 
 
 @contextmanager
