@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -81,3 +82,10 @@ def real_photo(name: str) -> np.ndarray:
         return load_sample_image(f"{name}.jpg")
     import skimage.data
     return getattr(skimage.data, name)()
+
+
+def assert_error(result, pattern, code=1):
+    """A user's mistake: exit ``code``, the message matching ``pattern``, no traceback."""
+    assert result.exit_code == code, result.output
+    assert re.search(pattern, result.output, re.S), result.output
+    assert "Traceback" not in result.output

@@ -15,7 +15,7 @@ import torch
 from click.testing import CliRunner
 
 from cli import cli
-from conftest import TINY_VIT, make_imagenet_tree, write_jpeg
+from conftest import TINY_VIT, assert_error, make_imagenet_tree, write_jpeg
 from pipeline.data.labels import imagenet_synsets
 
 SYN = imagenet_synsets()
@@ -26,12 +26,6 @@ TINY = ["--classifier", TINY_VIT[0], "--model-kwargs", json.dumps(TINY_VIT[1]), 
 
 def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-def assert_error(result, pattern, code=1):
-    assert result.exit_code == code, result.output
-    assert re.search(pattern, result.output, re.S), result.output
-    assert "Traceback" not in result.output
 
 
 def write_png16(path: Path, arr: np.ndarray) -> None:

@@ -19,7 +19,7 @@ import torch
 from click.testing import CliRunner
 
 from cli import cli
-from conftest import ROOT, TINY_VIT, write_jpeg
+from conftest import ROOT, TINY_VIT, assert_error, write_jpeg
 from oracle_fixtures import CLASSIFIER, extract, run_cli, train_args, write_colour_tree
 
 TINY = ["--classifier", TINY_VIT[0], "--model-kwargs", json.dumps(TINY_VIT[1]), "--device", "cpu",
@@ -29,12 +29,6 @@ TINY = ["--classifier", TINY_VIT[0], "--model-kwargs", json.dumps(TINY_VIT[1]), 
 
 def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-def assert_error(result, pattern, code=1):
-    assert result.exit_code == code, result.output
-    assert re.search(pattern, result.output, re.S), result.output
-    assert "Traceback" not in result.output
 
 
 def _folder_tree(root: Path, splits: dict[str, list[str]], per_class: int = 3) -> Path:

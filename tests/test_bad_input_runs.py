@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from cli import cli
 from oracle_fixtures import CLASSIFIER, extract, run_cli, train_args, write_colour_tree
+from conftest import assert_error
 
 
 @pytest.fixture(scope="module")
@@ -21,12 +22,6 @@ def stage1(tmp_path_factory):
     cache = base / "cache"
     extract(data, cache, flip_view=False)
     return data, cache
-
-
-def assert_error(result, pattern, code=1):
-    assert result.exit_code == code, result.output
-    assert re.search(pattern, result.output, re.S), result.output
-    assert "Traceback" not in result.output
 
 
 # ------------------------------------------------------------------------------ log.jsonl --

@@ -5,13 +5,13 @@ docs/BAD_INPUT.md (Training / Prediction)."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
 from oracle_fixtures import (CLASSIFIER, TINY_VIT_KWARGS, extract, run_cli, train_args,
                              write_colour_tree)
+from conftest import assert_error
 
 
 @pytest.fixture(scope="module")
@@ -21,12 +21,6 @@ def stage1(tmp_path_factory):
     cache = base / "cache"
     extract(data, cache, extra=("--features",))     # the features and both views: --head-only
     return data, cache
-
-
-def assert_error(result, pattern, code=1):
-    assert result.exit_code == code, result.output
-    assert re.search(pattern, result.output, re.S), result.output
-    assert "Traceback" not in result.output
 
 
 def save_weights(path: Path, seed: int) -> Path:
