@@ -16,6 +16,11 @@
    JPEGs, decoded in-process), with checksums and with them switched off (column hashes and
    XXH3-128 hash replaced by constants), alternating, best of ``--repeats``: img/s and CPU seconds
    each, and the ratios.
+3. The image stamps (pipeline/data/stamps.py) over ``--stamp-rows`` generated JPEGs in the page
+   cache, per file: the check every stage runs on a cache used with ``--data`` (one ``stat`` per
+   file, then a hash of the (size, mtime_ns) table) against listing the split, which every stage
+   already does (the baseline); and the content hash (what ``extract --verify`` or a changed
+   stamp costs) against reading the files' bytes alone.
 
 Prints one ``BENCH_INTEGRITY {json}`` line.
 """
@@ -148,6 +153,34 @@ def _nothing():
     yield
 
 
+def stamp_costs(n: int, repeats: int, work: Path) -> dict:
+    """Microseconds per file: listing the split (baseline), the stamp check, reading the files,
+    hashing their contents; and the ratios check/listing, hashing/reading."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from cache.integrity import column_hash
+    from conftest import make_imagenet_tree
+    from pipeline.data.labels import imagenet_synsets
+    from pipeline.data.sources import list_split
+    from pipeline.data.stamps import current_hashes, current_stats
+
+    data = make_imagenet_tree(work / "stamped", list(imagenet_synsets()[:10]), per_class=n // 10,
+                              splits=("val",))
+    samples = list_split(str(data), "val")
+    rows = len(samples)
+
+    def read_all():
+        for i in range(rows):
+            samples.path(i).read_bytes()
+
+    ms = {"list_split": best_ms(lambda: list_split(str(data), "val"), repeats),
+          "stamp_check": best_ms(lambda: column_hash(current_stats(samples, 0, rows)), repeats),
+          "read_files": best_ms(read_all, repeats),
+          "hash_files": best_ms(lambda: current_hashes(samples, 0, rows), repeats)}
+    return {"rows": rows, "us_per_file": {k: round(1e3 * v / rows, 2) for k, v in ms.items()},
+            "ratio_check_over_listing": round(ms["stamp_check"] / ms["list_split"], 3),
+            "ratio_hash_over_read": round(ms["hash_files"] / ms["read_files"], 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=3125)
@@ -155,14 +188,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--gpu-rate", type=float, default=9600.0)
     ap.add_argument("--extract-rows", type=int, default=2000)
+    ap.add_argument("--stamp-rows", type=int, default=20000)
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     args = ap.parse_args()
     if args.quick:
-        args.rows, args.repeats, args.extract_rows = 300, 2, 40
+        args.rows, args.repeats, args.extract_rows, args.stamp_rows = 300, 2, 40, 40
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         result = {"shard": shard_costs(args.rows, args.classes, args.repeats, args.gpu_rate, work),
                   "extract_cpu": extract_rates(args.extract_rows, min(args.repeats, 3), work),
+                  "stamps": stamp_costs(args.stamp_rows, args.repeats, work),
                   "cpu": platform.processor() or platform.machine(),
                   "date": time.strftime("%Y-%m-%d")}
     print("BENCH_INTEGRITY " + json.dumps(result))

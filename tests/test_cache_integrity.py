@@ -251,3 +251,6 @@ def test_the_verification_benchmark_runs(tmp_path):
     rates = result["extract_cpu"]["img_per_s"]
     assert rates["on"] > 0 and rates["off"] > 0
     assert result["extract_cpu"]["ratio_cpu_on_over_off"] > 0
+    assert set(result["stamps"]["us_per_file"]) == {"list_split", "stamp_check", "read_files",
+                                                    "hash_files"}
+    assert all(v > 0 for v in result["stamps"]["us_per_file"].values())
