@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import math
 import random
+import sys
 import warnings
 from dataclasses import replace
 from typing import Callable, Sequence
@@ -215,13 +216,28 @@ def default_workers(local_world: int = 1) -> int:
     return max(1, min(32, usable_cores() // max(local_world, 1) - 1))
 
 
+def _quiet_hangups(_worker_id: int) -> None:
+    """A loader worker hands each batch's memory to the main process over a socket
+    (multiprocessing's resource sharer).  When the main process is interrupted (Ctrl-C) in the
+    middle of that handshake, the worker's serving thread sees the peer hang up and would print a
+    traceback beside the main process's one-line "interrupted" message.  In a worker, that hang-up
+    can only mean the consumer went away, so it is dropped; every other error still prints."""
+    default = sys.excepthook
+
+    def hook(kind, value, tb):
+        if not issubclass(kind, (EOFError, ConnectionError)):
+            default(kind, value, tb)
+    sys.excepthook = hook
+
+
 def make_loader(dataset: Dataset, batches: list[list[int]], workers: int,
                 pin_memory: bool, collate_fn: Callable | None = None) -> DataLoader:
     # prefetch 2 batches per worker: 16 workers x 2 x 256 x 384^2 x 3 B = 3.6 GB of shared
     # memory at ViT@384 already; more only costs memory.
     return DataLoader(dataset, batch_sampler=batches, num_workers=workers, pin_memory=pin_memory,
                       collate_fn=collate_fn, prefetch_factor=2 if workers > 0 else None,
-                      persistent_workers=False, multiprocessing_context="fork" if workers else None)
+                      persistent_workers=False, multiprocessing_context="fork" if workers else None,
+                      worker_init_fn=_quiet_hangups if workers else None)
 
 
 class GpuNormalize:
