@@ -27,6 +27,7 @@ from cache.shards import (read_attrs, read_columns, shard_entry, shard_is_comple
 from pipeline.core import dist
 from pipeline.core.models import build_model, resolve_data_config, resolve_spec, weights_sha256
 from pipeline.core.precision import autocast, default_precision
+from pipeline.core.stop import StopSignals
 from pipeline.data.classes import check_num_classes
 from pipeline.core.timing import ModelTimer
 from pipeline.data.corruptions import make_corruption as corruption_fn
@@ -200,12 +201,28 @@ def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, 
     total = sum(b - a for a, b in my_ranges)
     bar = tqdm(total=total, unit="img", disable=not (cfg.progress and info.is_main),
                desc=f"extract {dataset.samples.split}", dynamic_ncols=True)
-    first, t_first = 0, None
     timer = ModelTimer(device)
-    batches = iter(loader) if decoder is None else StagedPrefetch(iter(loader), decoder.stages,
-                                                                  device)
+    with StopSignals() as stop:   # before iter(loader) forks the workers: they inherit it
+        batches = iter(loader) if decoder is None else StagedPrefetch(iter(loader),
+                                                                      decoder.stages, device)
+        first, t_first = _classify_batches(cfg, batches, sink, stop, (fn, normalize, timer),
+                                           labels_all, bar, device)
+    bar.close()
+    steady = time.perf_counter() - t_first if t_first else None
+    return {"rows": total, "steady_rows": total - first, "steady_s": steady,
+            "model": timer.result(cfg.precision)}
+
+
+def _classify_batches(cfg, batches, sink, stop, model, labels_all, bar, device):
+    """The loop of ``_run_shards``; returns the first batch's rows and when the second began.
+    Ctrl-C stops it between batches (``StopSignals``); ``closing_loop`` keeps every shard the
+    classified batches complete."""
+    fn, normalize, timer = model
+    first, t_first = 0, None
     with torch.inference_mode(), closing_loop(sink, batches):
         for images, rows, valid in batches:
+            if stop.requested:
+                raise KeyboardInterrupt
             if t_first is None and first:  # the second batch: start-up (workers, compile) is over
                 t_first = time.perf_counter()
             labels = labels_all[rows].to(device, non_blocking=True)
@@ -219,10 +236,7 @@ def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, 
             sink.push(rows, valid, outputs)
             first = first or len(rows)
             bar.update(len(rows))
-    bar.close()
-    steady = time.perf_counter() - t_first if t_first else None
-    return {"rows": total, "steady_rows": total - first, "steady_s": steady,
-            "model": timer.result(cfg.precision)}
+    return first, t_first
 
 
 def _warm_up(cfg, fn, normalize, data_cfg, rows: int, device) -> None:

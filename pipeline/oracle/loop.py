@@ -16,7 +16,6 @@ non-finite loss (``TrainingDiverged``); a head of a bank is marked diverged and 
 from __future__ import annotations
 
 import math
-import signal
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from tqdm import tqdm
 from cache.runs import RunError
 from pipeline.core import dist
 from pipeline.core import metrics as M
+from pipeline.core.stop import StopSignals
 from pipeline.oracle.log import StepLog
 from pipeline.oracle.step import global_mean, global_sum
 
@@ -133,26 +133,6 @@ class Session(Protocol):
     def save_last(self, step: int, state: LoopState) -> None: ...
     def diverged(self, value: float, step: int, state: LoopState) -> None: ...
     def finish(self) -> None: ...
-
-
-class StopSignals:
-    """SIGINT/SIGTERM ask the loop to stop after the current step (checkpoint written).
-    Installed before the DataLoader forks, so its workers inherit the handler and keep running."""
-
-    def __enter__(self):
-        self.requested = False
-        self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def _handle(self, signum, frame):
-        if self.requested:  # second signal: stop now
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __exit__(self, *exc):
-        for s, h in self._old.items():
-            signal.signal(s, h)
-        return False
 
 
 def validation_metrics(z: np.ndarray, correct: np.ndarray, loss: float, tnr_logit: float) -> dict:
