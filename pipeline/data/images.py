@@ -72,6 +72,24 @@ class ResizeCrop:
             img = _pad_to(img, th, tw, [round(255 * m) for m in self.cfg.mean[:c]])
         return TF.center_crop(img, [th, tw]).contiguous()
 
+    def blank(self) -> torch.Tensor:
+        """The stand-in of an undecodable row (``--skip-bad``)."""
+        return torch.zeros(self.cfg.input_size, dtype=torch.uint8)
+
+
+class Views:
+    """Several resize/crops of one decoded image, e.g. the classifier's and the oracle's when
+    their input sizes differ (``predict --images``): each file is read and decoded once."""
+
+    def __init__(self, *transforms: ResizeCrop):
+        self.transforms = transforms
+
+    def __call__(self, img: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(t(img) for t in self.transforms)
+
+    def blank(self) -> tuple[torch.Tensor, ...]:
+        return tuple(t.blank() for t in self.transforms)
+
 
 def _to_grey(img: torch.Tensor) -> torch.Tensor:
     """RGB -> one channel.  A grey image decoded as RGB (R = G = B, e.g. a greyscale PNG) keeps
@@ -186,7 +204,7 @@ class ImageRows(Dataset):
                 raise BadImageError(f"cannot decode {self.samples.path(i)} (row {i}): {err}. "
                                     "Replace the file, or re-run with --skip-bad to record it "
                                     "as invalid") from None
-            return torch.zeros(self.transform.cfg.input_size, dtype=torch.uint8), i, 0
+            return self.transform.blank(), i, 0
         if self.corrupt is not None:
             img = self.corrupt(img, i)
         return self.transform(img), i, 1
