@@ -122,7 +122,7 @@ def predict_images(cfg: DeployConfig) -> dict:
               (oracle.to(device), oracle_cfg, cfg.precision or run_precision(run)))
     scores = score_files(samples, models, cfg, device)
     rows = table_rows(samples, scores, class_names(cache.manifest.get("classes") or []),
-                      choice["threshold"])
+                      choice["threshold"], scores.pop("views"))
     meta = {"run": str(Path(cfg.run).resolve()), "images": cfg.images, "trust": choice,
             "classifier": {"cache": str(cache.path), "model": cache.identity["model"],
                            "weights_sha256": cache.identity["weights_sha256"],
@@ -170,6 +170,7 @@ def score_files(samples, models, cfg: DeployConfig, device: torch.device) -> dic
     bar.close()
     check_finite(samples, out)
     out["confidence"] = torch.sigmoid(torch.from_numpy(out["z"])).numpy()   # as write_z_outputs
+    out["views"] = views
     return out
 
 
@@ -184,7 +185,8 @@ def check_finite(samples, out: dict) -> None:
                              "in this precision; try --precision fp32")
 
 
-def table_rows(samples, scores: dict, names: list[str], threshold: float) -> list[dict]:
+def table_rows(samples, scores: dict, names: list[str], threshold: float,
+               views: Views) -> list[dict]:
     """One dict per file, in row (sorted path) order; undecodable files (``--skip-bad``) keep
     their path and the decoder's message, and no prediction."""
     rows = []
@@ -192,7 +194,8 @@ def table_rows(samples, scores: dict, names: list[str], threshold: float) -> lis
         path = str(samples.path(i))
         if not scores["valid"][i]:
             rows.append({"path": path, "pred": None, "class_name": None, "msp": None,
-                         "confidence": None, "trust": None, "error": _why_undecodable(path)})
+                         "confidence": None, "trust": None,
+                         "error": _why_unusable(path, views)})
             continue
         pred, conf = int(scores["pred"][i]), float(scores["confidence"][i])
         rows.append({"path": path, "pred": pred,
@@ -202,10 +205,11 @@ def table_rows(samples, scores: dict, names: list[str], threshold: float) -> lis
     return rows
 
 
-def _why_undecodable(path: str) -> str:
-    """The decoder's message for a file the loader workers could not decode (they only mark it)."""
+def _why_unusable(path: str, views: Views) -> str:
+    """Why the loader workers marked a file invalid (they only mark it): the decoder's or the
+    resize's message, found again for these few files."""
     try:
-        decode_file(path)
+        views(decode_file(path))
     except Exception as err:  # noqa: BLE001 - any decoder failure, as ImageRows treats it
         return (str(err).strip().splitlines() or [type(err).__name__])[0]
     return "could not be decoded"
