@@ -308,3 +308,29 @@ def test_a_run_whose_classifier_weights_are_gone_names_the_file_and_weights(weig
         assert not (tmp_path / "x.csv").exists()
     finally:
         shutil.move(moved, base / "mine.pth")
+
+
+def test_a_run_without_held_out_rows_needs_a_threshold(trained, tmp_path):
+    data, cache, _ = trained
+    run = tmp_path / "run0"
+    run_cli(train_args(data, cache, run, "--val-fraction", 0, "--batch-size", 4, "--epochs", 1))
+    result = run_cli(["predict", "--run", run, "--images", data / "val", *FAST], expect=None)
+    assert_error(result, r"--target needs the oracle's scores of run .*run0's held-out rows, but it "
+                         r"held out no training rows \(--val-fraction 0\); pass --threshold X")
+    run_cli(["predict", "--run", run, "--images", data / "val", "--threshold", 0.5, *FAST])
+    assert len(read_csv(run / "predictions" / "val.csv")) == 12
+
+
+def test_an_all_wrong_held_out_set_and_a_moved_training_cache_are_named(weights_run, tmp_path):
+    data, base, run = weights_run
+    result = run_cli(["predict", "--run", run, "--images", data / "val", *FAST], expect=None)
+    assert_error(result, r"--target tpr=0.95: the classifier is wrong on every one of the 6 "
+                         r"held-out rows of run .*so no TPR exists; pass --threshold X instead")
+    shutil.move(base / "cache", tmp_path / "cache")
+    try:
+        result = run_cli(["predict", "--run", run, "--images", data / "val", "--threshold", 0.5,
+                          *FAST], expect=None)
+        assert_error(result, r"run .* was trained on the classifier cache .*cache/"
+                             rf"{CLASSIFIER}/train, which is not there now \(moved or deleted\)")
+    finally:
+        shutil.move(tmp_path / "cache", base / "cache")
