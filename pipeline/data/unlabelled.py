@@ -55,7 +55,7 @@ def list_images(spec: str) -> SampleList:
         raise DataError(f"--images {spec}: no image files (extensions "
                         f"{', '.join(IMAGE_EXTENSIONS)}){seen}. Point --images at a folder of "
                         "images (subfolders are searched) or a glob that matches them")
-    names = tuple(sorted(str(p.relative_to(base)) for p in images))
+    names = tuple(sorted({str(p.relative_to(base)) for p in images}))   # a file matched twice
     return SampleList(dataset=base.resolve().name or "images", root=str(base), split="",
                       names=names, labels=np.full(len(names), NO_LABEL, np.int64), classes=(),
                       base=str(base))
