@@ -334,3 +334,24 @@ def test_an_all_wrong_held_out_set_and_a_moved_training_cache_are_named(weights_
                              rf"{CLASSIFIER}/train, which is not there now \(moved or deleted\)")
     finally:
         shutil.move(tmp_path / "cache", base / "cache")
+
+
+def test_paths_recorded_relative_to_another_folder_say_so(weights_run, tmp_path, monkeypatch):
+    """extract and train-oracle record --weights and --cache as given: run from another folder,
+    predict cannot find them and says why."""
+    data, base, _ = weights_run
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(base / "mine.pth", work / "mine.pth")
+    monkeypatch.chdir(work)
+    run_cli(["extract", "--classifier", CLASSIFIER, "--weights", "mine.pth", "--model-kwargs",
+             json.dumps(TINY_VIT_KWARGS), "--data", data, "--out", "cache", "--split", "train",
+             "--split", "val", "--precision", "fp32", *FAST])
+    run_cli(train_args(data, "cache", "run", "--val-fraction", 0.25, "--batch-size", 4))
+    run_cli(["predict", "--run", "run", "--images", data / "val", "--threshold", 0.5, *FAST])
+    monkeypatch.chdir(tmp_path)
+    result = run_cli(["predict", "--run", work / "run", "--images", data / "val", "--threshold",
+                      0.5, *FAST], expect=None)
+    assert_error(result, rf"classifier cache cache/{CLASSIFIER}/train, which is not there now "
+                         r"\(moved or deleted, or recorded relative to the folder the command "
+                         r"that wrote it ran in: run predict from there\)")

@@ -39,7 +39,7 @@ def _synset_lemmas() -> dict[str, str]:
 def class_names(classes: tuple[str, ...] | list[str]) -> list[str]:
     """Readable names of a cache's classes: an ImageNet wnid becomes its WordNet lemmas (timm's
     table: n02123045 -> "tabby, tabby cat"); any other class name stays as it is."""
-    lemmas = _synset_lemmas() if any(c in set(imagenet_synsets()) for c in classes) else {}
+    lemmas = _synset_lemmas() if set(classes) & set(imagenet_synsets()) else {}
     return [lemmas.get(c, c) for c in classes]
 
 

@@ -63,10 +63,18 @@ def training_cache(run_dir: Path, run: dict) -> ClassifierCache:
     path = Path(run.get("train_cache", ""))
     if not path.is_dir():
         raise RunError(f"run {run_dir} was trained on the classifier cache {path}, which is not "
-                       "there now (moved or deleted); it records the classifier (weights, "
+                       f"there now (moved or deleted{_relative(path)}); it records the "
+                       "classifier (weights, "
                        "classes) that predict --images runs: restore it, or re-run the same "
                        "`cli.py extract` command")
     return ClassifierCache.open(path)
+
+
+def _relative(path) -> str:
+    """A path recorded as given on a command line: relative to the folder that command ran in."""
+    return ("" if Path(path).is_absolute() else
+            ", or recorded relative to the folder the command that wrote it ran in: run predict "
+            "from there")
 
 
 def load_classifier(cache: ClassifierCache, weights: str | None) -> torch.nn.Module:
@@ -78,8 +86,9 @@ def load_classifier(cache: ClassifierCache, weights: str | None) -> torch.nn.Mod
     source = (f"--weights {weights}" if weights else
               f"the classifier's weights file {recorded} (recorded by cache {cache.path})")
     if path and not Path(path).is_file():
-        raise ModelError(f"{source} is not there now (moved or deleted): pass --weights FILE, "
-                         "the weights the cache was extracted with (checked by their hash)")
+        raise ModelError(f"{source} is not there now (moved or deleted{_relative(path)}): pass "
+                         "--weights FILE, the weights the cache was extracted with (checked by "
+                         "their hash)")
     spec = resolve_spec(config.get("classifier", ident["model"]), ident["dataset"] == FMNIST_NAME,
                         path, bool(config.get("random_init")) and not weights,
                         config.get("model_kwargs", ident["model_kwargs"]))
