@@ -117,11 +117,11 @@ def _rc_figure(tag: str, oc: str, rows: list[dict], baselines: list[dict], out: 
     panels = []
     for head_only, what in ((False, "fine-tuned oracles"),
                             (True, "head-only oracles (frozen backbone, head on its features)")):
-        group = sorted((r for r in rows if (HEAD_ONLY in r["variant"].split("+")) == head_only),
-                       key=lambda r: _form(r["variant"]) != "")      # plain losses first
-        chunks = _chunks([curve(r) for r in group], F.MAX_CURVES - len(mcp))
-        for k, chunk in enumerate(chunks):
-            part = f" ({k + 1}/{len(chunks)})" if len(chunks) > 1 else ""
+        group = [curve(r) for r in rows if (HEAD_ONLY in r["variant"].split("+")) == head_only]
+        chunks = _by_form(group, F.MAX_CURVES - len(mcp))
+        for chunk in chunks:
+            forms = dict.fromkeys(c["form"].replace("+", ", ") or "plain" for c in chunk)
+            part = f" ({', '.join(forms)})" if len(chunks) > 1 else ""
             panels.append({"name": what.split(" (")[0], "curves": chunk + mcp,
                            "title": what + part + ("; dotted: MCP, the classifier's own "
                                                    "confidence" if mcp else "")})
@@ -138,6 +138,22 @@ def _rc_figure(tag: str, oc: str, rows: list[dict], baselines: list[dict], out: 
              f"{oc}: risk–coverage, one panel each: {shows}; AURC in the legends, lowest seed",
              (F.draw_rc_panels, (panels, str(path),
                                  f"Risk–coverage {oc}, split {tag} (lowest seed)", full_range)))]
+
+
+def _by_form(curves: list[dict], size: int) -> list[list[dict]]:
+    """Panels of at most ``size`` curves, a form's curves (all broadcast ones, ...) kept in one
+    panel where they fit, the plain losses first; a form with more curves than fit is split."""
+    forms: dict[str, list[dict]] = {}
+    for c in sorted(curves, key=lambda c: c["form"] != ""):
+        forms.setdefault(c["form"], []).append(c)
+    panels: list[list[dict]] = []
+    for same in forms.values():
+        for part in _chunks(same, size):
+            if panels and len(panels[-1]) + len(part) <= size:
+                panels[-1] += part
+            else:
+                panels.append(part)
+    return panels
 
 
 def _chunks(curves: list[dict], size: int) -> list[list[dict]]:

@@ -87,6 +87,10 @@ def _hist_legend(panels: list[dict]):
 
 
 def draw_histograms(rows: list[list[dict]], path: str, title: str) -> None:
+    _save(histogram_figure(rows, title), path)
+
+
+def histogram_figure(rows: list[list[dict]], title: str):
     """One histogram panel per run, ``rows`` of panels ({"title", "hist"}) wrapped at MAX_COLS:
     the run's confidences split into TP / FN / TN / FP at its loss's thresholds (dashed: 0.5;
     dotted: the negative one where it differs, 1/K for TCP; dash-dot: the 95%-TPR working
@@ -115,7 +119,7 @@ def draw_histograms(rows: list[list[dict]], path: str, title: str) -> None:
     fig.suptitle(title, fontsize=9, y=1 - 0.08 / height, va="top")
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.33 / height),
                ncol=per_row, fontsize=7, frameon=False, handlelength=1.6, columnspacing=1.2)
-    _save(fig, path)
+    return fig
 
 
 # -------------------------------------------------------------------------- risk-coverage ----
@@ -130,12 +134,11 @@ def rc_risk_limit(curves: list[dict], min_coverage: float = 0.05) -> float:
     return min(1.0, max(peak * 1.1, 0.01))
 
 
-def curve_styles(curves: list[dict]) -> list[dict]:
-    """Line styles of one panel's curves: a loss keeps its colour in every panel, its variant
-    (the form without "head-only", e.g. broadcast) sets the dash; a baseline or a repeated
-    (loss, form) takes a spare colour; the reference (MCP in an oracle panel) is grey dotted."""
-    forms = list(dict.fromkeys(c.get("form", "") for c in curves
-                               if not c.get("reference") and not c["baseline"]))
+def curve_styles(curves: list[dict], forms: list[str]) -> list[dict]:
+    """Line styles of one panel's curves: a loss keeps its colour in every panel, its form (the
+    variant without "head-only", e.g. broadcast; its index in the figure's ``forms``) sets the
+    dash; a baseline or a repeated (loss, form) takes a spare colour; the reference (MCP) is
+    grey dotted."""
     used, spare, styles = set(), iter(SPARE_COLORS * 4), []
     for c in curves:
         if c.get("reference"):
@@ -153,6 +156,10 @@ def curve_styles(curves: list[dict]) -> list[dict]:
 
 
 def draw_rc_panels(panels: list[dict], path: str, title: str, full_range: bool = False) -> None:
+    _save(rc_figure(panels, title, full_range), path)
+
+
+def rc_figure(panels: list[dict], title: str, full_range: bool = False):
     """Selective risk vs coverage, one panel per ``panels`` item ({"title", "curves"}) stacked
     on shared axes, each with at most MAX_CURVES curves and its legend to its right; ``curves``
     items: {"label", "coverage", "risk", "aurc", "baseline"} (+ "loss", "form", "reference").
@@ -165,9 +172,10 @@ def draw_rc_panels(panels: list[dict], path: str, title: str, full_range: bool =
     height = top + len(panels) * RC_H + (len(panels) - 1) * 0.55 + 0.5
     fig = _figure(width, height)
     ymax = 1.0 if full_range else rc_risk_limit(every)
+    forms = list(dict.fromkeys(c.get("form", "") for c in every if not c["baseline"]))
     for i, panel in enumerate(panels):
         ax = _axes(fig, width, height, 0.6, top + i * (RC_H + 0.55), RC_W, RC_H)
-        for curve, style in zip(panel["curves"], curve_styles(panel["curves"])):
+        for curve, style in zip(panel["curves"], curve_styles(panel["curves"], forms)):
             ax.plot(curve["coverage"], curve["risk"], label=_rc_label(curve), **style)
         ax.set_xlim(0, 1)
         ax.set_ylim(0, ymax)
@@ -181,7 +189,7 @@ def draw_rc_panels(panels: list[dict], path: str, title: str, full_range: bool =
                   title="AURC ×10³ (lower: better)", title_fontsize=7, frameon=False,
                   handlelength=2.2)
     fig.suptitle(title, fontsize=9, y=1 - 0.08 / height, va="top")
-    _save(fig, path)
+    return fig
 
 
 def _rc_label(curve: dict) -> str:
