@@ -107,7 +107,7 @@ def _histogram_figures(tag: str, oc: str, rows: list[dict], out: Path) -> list[t
 def _rc_figure(tag: str, oc: str, rows: list[dict], baselines: list[dict], out: Path,
                full_range: bool) -> list[tuple]:
     """One figure of panels: fine-tuned oracles, head-only oracles (each with MCP as the
-    reference), post-hoc baselines; a panel over MAX_CURVES curves is split in two."""
+    reference), post-hoc baselines; a panel over MAX_CURVES curves is split (``_by_form``)."""
     def curve(r, **extra):
         return {"label": r["display_loss"], "baseline": r["kind"] == "baseline",
                 "loss": r["loss"], "form": _form(r["variant"]), **r["_members"][0]["rc"], **extra}
