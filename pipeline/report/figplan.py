@@ -15,6 +15,7 @@ from pathlib import Path
 
 from cache.reader import slug
 from pipeline.report import figures as F
+from pipeline.report.baselines import REFERENCE, TABLE
 
 HEAD_ONLY = "head-only"
 VARIANT_ROWS = 3          # variant rows per histogram figure: a page's height
@@ -113,7 +114,9 @@ def _rc_figure(tag: str, oc: str, rows: list[dict], baselines: list[dict], out: 
                 "loss": r["loss"], "form": _form(r["variant"]), **r["_members"][0]["rc"], **extra}
 
     drawn = [r for r in baselines if r["_members"][0]["rc"] is not None]  # None: unfitted
-    mcp = [curve(r, label="MCP (reference)", reference=True) for r in drawn if r["loss"] == "mcp"]
+    ref = TABLE[REFERENCE].label       # MCP: what the paired comparisons compare SS with
+    mcp = [curve(r, label=f"{ref} (reference)", reference=True) for r in drawn
+           if r["loss"] == REFERENCE]
     panels = []
     for head_only, what in ((False, "fine-tuned oracles"),
                             (True, "head-only oracles (frozen backbone, head on its features)")):
@@ -123,9 +126,9 @@ def _rc_figure(tag: str, oc: str, rows: list[dict], baselines: list[dict], out: 
             forms = dict.fromkeys(c["form"].replace("+", ", ") or "plain" for c in chunk)
             part = f" ({', '.join(forms)})" if len(chunks) > 1 else ""
             panels.append({"name": what.split(" (")[0], "curves": chunk + mcp,
-                           "title": what + part + ("; dotted: MCP, the classifier's own "
+                           "title": what + part + (f"; dotted: {ref}, the classifier's own "
                                                    "confidence" if mcp else "")})
-    chunks = _chunks([curve(r, reference=r["loss"] == "mcp") for r in drawn], F.MAX_CURVES)
+    chunks = _chunks([curve(r, reference=r["loss"] == REFERENCE) for r in drawn], F.MAX_CURVES)
     for k, chunk in enumerate(chunks):
         part = f" ({k + 1}/{len(chunks)})" if len(chunks) > 1 else ""
         panels.append({"name": "post-hoc baselines", "curves": chunk,
