@@ -17,14 +17,15 @@ from pathlib import Path
 
 
 from cache.reader import ClassifierCache, slug
-from pipeline.report import appendix, figures as F, tables as T
-from pipeline.report.aggregate import aggregate, row_order
+from pipeline.report import appendix, tables as T
+from pipeline.report.aggregate import aggregate
 from pipeline.report.baselines import WORKER_SPLIT
 from pipeline.report.bootstrap import BootstrapSpec
 from pipeline.report.compare import comparisons
 from pipeline.report.export import export_fd_shifts
 from pipeline.report.heldout import plan_fits
 from pipeline.report.evaluate import evaluate_baselines, evaluate_output
+from pipeline.report.figplan import plan_figures, relative
 from pipeline.report.inputs import ReportError, collect, plan
 from pipeline.report.markdown import markdown_document
 
@@ -105,6 +106,14 @@ def report(cfg: ReportConfig) -> dict:
             "elapsed_s": round(clock[-1] - clock[0], 3), "timings": timings}
 
 
+def draw_figures(splits: dict[str, list[dict]], out: Path, jobs: int = 0,
+                 full_range: bool = False) -> dict:
+    """Every split's figures (figplan.py says which), drawn in worker processes."""
+    calls, index = plan_figures(splits, out, full_range)
+    parallel(calls, jobs)
+    return index
+
+
 def parallel(calls: list, jobs: int = 0) -> list:
     """joblib processes over the calls (loky); in-process when one worker is enough."""
     n = jobs if jobs > 0 else min(os.cpu_count() or 1, len(calls))
@@ -147,51 +156,6 @@ def default_out(tasks, cache_tasks) -> Path:
     return Path("artifacts") / slug(names.pop()) / "report"
 
 
-# -------------------------------------------------------------------------------- figures ----
-def draw_figures(splits: dict[str, list[dict]], out: Path, jobs: int = 0,
-                 full_range: bool = False) -> dict:
-    """Per split: the Fig. 3 histogram grid and one risk-coverage plot per <O,C>."""
-    calls, index = [], {}
-    for tag, rows in splits.items():
-        oracle_rows = [r for r in rows if r["kind"] == "oracle"]
-        entry = index[tag] = {"histograms": [], "risk_coverage": {}}
-        if oracle_rows:
-            ocs = list(dict.fromkeys(r["oc"] for r in oracle_rows))
-            losses = list(dict.fromkeys(r["display_loss"] for r in
-                                        sorted(oracle_rows, key=lambda r: row_order(r)[3:])))
-            # grid i holds the i-th run (by seed) of every group: every run appears once, and
-            # the first grid (lowest seeds) is the paper's figure
-            for i in range(max(r["n"] for r in oracle_rows)):
-                cells = {(r["oc"], r["display_loss"]): r["_members"][i] for r in oracle_rows
-                         if r["n"] > i}
-                suffix = "" if i == 0 else f"_run{i + 1}"
-                path = out / "figures" / f"histograms_{slug(tag)}{suffix}.png"
-                which = "lowest seed of each group" if i == 0 else f"run {i + 1} of each group"
-                calls.append((F.draw_histogram_grid, (cells, ocs, losses, str(path),
-                                                      f"Confidence histograms, split {tag} ({which})")))
-                entry["histograms"].append(str(path))
-        with_oracle = {r["classifier"] for r in oracle_rows}
-        for oc in dict.fromkeys(r["oc"] for r in rows):
-            block = [r for r in rows if r["oc"] == oc]
-            clf, kind = block[0]["classifier"], block[0]["kind"]
-            if kind == "baseline" and clf in with_oracle:
-                continue  # drawn, dashed, on every <O, C> plot of this classifier
-            extra = [r for r in rows if r["kind"] == "baseline" and r["classifier"] == clf
-                     and r["oc"] != oc] if kind == "oracle" else []
-            curves = [{"label": r["display_loss"], "baseline": r["kind"] == "baseline",
-                       **r["_members"][0]["rc"]} for r in block + extra
-                      if r["_members"][0]["rc"] is not None]   # None: an unfitted baseline
-            if not curves:
-                continue
-            path = out / "figures" / f"risk_coverage_{slug(oc.strip('⟨⟩'))}_{slug(tag)}.png"
-            calls.append((F.draw_rc_curves, (curves, str(path),
-                                             f"Risk-coverage {oc}, split {tag} (lowest seed)",
-                                             full_range)))
-            entry["risk_coverage"][oc] = str(path)
-    parallel(calls, jobs)
-    return index
-
-
 # ------------------------------------------------------------------------------- documents --
 def build_doc(cfg, splits, results, skipped, figures, out: Path, compared: dict,
               fits: dict, run_records: dict) -> dict:
@@ -200,12 +164,11 @@ def build_doc(cfg, splits, results, skipped, figures, out: Path, compared: dict,
         return os.path.relpath(p, out) if p else None
     doc_splits = []
     for tag, rows in splits.items():
-        fig = figures.get(tag, {"histograms": [], "risk_coverage": {}})
+        fig = figures.get(tag, {"histograms": [], "risk_coverage": {}, "list": []})
         doc_splits.append({
             "split": tag, "rows": [{k: v for k, v in r.items() if k != "_members"} for r in rows],
             "comparisons": compared.get(tag, []),
-            "figures": {"histograms": [rel(p) for p in fig["histograms"]],
-                        "risk_coverage": {k: rel(v) for k, v in fig["risk_coverage"].items()}}})
+            "figures": relative(fig, rel)})
     return {"schema": "trust-oracles-report/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "metrics": cfg.metrics, "definitions": T.DEFINITION_TEXT, "exclusion": EXCLUSION_NOTE,
             "config": asdict(cfg), "bootstrap": _bootstrap_text(cfg), "fits": fits,
