@@ -42,7 +42,7 @@ def test_plan_is_the_documented_grid():
                         "python cli.py fit-classifier --classifier resnet"]
     assert ("python cli.py extract --classifier vit --split train --split test --flip-view "
             "--features") in full
-    assert full[-1] == "python cli.py report"
+    assert full[-1] == "python cli.py report --runs-root artifacts/fashion-mnist/runs"
     # commands carry no hyperparameters: they come from presets.py, as for the bare commands
     assert not any(opt in l for l in full for opt in ("--lr", "--batch-size", "--epochs"))
     assert run_cli(["demo", "--dry-run", "--seeds", "2", "--full"], expect=2).exit_code == 2

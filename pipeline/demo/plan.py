@@ -95,9 +95,9 @@ def plan(cfg: DemoConfig) -> list[Step]:
             f"every run of {clf} on {adversarial_split(clf)}", each_run_of=clf))
     if cfg.head_only:
         steps += head_only_steps(cfg, variants, data, quiet, shifted)
-    # the bare `report` reads artifacts/fashion-mnist/runs; another --data writes elsewhere
-    where = (("--runs-root", str(Path(cfg.artifacts) / "runs"), "--out",
-              str(Path(cfg.artifacts) / "report")) if cfg.data else ())
+    # named: a bare `report` refuses when ./artifacts holds runs of another dataset too; the
+    # report goes to the runs' artifacts root (<artifacts>/report)
+    where = ("--runs-root", str(Path(cfg.artifacts) / "runs"))
     steps.append(Step("report", ("report", *where, *cfg.report_args), "tables and figures"))
     return steps
 
