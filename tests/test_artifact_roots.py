@@ -141,3 +141,34 @@ def test_fit_classifier_of_a_wnid_folder_saves_under_its_root(tmp_path, monkeypa
                       "--no-progress"])
     path = Path("artifacts") / "colours" / "classifiers" / f"{CLASSIFIER}.pt"
     assert (tmp_path / path).is_file() and str(path) in result.output
+
+
+def sweep_here(cwd: Path, expect: int | None = 0):
+    here = Path.cwd()
+    os.chdir(cwd)
+    try:
+        return run_cli(["sweep", "--fine-tune", "--loss", "focal", "--gamma", "1,2", "--no-figures",
+                        "--classifier", CLASSIFIER, "--oracle", CLASSIFIER, "--random-init",
+                        "--model-kwargs", json.dumps(TINY_VIT_KWARGS), "--batch-size", 8,
+                        "--epochs", 1, "--val-fraction", 0.25, "--workers", 0,
+                        "--precision", "fp32", "--no-progress"], expect=expect)
+    finally:
+        os.chdir(here)
+
+
+def test_a_sweep_without_data_takes_the_data_of_the_one_root_with_caches(worked, tmp_path):
+    cwd = worked["colours"]
+    data = json.loads(next((cwd / "artifacts" / "colours" / "cache").rglob("manifest.json"))
+                      .read_text())["config"]["data"]
+    result = sweep_here(cwd)
+    assert (f"sweep: no --data given: {data}, whose caches are in artifacts/colours, the only "
+            "artifacts root holding caches") in result.output
+    assert len(list((cwd / "artifacts" / "colours" / "sweeps").glob("*/sweep.json"))) == 1
+    assert f"--data {data}" in result.output.splitlines()[-1]       # the printed command
+    for name, work in worked.items():
+        (tmp_path / "artifacts").mkdir(exist_ok=True)
+        (tmp_path / "artifacts" / name).symlink_to(work / "artifacts" / name)
+    assert_error(sweep_here(tmp_path, expect=1),
+                 r"no --data given, and several artifacts roots hold caches: "
+                 r"artifacts/colours/cache \(2 caches\), artifacts/palette/cache \(2 caches\); "
+                 r"pick the data with --data DIR")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cache.manifest import MANIFEST_FILE
 from cache.runs import find_runs
 from cache.schema import CacheError
 from pipeline.core.presets import ARTIFACTS
@@ -25,22 +26,38 @@ def artifacts_root(name: str) -> Path:
     return ARTIFACTS / name
 
 
-def roots_with_runs(base: Path = ARTIFACTS) -> dict[Path, int]:
-    """{artifacts root under ``base``: how many run directories its ``runs/`` holds}, in name
-    order; roots without runs are left out."""
+def roots_holding(what: str, base: Path = ARTIFACTS) -> dict[Path, int]:
+    """{artifacts root under ``base``: how many run directories (``what="runs"``) or complete
+    classifier caches (``"cache"``, extract's ``cache/<classifier>/<tag>``) it holds}, in name
+    order; roots holding none are left out."""
     base = Path(base)
     found = {}
     for root in sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else ():
-        count = len(find_runs(root / "runs")) if (root / "runs").is_dir() else 0
+        folder = root / what
+        if not folder.is_dir():
+            continue
+        count = len(find_runs(folder)) if what == "runs" else len(cache_manifests(root))
         if count:
             found[root] = count
     return found
 
 
+def cache_manifests(root: Path) -> list[Path]:
+    """The manifests of a root's complete classifier caches (``cache/<classifier>/<tag>``)."""
+    return sorted((Path(root) / "cache").glob(f"*/*/{MANIFEST_FILE}"))
+
+
+def listing(found: dict[Path, int], what: str) -> str:
+    """``artifacts/a/runs (2 runs), artifacts/b/runs (1 run)``: the roots a refusal names."""
+    noun = {"runs": "run", "cache": "cache"}[what]
+    return ", ".join(f"{root}/{what} ({n} {noun}{'' if n == 1 else 's'})"
+                     for root, n in found.items())
+
+
 def only_runs_root(base: Path = ARTIFACTS) -> Path:
     """The ``runs/`` folder of the one artifacts root under ``base`` that holds runs; refused,
     never guessed, when there are several (listed with their run counts) or none."""
-    found = roots_with_runs(base)
+    found = roots_holding("runs", base)
     if len(found) == 1:
         return next(iter(found)) / "runs"
     if not found:
@@ -48,10 +65,9 @@ def only_runs_root(base: Path = ARTIFACTS) -> Path:
             f"no runs in any artifacts root ({base}/<dataset>/runs, under {Path.cwd()}): train "
             "oracles first (`cli.py extract`, then `cli.py train-oracle`), or pass RUN_DIR, "
             "--runs-root or --cache")
-    listing = ", ".join(f"{root}/runs ({n} run{'' if n == 1 else 's'})" for root, n in found.items())
-    raise ArtifactsError(f"several artifacts roots hold runs: {listing}; pick one with "
-                         "--runs-root (e.g. --runs-root "
-                         f"{next(iter(found))}/runs), or pass RUN_DIR ...")
+    raise ArtifactsError(f"several artifacts roots hold runs: {listing(found, 'runs')}; pick one "
+                         f"with --runs-root (e.g. --runs-root {next(iter(found))}/runs), or pass "
+                         "RUN_DIR ...")
 
 
 def recorded_root(run_dir: Path, recorded: str) -> Path:

@@ -69,7 +69,8 @@ def report(cfg: ReportConfig) -> dict:
         timings[name] = round(clock[-1] - clock[-2], 3)
 
     # a bare report: the runs of the one artifacts root that has any (refused when several/none)
-    found = None if cfg.paths or cfg.runs_root or cfg.caches else only_runs_root(Path(cfg.artifacts))
+    bare = not (cfg.paths or cfg.runs_root or cfg.caches)
+    found = only_runs_root(Path(cfg.artifacts)) if bare else None
     src = collect(cfg.paths, cfg.runs_root or (found and str(found)), cfg.caches)
     tasks, cache_tasks = plan(src, cfg.splits)
     # absolute: joblib may reuse worker processes started in another working directory
