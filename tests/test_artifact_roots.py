@@ -172,3 +172,13 @@ def test_a_sweep_without_data_takes_the_data_of_the_one_root_with_caches(worked,
                  r"no --data given, and several artifacts roots hold caches: "
                  r"artifacts/colours/cache \(2 caches\), artifacts/palette/cache \(2 caches\); "
                  r"pick the data with --data DIR")
+
+
+def test_a_sweep_refuses_a_root_whose_caches_name_other_data(worked, tmp_path):
+    """Caches of colours/ copied into artifacts/other: no data folder of that root's name."""
+    import shutil
+
+    cache = worked["colours"] / "artifacts" / "colours" / "cache" / CLASSIFIER / "val"
+    shutil.copytree(cache, tmp_path / "artifacts" / "other" / "cache" / CLASSIFIER / "val")
+    assert_error(sweep_here(tmp_path, expect=1), r"no --data given, and the caches of "
+                 r"artifacts/other/cache do not name one data folder: pass --data DIR")
