@@ -182,3 +182,25 @@ def test_a_sweep_refuses_a_root_whose_caches_name_other_data(worked, tmp_path):
     shutil.copytree(cache, tmp_path / "artifacts" / "other" / "cache" / CLASSIFIER / "val")
     assert_error(sweep_here(tmp_path, expect=1), r"no --data given, and the caches of "
                  r"artifacts/other/cache do not name one data folder: pass --data DIR")
+
+
+def test_a_run_trained_outside_its_root_reports_into_that_root(worked, tmp_path):
+    """train-oracle --out elsewhere records the root it was given (relative to where it ran):
+    with a run inside the root, one root, not two spellings of it."""
+    cwd = worked["palette"]
+    data = json.loads(next((cwd / "artifacts" / "palette" / "cache").rglob("manifest.json"))
+                      .read_text())["config"]["data"]
+    here = Path.cwd()
+    os.chdir(cwd)
+    try:
+        run_cli(["train-oracle", "--classifier", CLASSIFIER, "--oracle", CLASSIFIER,
+                 "--random-init", "--model-kwargs", json.dumps(TINY_VIT_KWARGS), "--data", data,
+                 "--loss", "ce", "--batch-size", 8, "--epochs", 1, "--val-fraction", 0.25,
+                 "--workers", 0, "--precision", "fp32", "--no-progress", "--seed", 1,
+                 "--out", tmp_path / "elsewhere"])
+    finally:
+        os.chdir(here)
+    inside = next((cwd / "artifacts" / "palette" / "runs").iterdir())
+    result = bare_report(cwd, inside, tmp_path / "elsewhere")
+    assert "from 2 run(s)" in result.output
+    assert (cwd / "artifacts" / "palette" / "report" / "report.md").is_file()

@@ -101,7 +101,8 @@ def report(cfg: ReportConfig) -> dict:
     if "fd-shifts" in cfg.export:
         written.append(export_fd_shifts(out, tasks))
     lap("write")
-    return {"out": str(out), "files": written, "found_runs_root": found and str(found), "runs": len({t.run_dir for t in tasks}),
+    return {"out": str(out), "files": written, "runs": len({t.run_dir for t in tasks}),
+            "found_runs_root": found and str(found),
             "outputs": len(tasks), "caches": len(cache_tasks), "splits": list(splits),
             "groups": sum(len(s) for s in splits.values()), "skipped": src.skipped,
             "notes": [f"split {tag}, {row['oc']} {row['display_loss']}: {w}"
@@ -158,7 +159,7 @@ def default_out(tasks, cache_tasks) -> Path:
         raise ReportError(f"{unknown[0]}: not in an artifacts root (neither a run that recorded "
                           "its root nor a cache under <root>/cache/<classifier>/<split>), so the "
                           "report has no default place: pass --out")
-    found = sorted({str(root) for root in roots.values()})
+    found = sorted({str(Path(root).resolve()) for root in roots.values()})
     if len(found) != 1:
         raise ReportError(f"the inputs come from several artifacts roots {found}: pass --out")
     return Path(found[0]) / "report"
