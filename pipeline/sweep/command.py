@@ -36,7 +36,7 @@ def _value_list(name: str) -> Opt:
 @click.option("--fine-tune", is_flag=True, help="One ordinary (full fine-tuning) train-oracle "
               "run per point, resumable, instead of head-only oracles on cached features.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Sweep directory "
-              "(runs/, sweep.md/.csv/.json, figures/). Default: artifacts/<dataset>/sweeps/"
+              "(runs/, sweep.md/.csv/.json, figures/). Default: artifacts/<data folder>/sweeps/"
               "<oracle>-<classifier>_<loss>_<head-only|fine-tune>_seed<N>_<hash>.")
 @click.option("--no-figures", is_flag=True)
 @click.argument("train_args", nargs=-1, type=click.UNPROCESSED)
@@ -50,6 +50,8 @@ def sweep(fixed_alpha_pos, fixed_alpha_neg, mode, criterion, fine_tune, out, no_
 
     (SS, paper protocol, head-only oracles on `extract --features --flip-view` caches). Ends by
     printing the train-oracle command with the chosen values; re-running skips complete points.
+    Given neither --data nor --cache, it takes the data folder whose caches the one artifacts
+    root under ./artifacts holding caches was extracted from (named; several: refused, listed).
     """
     from cache.runs import RunError
     from pipeline.core.losses import LossOptionError
