@@ -154,6 +154,9 @@ def head_only_steps(cfg: DemoConfig, variants: list, data: tuple, quiet: tuple,
                         "--loss", loss, *extra, "--seed", str(seed), *data, "--eval-split",
                         shifted, *quiet, *cfg.head_args), label))
     if "vit" in cfg.classifiers and "vit" in cfg.oracles and "ss" in cfg.losses:
-        steps.append(Step("sweep", ("sweep", "--classifier", "vit", "--oracle", "vit", *data,
+        # named, as the report's runs: a sweep without --data refuses when ./artifacts holds
+        # caches of another dataset too
+        where = data or ("--cache", str(Path(cfg.artifacts) / "cache"))
+        steps.append(Step("sweep", ("sweep", "--classifier", "vit", "--oracle", "vit", *where,
                                     *quiet, *cfg.head_args), "<vit, vit> SS alpha-/alpha+ sweep"))
     return steps
