@@ -32,7 +32,7 @@ ALLOWED = {
 # The only core modules `report` may use: they import no torch.
 TORCH_FREE_CORE = {"pipeline.core", "pipeline.core.metrics", "pipeline.core.counts",
                    "pipeline.core.selective", "pipeline.core.losses", "pipeline.core.presets",
-                   "pipeline.core.catalog",
+                   "pipeline.core.catalog", "pipeline.core.artifacts",
                    "pipeline.core.options"}
 TORCH = ("torch", "torchvision", "timm")
 # Where a function-level import of a first-party module is allowed: a command loads its stage on

@@ -187,10 +187,11 @@ def test_default_runs_root_and_output(tmp_path, monkeypatch):
     cwd.mkdir()
     monkeypatch.chdir(cwd)
     result = CliRunner().invoke(cli, ["report"])
-    assert result.exit_code == 1 and "artifacts/fashion-mnist/runs does not exist" in result.output
+    assert result.exit_code == 1 and "no runs in any artifacts root" in result.output
     (cwd / "artifacts").symlink_to(tmp_path / "artifacts")
     result = invoke("report", "--no-figures")
     assert result.exit_code == 0, result.output
+    assert "report: read artifacts/fashion-mnist/runs, the only" in result.output
     assert (cwd / "artifacts/fashion-mnist/report/report.md").exists()
 
 

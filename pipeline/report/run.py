@@ -16,7 +16,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 
-from cache.reader import ClassifierCache, slug
+from cache.reader import ClassifierCache
+from pipeline.core.artifacts import cache_root_of, only_runs_root, recorded_root
+from pipeline.core.presets import ARTIFACTS
 from pipeline.report import appendix, tables as T
 from pipeline.report.aggregate import aggregate
 from pipeline.report.baselines import WORKER_SPLIT
@@ -32,7 +34,6 @@ from pipeline.report.markdown import markdown_document
 METRIC_CHOICES = ("paper", "standard", "both")
 FORMATS = ("md", "csv", "latex", "json")
 FILES = {"md": "report.md", "csv": "report.csv", "latex": "report.tex", "json": "report.json"}
-DEFAULT_RUNS_ROOT = Path("artifacts") / "fashion-mnist" / "runs"
 EXPORTS = ("fd-shifts",)
 EXCLUSION_NOTE = ("Rows with valid == 0 (images that could not be decoded, recorded by "
                   "`extract --skip-bad`) are excluded from every metric, accuracy included.")
@@ -49,7 +50,7 @@ class ReportConfig:
     splits: tuple[str, ...] = ()
     jobs: int = 0
     figures: bool = True
-    default_runs_root: str = str(DEFAULT_RUNS_ROOT)
+    artifacts: str = str(ARTIFACTS)   # where a bare report looks for the one root with runs
     resamples: int = 1000        # bootstrap resamples; 0 = no intervals
     ci_seed: int = 0
     ci_in_tables: bool = False   # intervals in report.md / report.tex too (always in csv / json)
@@ -68,7 +69,10 @@ def report(cfg: ReportConfig) -> dict:
         clock.append(time.perf_counter())
         timings[name] = round(clock[-1] - clock[-2], 3)
 
-    src = collect(cfg.paths, cfg.runs_root, cfg.caches, Path(cfg.default_runs_root))
+    # a bare report: the runs of the one artifacts root that has any (refused when several/none)
+    bare = not (cfg.paths or cfg.runs_root or cfg.caches)
+    found = only_runs_root(Path(cfg.artifacts)) if bare else None
+    src = collect(cfg.paths, cfg.runs_root or (found and str(found)), cfg.caches)
     tasks, cache_tasks = plan(src, cfg.splits)
     # absolute: joblib may reuse worker processes started in another working directory
     out = (Path(cfg.out) if cfg.out else default_out(tasks, cache_tasks)).resolve()
@@ -99,6 +103,7 @@ def report(cfg: ReportConfig) -> dict:
         written.append(export_fd_shifts(out, tasks))
     lap("write")
     return {"out": str(out), "files": written, "runs": len({t.run_dir for t in tasks}),
+            "found_runs_root": found and str(found),
             "outputs": len(tasks), "caches": len(cache_tasks), "splits": list(splits),
             "groups": sum(len(s) for s in splits.values()), "skipped": src.skipped,
             "notes": [f"split {tag}, {row['oc']} {row['display_loss']}: {w}"
@@ -148,12 +153,25 @@ def _baseline_split(task) -> tuple[tuple[str, ...], ...]:
 
 
 def default_out(tasks, cache_tasks) -> Path:
-    """artifacts/<dataset>/report, the dataset read from the caches (one dataset per report)."""
-    names = {ClassifierCache.open(Path(p)).identity["dataset"]
-             for p in {t.cache for t in tasks} | {c.cache for c in cache_tasks}}
-    if len(names) != 1:
-        raise ReportError(f"the inputs come from several datasets {sorted(names)}: pass --out")
-    return Path("artifacts") / slug(names.pop()) / "report"
+    """<artifacts root>/report: the root the runs recorded (run.json config ``artifacts``), for
+    a run without that record, or a report of caches only, the root its cache lies in
+    (``<root>/cache/<classifier>/<tag>``).  One root per report, else --out is asked for."""
+    roots: dict[str, Path | None] = {}
+    for t in tasks:
+        recorded = ((t.run_json.get("run") or {}).get("config") or {}).get("artifacts")
+        roots[t.run_dir] = recorded_root(Path(t.run_dir), recorded) if recorded else \
+            cache_root_of(Path(t.cache))
+    if not tasks:
+        roots = {c.cache: cache_root_of(Path(c.cache)) for c in cache_tasks}
+    unknown = [where for where, root in roots.items() if root is None]
+    if unknown:
+        raise ReportError(f"{unknown[0]}: not in an artifacts root (neither a run that recorded "
+                          "its root nor a cache under <root>/cache/<classifier>/<split>), so the "
+                          "report has no default place: pass --out")
+    found = sorted({str(Path(root).resolve()) for root in roots.values()})
+    if len(found) != 1:
+        raise ReportError(f"the inputs come from several artifacts roots {found}: pass --out")
+    return Path(found[0]) / "report"
 
 
 # ------------------------------------------------------------------------------- documents --
