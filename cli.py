@@ -23,14 +23,16 @@ from pipeline.report.command import report
 from pipeline.sweep.command import sweep
 
 
-# Errors a user can fix: printed as one clear message, exit code 1 (no traceback).  Imported only
-# when an error is raised, which keeps torch out of `cli.py report`.
+# Errors a user can fix: printed as one clear message, exit code 1 (no traceback).  An error of
+# one of these classes can only have been raised once its module was imported, so only imported
+# modules are asked: `--help` and `report` never import torch to handle an error.
+_USER_ERRORS = {"cache.schema": "CacheError", "pipeline.data.errors": "DataError",
+                "pipeline.core.models": "ModelError", "pipeline.data.images": "BadImageError"}
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from cache.schema import CacheError
-    from pipeline.data.images import BadImageError
-    from pipeline.core.models import ModelError
-    from pipeline.data.errors import DataError
-    return CacheError, DataError, ModelError, BadImageError
+    return tuple(getattr(sys.modules[m], name) for m, name in _USER_ERRORS.items()
+                 if m in sys.modules)
 
 
 def _first_line_of_worker_error(err: BaseException) -> str:

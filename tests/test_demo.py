@@ -34,7 +34,8 @@ def test_plan_is_the_documented_grid():
     assert all("--eval-split test-gaussian_noise-5" in l for l in trains + heads)
     assert sum("--authors-broadcast" in l for l in trains) == 3 * 8
     assert len(set(trains)) == len(trains)                      # no run twice
-    assert full[-2] == "python cli.py sweep --classifier vit --oracle vit"
+    assert full[-2] == ("python cli.py sweep --classifier vit --oracle vit --cache "
+                        "artifacts/fashion-mnist/cache")
     no_head = run_cli(["demo", "--dry-run", "--no-head-only"]).output.splitlines()
     assert len(no_head) == len(default) - per_seed - 1
     assert not any("--head-only" in l or " sweep " in l or " --features" in l for l in no_head)
@@ -42,7 +43,7 @@ def test_plan_is_the_documented_grid():
                         "python cli.py fit-classifier --classifier resnet"]
     assert ("python cli.py extract --classifier vit --split train --split test --flip-view "
             "--features") in full
-    assert full[-1] == "python cli.py report"
+    assert full[-1] == "python cli.py report --runs-root artifacts/fashion-mnist/runs"
     # commands carry no hyperparameters: they come from presets.py, as for the bare commands
     assert not any(opt in l for l in full for opt in ("--lr", "--batch-size", "--epochs"))
     assert run_cli(["demo", "--dry-run", "--seeds", "2", "--full"], expect=2).exit_code == 2

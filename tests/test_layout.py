@@ -32,7 +32,7 @@ ALLOWED = {
 # The only core modules `report` may use: they import no torch.
 TORCH_FREE_CORE = {"pipeline.core", "pipeline.core.metrics", "pipeline.core.counts",
                    "pipeline.core.selective", "pipeline.core.losses", "pipeline.core.presets",
-                   "pipeline.core.catalog",
+                   "pipeline.core.catalog", "pipeline.core.artifacts",
                    "pipeline.core.options"}
 TORCH = ("torch", "torchvision", "timm")
 # Where a function-level import of a first-party module is allowed: a command loads its stage on
@@ -178,6 +178,27 @@ def test_cli_report_run_loads_no_torch(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def test_every_help_and_a_report_error_load_no_torch(tmp_path):
+    """`--help` of every command (and a user's error in `report`) in a fresh process: torch,
+    timm and torchvision take seconds to import, so none may load before a command runs."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "from click.testing import CliRunner; import cli;"
+        "names = [[]] + [[c] for c in sorted(cli.cli.commands)];"
+        "results = [CliRunner().invoke(cli.cli, n + ['--help']) for n in names];"
+        "assert all(r.exit_code == 0 for r in results), [r.output for r in results];"
+        "bad = CliRunner().invoke(cli.cli, ['report', sys.argv[2]]);"
+        "assert bad.exit_code == 1 and 'error:' in bad.output, bad.output;"
+        "print(len(names), sorted(m for m in sys.modules"
+        "      if m.split('.')[0] in ('torch', 'torchvision', 'timm', 'matplotlib')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT), str(tmp_path)], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    count, modules = out.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert int(count) >= 10 and modules == "[]", out.stdout
 
 
 # The files of a run directory, named only by cache/runs.py (docs/DATA_CONTRACT.md, Stage 2).

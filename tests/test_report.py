@@ -57,10 +57,12 @@ def test_end_to_end_all_formats_and_figures(study, tmp_path):
     for name in ("report.md", "report.csv", "report.tex", "report.json"):
         assert (out / name).stat().st_size > 0
     figures = out / "figures"
-    # one Fig. 3 grid per seed rank (every run appears once), one RC plot per <O,C> and split
+    # one Fig. 3 figure per <O,C>, split and seed rank (every run appears once), one RC plot
+    # per <O,C> and split (tests/test_report_figures.py: their layout)
     hists = sorted(p.name for p in figures.glob("histograms_*.png"))
-    assert hists == [f"histograms_{SHIFT}.png", f"histograms_{SHIFT}_run2.png",
-                     "histograms_test.png", "histograms_test_run2.png"]
+    assert hists == sorted([f"histograms_{o}-{c}_test{run}.png" for o, c in PAIRS
+                            for run in ("", "_run2")]
+                           + [f"histograms_vit-vit_{SHIFT}{run}.png" for run in ("", "_run2")])
     for oracle, clf in PAIRS:
         assert (figures / f"risk_coverage_{oracle}-{clf}_test.png").exists()
     assert (figures / f"risk_coverage_vit-vit_{SHIFT}.png").exists()
@@ -185,10 +187,11 @@ def test_default_runs_root_and_output(tmp_path, monkeypatch):
     cwd.mkdir()
     monkeypatch.chdir(cwd)
     result = CliRunner().invoke(cli, ["report"])
-    assert result.exit_code == 1 and "artifacts/fashion-mnist/runs does not exist" in result.output
+    assert result.exit_code == 1 and "no runs in any artifacts root" in result.output
     (cwd / "artifacts").symlink_to(tmp_path / "artifacts")
     result = invoke("report", "--no-figures")
     assert result.exit_code == 0, result.output
+    assert "report: read artifacts/fashion-mnist/runs, the only" in result.output
     assert (cwd / "artifacts/fashion-mnist/report/report.md").exists()
 
 

@@ -20,7 +20,7 @@ ATTACK_NAMES = ("pgd_linf", "pgd_l2")   # pipeline/attack/methods.py ATTACKS (to
     Opt(("--split",), help="Split to attack. Default: test (embedded), else val."),
     Opt(("--out",), type=click.Path(path_type=Path), help="Data root the attacked split is "
         "written into (ImageFolder layout; may be --data itself, so train-oracle --eval-split "
-        "finds it). Default: artifacts/<dataset>/adversarial."),
+        "finds it). Default: artifacts/<name of the --data folder>/adversarial."),
     Opt(("--name",), help="Folder of the attacked split under --out, i.e. its --split for "
         "extract/predict. Default: <split>-<attack>-<classifier>."),
     LABELS,

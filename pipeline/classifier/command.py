@@ -30,8 +30,9 @@ def _num_classes_option(ctx, param, value):
     Opt(("--split",), help="Split to fit on. Default: clf-train on Fashion-MNIST (disjoint from "
         "the oracles' train), else train."),
     Opt(("--out",), type=click.Path(path_type=Path), help="Checkpoint file. Default: "
-        "artifacts/<dataset>/classifiers/<classifier>.pt (where extract finds the embedded "
-        "presets; pass other files to extract with --weights)."),
+        "artifacts/<name of the --data folder>/classifiers/<classifier>.pt; the embedded "
+        "presets: artifacts/fashion-mnist/classifiers/ (where extract finds them; pass other "
+        "files to extract with --weights)."),
     LABELS.but(help="Labels file for a flat split folder."),
     Opt(("--num-classes",), default="auto", show_default=True, callback=_num_classes_option,
         help="Classifier outputs: 'auto' = the dataset's number of classes."),

@@ -30,7 +30,8 @@ from pipeline.core.precision import autocast, default_precision
 from pipeline.core.presets import DEFAULT_FIT, EMBEDDED_ARCH, EMBEDDED_FIT, embedded_classifier_path
 from pipeline.data.errors import DataError
 from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, make_loader
-from pipeline.data.sources import FMNIST_NAME, SampleList, is_embedded, list_split
+from pipeline.data.sources import (FMNIST_NAME, SampleList, default_artifacts, is_embedded,
+                                   list_split)
 
 CHECKPOINT_VERSION = 1
 # FitConfig fields that say where and how, not what is fitted: not in the checkpoint's meta
@@ -43,7 +44,7 @@ class FitConfig:
     classifier: str = "vit"
     data: str | None = None
     split: str | None = None            # None: clf-train (embedded) / train
-    out: Path | None = None             # None: the preset's path / artifacts/<dataset>/classifiers
+    out: Path | None = None             # None: the preset's path / <artifacts root>/classifiers
     labels_file: str | None = None
     num_classes: int | None = None      # None: the number of classes of the dataset
     model_kwargs: dict = field(default_factory=dict)
@@ -71,12 +72,13 @@ def resolve_hparams(cfg: FitConfig, embedded_preset: bool) -> dict:
     return hp
 
 
-def default_out(cfg: FitConfig, samples: SampleList, embedded_preset: bool) -> Path:
+def default_out(cfg: FitConfig, embedded_preset: bool) -> Path:
     if cfg.out is not None:
         return Path(cfg.out)
     if embedded_preset:
         return embedded_classifier_path(cfg.classifier)
-    return Path("artifacts") / samples.dataset / "classifiers" / f"{cfg.classifier.replace('/', '_')}.pt"
+    # the data's artifacts root, beside its caches and runs (wnid data: not "imagenet")
+    return default_artifacts(cfg.data) / "classifiers" / f"{cfg.classifier.replace('/', '_')}.pt"
 
 
 def classifier_spec(cfg: FitConfig, num_classes: int, embedded_preset: bool):
@@ -268,7 +270,7 @@ def fit(cfg: FitConfig) -> dict:
         raise DataError(f"--num-classes {num_classes}: split {samples.split!r} has labels up to "
                         f"{int(samples.labels.max())}; use --num-classes auto")
     spec = classifier_spec(cfg, num_classes, embedded_preset)
-    out = default_out(cfg, samples, embedded_preset)
+    out = default_out(cfg, embedded_preset)
     if out.exists() and not cfg.force:
         ckpt = read_checkpoint(out)
         fitted = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(out.stat().st_mtime))

@@ -29,6 +29,7 @@ from typing import Callable
 
 import numpy as np
 
+from pipeline.core.artifacts import artifacts_root
 from pipeline.data import attacked
 from pipeline.data import labels as labelfiles
 from pipeline.data.errors import DataError
@@ -126,8 +127,9 @@ def embedded_data(data: str | None) -> bool:
 
 
 def default_artifacts(data: str | None) -> Path:
-    """artifacts/<dataset name>: per-dataset outputs that never collide between datasets."""
-    return Path("artifacts") / (FMNIST_NAME if is_embedded(data) else Path(data).resolve().name)
+    """The artifacts root of ``--data`` (``pipeline.core.artifacts``): artifacts/<its folder's
+    name>, artifacts/fashion-mnist for the embedded dataset; every stage's default outputs."""
+    return artifacts_root(FMNIST_NAME if is_embedded(data) else Path(data).resolve().name)
 
 
 def _root(data: str) -> Path:

@@ -95,9 +95,9 @@ def plan(cfg: DemoConfig) -> list[Step]:
             f"every run of {clf} on {adversarial_split(clf)}", each_run_of=clf))
     if cfg.head_only:
         steps += head_only_steps(cfg, variants, data, quiet, shifted)
-    # the bare `report` reads artifacts/fashion-mnist/runs; another --data writes elsewhere
-    where = (("--runs-root", str(Path(cfg.artifacts) / "runs"), "--out",
-              str(Path(cfg.artifacts) / "report")) if cfg.data else ())
+    # named: a bare `report` refuses when ./artifacts holds runs of another dataset too; the
+    # report goes to the runs' artifacts root (<artifacts>/report)
+    where = ("--runs-root", str(Path(cfg.artifacts) / "runs"))
     steps.append(Step("report", ("report", *where, *cfg.report_args), "tables and figures"))
     return steps
 
@@ -154,6 +154,9 @@ def head_only_steps(cfg: DemoConfig, variants: list, data: tuple, quiet: tuple,
                         "--loss", loss, *extra, "--seed", str(seed), *data, "--eval-split",
                         shifted, *quiet, *cfg.head_args), label))
     if "vit" in cfg.classifiers and "vit" in cfg.oracles and "ss" in cfg.losses:
-        steps.append(Step("sweep", ("sweep", "--classifier", "vit", "--oracle", "vit", *data,
+        # named, as the report's runs: a sweep without --data refuses when ./artifacts holds
+        # caches of another dataset too
+        where = data or ("--cache", str(Path(cfg.artifacts) / "cache"))
+        steps.append(Step("sweep", ("sweep", "--classifier", "vit", "--oracle", "vit", *where,
                                     *quiet, *cfg.head_args), "<vit, vit> SS alpha-/alpha+ sweep"))
     return steps

@@ -22,7 +22,7 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
     Opt(("--split", "splits"), multiple=True, help="Split folder(s) to extract (repeatable). "
         "Default: every train/val/test split present."),
     Opt(("--out",), type=click.Path(path_type=Path), help="Cache root. Default: "
-        "artifacts/<dataset>/cache. Each split is written to "
+        "artifacts/<name of the --data folder>/cache. Each split is written to "
         "<out>/<classifier>/<split>[-<corruption>-<severity>]."),
     LABELS,
     BATCH_SIZE.but(default=256),

@@ -6,5 +6,6 @@ scoring.py  every number of one split of one score   bootstrap.py  paired bootst
 aggregate.py  seeds -> rows   compare.py  seed-mean intervals, SS-vs-other   separability.py  A4
 baselines.py  the post-hoc baselines' table   calibrate.py  fit T and p   heldout.py  on which rows
 tables.py   md/csv/tex/json writers   markdown.py  report.md   export.py  fd-shifts input files
-figures.py  histograms (Fig. 3), risk-coverage   appendix.py  ImageNet-C, gradients, inference time
+figplan.py  which figures, what each shows   figures.py  draws histograms (Fig. 3), risk-coverage
+appendix.py  ImageNet-C, gradients, inference time
 """

@@ -7,13 +7,15 @@ import click
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str))
 @click.option("--runs-root", default=None, help="Directory searched (recursively) for run "
-              "directories. Default, when no RUN_DIR/--cache is given: artifacts/fashion-mnist/runs.")
+              "directories. Default, when no RUN_DIR/--cache is given: the runs/ of the one "
+              "artifacts root under ./artifacts that holds runs (several: refused, listed).")
 @click.option("--metrics", type=click.Choice(["paper", "standard", "both"]), default="both",
               show_default=True, help="paper: the authors' definitions; standard: exact FPR95, "
               "negated AUPR-Error, AURC/E-AURC/AUGRC; both: every table twice (docs/METRICS.md).")
 @click.option("--format", "formats", multiple=True, type=click.Choice(["md", "csv", "latex", "json"]),
               help="Output format(s) (repeatable). Default: all four.")
-@click.option("--out", default=None, help="Report directory. Default: artifacts/<dataset>/report.")
+@click.option("--out", default=None, help="Report directory. Default: <artifacts root>/report, the "
+              "root the runs recorded (for caches only: the root they lie in).")
 @click.option("--cache", "caches", multiple=True, help="Classifier cache directory or cache root "
               "(repeatable): post-hoc baseline rows (MCP, temperature-scaled MSP, entropy, max logit, "
               "MaxLogit-pNorm, energy, DOCTOR; T and p are fitted on the training cache's "
@@ -38,7 +40,15 @@ import click
 def report(paths, runs_root, metrics, formats, out, caches, splits, jobs, no_figures, resamples,
            no_ci, ci_seed, ci_in_tables, rc_full_range, export):
     """Stage 3: tables (paper Table 1 / A4), figures and post-hoc baselines from run directories
-    (RUN_DIR ... or a directory of runs) and classifier caches; no model is loaded."""
+    (RUN_DIR ... or a directory of runs) and classifier caches; no model is loaded.
+
+    \b
+    A bare `report` (no RUN_DIR, --runs-root or --cache) reads the runs of the
+    data you worked on. Each dataset has one artifacts root, ./artifacts/<name of
+    the --data folder> (artifacts/fashion-mnist for the embedded dataset). If one
+    root holds runs, its runs/ is read (and named); if several do, the report
+    stops and lists them: pick one with --runs-root artifacts/<name>/runs; if
+    none does, it says so. The report goes to the runs' root: <root>/report."""
     # Imported on call: a command loads only its own stage.
     from pipeline.report.run import FORMATS, ReportConfig, report as run_report
 
@@ -49,6 +59,9 @@ def report(paths, runs_root, metrics, formats, out, caches, splits, jobs, no_fig
                        ci_in_tables=ci_in_tables, rc_full_range=rc_full_range,
                        export=tuple(export))
     s = run_report(cfg)
+    if s["found_runs_root"]:
+        click.echo(f"report: read {s['found_runs_root']}, the only artifacts root's runs/ under "
+                   "./artifacts (pick another with --runs-root)")
     for skipped in s["skipped"]:
         click.echo(f"skipped {skipped['run_dir']}: {skipped['reason']}", err=True)
     for note in s["notes"]:

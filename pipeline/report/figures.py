@@ -1,7 +1,10 @@
-"""Report figures (PNG, headless): TP/FP/TN/FN histograms (paper Fig. 3) and risk-coverage curves.
+"""Report figures (PNG, headless): TP/FP/TN/FN histograms (paper Fig. 3) and risk-coverage
+curves.  Which figures a report has, and what each shows, is figplan.py's; this module draws one.
 
 Figures are built on ``matplotlib.figure.Figure`` with the Agg canvas: no pyplot state and no
-display, so they can be drawn in joblib worker processes.
+display, so they can be drawn in joblib worker processes.  Every axes is placed in inches (no
+``tight_layout``, which would cost a full extra draw): panels keep their size however many there
+are, and legends get their own strip beside or above the panels, never on the data.
 """
 from __future__ import annotations
 
@@ -11,6 +14,15 @@ import numpy as np
 
 COLORS = {"TP": "#2c7bb6", "FN": "#abd9e9", "TN": "#d7191c", "FP": "#fdae61"}
 DPI = 110
+MAX_CURVES = 8        # curves per risk-coverage panel: more cannot be told apart at a glance
+MAX_COLS = 4          # histogram panels per row: the paper's Fig. 3 row (CE, Focal, TCP, SS)
+# one colour per loss, the same in every panel and figure; anything else takes a spare colour
+LOSS_COLORS = {"ce": "#1f77b4", "focal": "#ff7f0e", "tcp": "#2ca02c", "ss": "#d62728"}
+SPARE_COLORS = ("#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#000000", "#7f7f7f",
+                "#aec7e8")
+VARIANT_STYLES = ("-", "--", "-.", (0, (3, 1, 1, 1, 1, 1)))   # first variant of a panel solid
+REFERENCE = {"color": "0.35", "ls": ":", "lw": 1.8}          # MCP drawn in the oracles' panels
+CHAR_IN = 0.058       # width of one legend character at 7 pt, inches (DejaVu Sans, measured)
 
 
 def _figure(width: float, height: float):
@@ -22,53 +34,96 @@ def _figure(width: float, height: float):
     return fig
 
 
+def _axes(fig, width: float, height: float, left: float, top: float, w: float, h: float):
+    """An axes ``w`` x ``h`` inches whose top-left corner is ``left``, ``top`` inches from the
+    figure's top-left corner."""
+    return fig.add_axes((left / width, 1 - (top + h) / height, w / width, h / height))
+
+
 def oc_label(labels: dict) -> str:
     return f"⟨{labels['oracle']}, {labels['classifier']}⟩"
 
 
-def _hist_axes(ax, hist: dict, legend: bool = True) -> None:
+# ------------------------------------------------------------------------------ histograms ---
+PANEL_W, PANEL_H = 2.3, 1.7           # one histogram's axes, inches
+GAP_W, GAP_H = 0.4, 0.85              # between panels: y tick labels; two title lines + x ticks
+
+
+def _hist_axes(ax, hist: dict) -> None:
     edges = np.asarray(hist["edges"])
     for name in ("TP", "FN", "TN", "FP"):
-        counts = np.asarray(hist["counts"][name])
-        ax.stairs(counts, edges, color=COLORS[name], fill=True, alpha=0.55,
-                  label=f"{name} ({int(counts.sum())})")
+        ax.stairs(np.asarray(hist["counts"][name]), edges, color=COLORS[name], fill=True,
+                  alpha=0.55)
     t = hist["thresholds"]
     ax.axvline(t["positive"], color="k", ls="--", lw=0.8)
     if t["negative"] != t["positive"]:
         ax.axvline(t["negative"], color="k", ls=":", lw=0.8)
     if t.get("tpr95") is not None:    # the working point: 95% of the correct rows accepted
-        ax.axvline(t["tpr95"], color="#1a9641", ls="-.", lw=1.0, label="95% TPR")
+        ax.axvline(t["tpr95"], color="#1a9641", ls="-.", lw=1.0)
     ax.set_xlim(0, 1)
     ax.set_yscale("symlog", linthresh=10)
     ax.tick_params(labelsize=7)
-    if legend:
-        ax.legend(fontsize=6, loc="upper left", framealpha=0.7, handlelength=1.0)
 
 
-def draw_histogram_grid(cells: dict[tuple[str, str], dict], rows: list[str], cols: list[str],
-                        path: str, title: str) -> None:
-    """The paper's Fig. 3 layout: one panel per (⟨O,C⟩ row, loss column); empty where absent.
-    Each panel: the run's confidences split into TP / FN / TN / FP at its loss's thresholds
-    (dashed: positive threshold 0.5; dotted: the negative one where it differs, 1/K for TCP)."""
-    width, height = 2.9 * len(cols) + 0.4, 2.3 * len(rows) + 0.6
+def _counts_line(hist: dict) -> str:
+    return " · ".join(f"{n} {int(np.asarray(hist['counts'][n]).sum())}"
+                      for n in ("TP", "FN", "TN", "FP"))
+
+
+def _hist_legend(panels: list[dict]):
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=COLORS[n], alpha=0.55, label=label) for n, label in (
+        ("TP", "TP: correct, accepted"), ("FN", "FN: correct, rejected"),
+        ("TN", "TN: wrong, rejected"), ("FP", "FP: wrong, accepted"))]
+    handles.append(Line2D([], [], color="k", ls="--", lw=0.8, label="threshold 0.5"))
+    thresholds = [p["hist"]["thresholds"] for p in panels]
+    if any(t["negative"] != t["positive"] for t in thresholds):
+        handles.append(Line2D([], [], color="k", ls=":", lw=0.8, label="TNR threshold 1/K (TCP)"))
+    if any(t.get("tpr95") is not None for t in thresholds):
+        handles.append(Line2D([], [], color="#1a9641", ls="-.", lw=1.0, label="95% TPR"))
+    return handles
+
+
+def draw_histograms(rows: list[list[dict]], path: str, title: str) -> None:
+    _save(histogram_figure(rows, title), path)
+
+
+def histogram_figure(rows: list[list[dict]], title: str):
+    """One histogram panel per run, ``rows`` of panels ({"title", "hist"}) wrapped at MAX_COLS:
+    the run's confidences split into TP / FN / TN / FP at its loss's thresholds (dashed: 0.5;
+    dotted: the negative one where it differs, 1/K for TCP; dash-dot: the 95%-TPR working
+    point); the counts under each title; one legend for the figure above the panels."""
+    lines = [row[i:i + MAX_COLS] for row in rows for i in range(0, len(row), MAX_COLS)]
+    cols = max(len(line) for line in lines)
+    handles = _hist_legend([p for line in lines for p in line])
+    width = max(0.5 + cols * PANEL_W + (cols - 1) * GAP_W + 0.15, 6.0)
+    # legend lines of at most the entries that fit the width (~1.6 in each), filled evenly
+    lines_needed = -(-len(handles) * 1.6 // (width - 0.3))
+    per_row = int(-(-len(handles) // lines_needed))
+    legend_h = 0.2 * lines_needed
+    top = 0.35 + legend_h + 0.45                           # title, legend, first panel titles
+    height = top + len(lines) * PANEL_H + (len(lines) - 1) * GAP_H + 0.5
     fig = _figure(width, height)
-    # fixed margins in inches: tight_layout would cost a full extra draw of every panel
-    axes = fig.subplots(len(rows), len(cols), squeeze=False, gridspec_kw=dict(
-        left=0.45 / width, right=1 - 0.1 / width, bottom=0.35 / height, top=1 - 0.65 / height,
-        wspace=0.3, hspace=0.45))
-    for i, row in enumerate(rows):
-        for j, col in enumerate(cols):
-            ax = axes[i, j]
-            result = cells.get((row, col))
-            if result is None:
-                ax.set_axis_off()
-                continue
-            _hist_axes(ax, result["hist"])
-            seed = result["labels"].get("seed")
-            ax.set_title(f"{row} + {col}" + (f", seed {seed}" if seed is not None else ""),
-                         fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    _save(fig, path)
+    for i, line in enumerate(lines):
+        for j, panel in enumerate(line):
+            ax = _axes(fig, width, height, 0.5 + j * (PANEL_W + GAP_W),
+                       top + i * (PANEL_H + GAP_H), PANEL_W, PANEL_H)
+            _hist_axes(ax, panel["hist"])
+            ax.set_title(f"{panel['title']}\n{_counts_line(panel['hist'])}", fontsize=7.5)
+            if i == len(lines) - 1:
+                ax.set_xlabel("oracle confidence", fontsize=7)
+            if j == 0:
+                ax.set_ylabel("rows (symlog)", fontsize=7)
+    fig.suptitle(title, fontsize=9, y=1 - 0.08 / height, va="top")
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.33 / height),
+               ncol=per_row, fontsize=7, frameon=False, handlelength=1.6, columnspacing=1.2)
+    return fig
+
+
+# -------------------------------------------------------------------------- risk-coverage ----
+RC_W, RC_H = 4.0, 2.4                 # one risk-coverage panel's axes, inches
 
 
 def rc_risk_limit(curves: list[dict], min_coverage: float = 0.05) -> float:
@@ -79,26 +134,66 @@ def rc_risk_limit(curves: list[dict], min_coverage: float = 0.05) -> float:
     return min(1.0, max(peak * 1.1, 0.01))
 
 
-def draw_rc_curves(curves: list[dict], path: str, title: str, full_range: bool = False) -> None:
-    """Selective risk vs coverage, one line per loss (solid) and post-hoc baseline (dashed);
-    ``curves`` items: {"label", "coverage", "risk", "aurc", "baseline"}; AURC x1000 in the legend.
+def curve_styles(curves: list[dict], forms: list[str]) -> list[dict]:
+    """Line styles of one panel's curves: a loss keeps its colour in every panel, its form (the
+    variant without "head-only", e.g. broadcast; its index in the figure's ``forms``) sets the
+    dash; a baseline or a repeated (loss, form) takes a spare colour; the reference (MCP) is
+    grey dotted."""
+    used, spare, styles = set(), iter(SPARE_COLORS * 4), []
+    for c in curves:
+        if c.get("reference"):
+            styles.append(dict(REFERENCE))
+            continue
+        key = (c.get("loss"), c.get("form", ""))
+        color = LOSS_COLORS.get(c.get("loss")) if not c["baseline"] else None
+        if color is None or key in used:
+            color = next(spare)
+        used.add(key)
+        ls = "-" if c["baseline"] else VARIANT_STYLES[forms.index(c.get("form", ""))
+                                                      % len(VARIANT_STYLES)]
+        styles.append({"color": color, "ls": ls, "lw": 1.3})
+    return styles
+
+
+def draw_rc_panels(panels: list[dict], path: str, title: str, full_range: bool = False) -> None:
+    _save(rc_figure(panels, title, full_range), path)
+
+
+def rc_figure(panels: list[dict], title: str, full_range: bool = False):
+    """Selective risk vs coverage, one panel per ``panels`` item ({"title", "curves"}) stacked
+    on shared axes, each with at most MAX_CURVES curves and its legend to its right; ``curves``
+    items: {"label", "coverage", "risk", "aurc", "baseline"} (+ "loss", "form", "reference").
     The risk axis is scaled to the data (``rc_risk_limit``); ``full_range`` draws 0..1."""
-    fig = _figure(5.2, 3.8)
-    ax = fig.add_subplot()
-    for curve in curves:
-        ax.plot(curve["coverage"], curve["risk"], lw=1.3 if not curve["baseline"] else 1.0,
-                ls="--" if curve["baseline"] else "-",
-                label=f"{curve['label']} (AURC {1000 * curve['aurc']:.2f}×10⁻³)")
-    ax.set_xlabel("coverage", fontsize=8)
-    ax.set_ylabel("selective risk (error rate among kept)", fontsize=8)
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1.0 if full_range else rc_risk_limit(curves))
-    ax.tick_params(labelsize=7)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6.5, loc="upper left", frameon=False)
-    ax.set_title(title, fontsize=9)
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.92)  # no tight_layout pass
-    _save(fig, path)
+    every = [c for p in panels for c in p["curves"]]
+    labels = [_rc_label(c) for c in every]
+    legend_w = max(2.0, CHAR_IN * max(len(t) for t in labels + ["AURC ×10³ (lower: better)"])
+                   + 0.6)
+    width, top = 0.6 + RC_W + 0.2 + legend_w, 0.55
+    height = top + len(panels) * RC_H + (len(panels) - 1) * 0.55 + 0.5
+    fig = _figure(width, height)
+    ymax = 1.0 if full_range else rc_risk_limit(every)
+    forms = list(dict.fromkeys(c.get("form", "") for c in every if not c["baseline"]))
+    for i, panel in enumerate(panels):
+        ax = _axes(fig, width, height, 0.6, top + i * (RC_H + 0.55), RC_W, RC_H)
+        for curve, style in zip(panel["curves"], curve_styles(panel["curves"], forms)):
+            ax.plot(curve["coverage"], curve["risk"], label=_rc_label(curve), **style)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, ymax)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        ax.set_ylabel("selective risk", fontsize=7.5)
+        ax.set_title(panel["title"], fontsize=8, loc="left")
+        if i == len(panels) - 1:
+            ax.set_xlabel("coverage (share of rows kept, most trusted first)", fontsize=7.5)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.03, 1.0), borderaxespad=0, fontsize=7,
+                  title="AURC ×10³ (lower: better)", title_fontsize=7, frameon=False,
+                  handlelength=2.2)
+    fig.suptitle(title, fontsize=9, y=1 - 0.08 / height, va="top")
+    return fig
+
+
+def _rc_label(curve: dict) -> str:
+    return f"{curve['label']}  {1000 * curve['aurc']:.1f}"
 
 
 def _save(fig, path: str) -> None:

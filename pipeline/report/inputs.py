@@ -68,11 +68,9 @@ def cache_tag(identity: dict) -> str:
     return split_tag(identity["split"], name, int(severity))
 
 
-def collect(paths: tuple[str, ...], runs_root: str | None, caches: tuple[str, ...],
-            default_root: Path) -> Sources:
-    """Classify the command line's paths into run directories and classifier caches.
-
-    With no path, no --runs-root and no --cache, the default runs root is scanned."""
+def collect(paths: tuple[str, ...], runs_root: str | None, caches: tuple[str, ...]) -> Sources:
+    """Classify the command line's paths into run directories and classifier caches, and scan
+    the runs root (``report`` finds one for a bare report: ``core.artifacts.only_runs_root``)."""
     src = Sources()
     for text in paths:
         path = Path(text)
@@ -89,8 +87,8 @@ def collect(paths: tuple[str, ...], runs_root: str | None, caches: tuple[str, ..
                 raise ReportError(f"{path} is neither a run directory ({RUN_FILE} + {OUTPUTS}/), "
                                   "a directory of runs, nor a classifier cache (manifest.json)")
             src.run_dirs.update({p: False for p in found if p not in src.run_dirs})
-    roots = [Path(runs_root)] if runs_root else ([] if paths or caches else [default_root])
-    for root in roots:
+    if runs_root:
+        root = Path(runs_root)
         if not root.is_dir():
             raise ReportError(f"runs root {root} does not exist: train oracles first "
                               "(`cli.py train-oracle`), or pass RUN_DIR, --runs-root or --cache")

@@ -68,23 +68,22 @@ def _split_section(split: dict, tables: list[dict]) -> list[str]:
             lines.append(f"- warning, {row['oc']} {row['display_loss']}: {warning}")
     for table in tables:
         lines += [T.markdown_table(table), ""]
-    figs = split["figures"]
-    if figs["histograms"] or figs["risk_coverage"]:
-        lines += ["### Figures", ""]
-    hists = figs["histograms"]
-    if hists:
-        lines += ["TP / FN / TN / FP histograms at each loss's thresholds (paper Fig. 3 layout; "
-                  "dashed: 0.5, dotted: TCP's 1/K, green dash-dot: the 95%-TPR working point), "
-                  "lowest seed of each group:", "",
-                  f"![histograms {tag}]({hists[0]})", ""]
-    for oc, path in figs["risk_coverage"].items():
-        lines += [f"Risk–coverage, {oc}, lowest seed (AURC in the legend; dashed: post-hoc "
-                  "baselines; risk axis scaled to the curves, --rc-full-range for 0-1):", "",
-                  f"![risk-coverage {oc} {tag}]({path})", ""]
-    if len(hists) > 1:
-        lines += ["The other runs of every group, same layout: "
-                  + ", ".join(f"[{Path(p).stem}]({p})" for p in hists[1:]), ""]
-    return lines
+    return lines + _figures_section(split["figures"])
+
+
+def _figures_section(figs: dict) -> list[str]:
+    """Every figure of the split, one line each saying what it shows (figplan.py's order)."""
+    if not figs.get("list"):
+        return []
+    notes = ["Risk–coverage: the risk axis is scaled to the curves (--rc-full-range for 0-1)."]
+    if figs["histograms"]:
+        notes.insert(0, "Histograms: the oracle's confidence on the correct (TP accepted / FN "
+                        "rejected) and the wrong (TN rejected / FP accepted) predictions; dashed: "
+                        "threshold 0.5, dotted: TCP's 1/K, green dash-dot: the 95%-TPR working "
+                        "point.")
+    lines = ["### Figures", "", " ".join(notes), ""]
+    lines += [f"- [{Path(f['path']).name}]({f['path']}): {f['shows']}" for f in figs["list"]]
+    return lines + [""]
 
 
 def _runs_section(doc: dict) -> list[str]:

@@ -16,22 +16,24 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 
-from cache.reader import ClassifierCache, slug
-from pipeline.report import appendix, figures as F, tables as T
-from pipeline.report.aggregate import aggregate, row_order
+from cache.reader import ClassifierCache
+from pipeline.core.artifacts import cache_root_of, only_runs_root, recorded_root
+from pipeline.core.presets import ARTIFACTS
+from pipeline.report import appendix, tables as T
+from pipeline.report.aggregate import aggregate
 from pipeline.report.baselines import WORKER_SPLIT
 from pipeline.report.bootstrap import BootstrapSpec
 from pipeline.report.compare import comparisons
 from pipeline.report.export import export_fd_shifts
 from pipeline.report.heldout import plan_fits
 from pipeline.report.evaluate import evaluate_baselines, evaluate_output
+from pipeline.report.figplan import plan_figures, relative
 from pipeline.report.inputs import ReportError, collect, plan
 from pipeline.report.markdown import markdown_document
 
 METRIC_CHOICES = ("paper", "standard", "both")
 FORMATS = ("md", "csv", "latex", "json")
 FILES = {"md": "report.md", "csv": "report.csv", "latex": "report.tex", "json": "report.json"}
-DEFAULT_RUNS_ROOT = Path("artifacts") / "fashion-mnist" / "runs"
 EXPORTS = ("fd-shifts",)
 EXCLUSION_NOTE = ("Rows with valid == 0 (images that could not be decoded, recorded by "
                   "`extract --skip-bad`) are excluded from every metric, accuracy included.")
@@ -48,7 +50,7 @@ class ReportConfig:
     splits: tuple[str, ...] = ()
     jobs: int = 0
     figures: bool = True
-    default_runs_root: str = str(DEFAULT_RUNS_ROOT)
+    artifacts: str = str(ARTIFACTS)   # where a bare report looks for the one root with runs
     resamples: int = 1000        # bootstrap resamples; 0 = no intervals
     ci_seed: int = 0
     ci_in_tables: bool = False   # intervals in report.md / report.tex too (always in csv / json)
@@ -67,7 +69,10 @@ def report(cfg: ReportConfig) -> dict:
         clock.append(time.perf_counter())
         timings[name] = round(clock[-1] - clock[-2], 3)
 
-    src = collect(cfg.paths, cfg.runs_root, cfg.caches, Path(cfg.default_runs_root))
+    # a bare report: the runs of the one artifacts root that has any (refused when several/none)
+    bare = not (cfg.paths or cfg.runs_root or cfg.caches)
+    found = only_runs_root(Path(cfg.artifacts)) if bare else None
+    src = collect(cfg.paths, cfg.runs_root or (found and str(found)), cfg.caches)
     tasks, cache_tasks = plan(src, cfg.splits)
     # absolute: joblib may reuse worker processes started in another working directory
     out = (Path(cfg.out) if cfg.out else default_out(tasks, cache_tasks)).resolve()
@@ -98,11 +103,20 @@ def report(cfg: ReportConfig) -> dict:
         written.append(export_fd_shifts(out, tasks))
     lap("write")
     return {"out": str(out), "files": written, "runs": len({t.run_dir for t in tasks}),
+            "found_runs_root": found and str(found),
             "outputs": len(tasks), "caches": len(cache_tasks), "splits": list(splits),
             "groups": sum(len(s) for s in splits.values()), "skipped": src.skipped,
             "notes": [f"split {tag}, {row['oc']} {row['display_loss']}: {w}"
                       for tag, rows in splits.items() for row in rows for w in row["warnings"]],
             "elapsed_s": round(clock[-1] - clock[0], 3), "timings": timings}
+
+
+def draw_figures(splits: dict[str, list[dict]], out: Path, jobs: int = 0,
+                 full_range: bool = False) -> dict:
+    """Every split's figures (figplan.py says which), drawn in worker processes."""
+    calls, index = plan_figures(splits, out, full_range)
+    parallel(calls, jobs)
+    return index
 
 
 def parallel(calls: list, jobs: int = 0) -> list:
@@ -139,57 +153,25 @@ def _baseline_split(task) -> tuple[tuple[str, ...], ...]:
 
 
 def default_out(tasks, cache_tasks) -> Path:
-    """artifacts/<dataset>/report, the dataset read from the caches (one dataset per report)."""
-    names = {ClassifierCache.open(Path(p)).identity["dataset"]
-             for p in {t.cache for t in tasks} | {c.cache for c in cache_tasks}}
-    if len(names) != 1:
-        raise ReportError(f"the inputs come from several datasets {sorted(names)}: pass --out")
-    return Path("artifacts") / slug(names.pop()) / "report"
-
-
-# -------------------------------------------------------------------------------- figures ----
-def draw_figures(splits: dict[str, list[dict]], out: Path, jobs: int = 0,
-                 full_range: bool = False) -> dict:
-    """Per split: the Fig. 3 histogram grid and one risk-coverage plot per <O,C>."""
-    calls, index = [], {}
-    for tag, rows in splits.items():
-        oracle_rows = [r for r in rows if r["kind"] == "oracle"]
-        entry = index[tag] = {"histograms": [], "risk_coverage": {}}
-        if oracle_rows:
-            ocs = list(dict.fromkeys(r["oc"] for r in oracle_rows))
-            losses = list(dict.fromkeys(r["display_loss"] for r in
-                                        sorted(oracle_rows, key=lambda r: row_order(r)[3:])))
-            # grid i holds the i-th run (by seed) of every group: every run appears once, and
-            # the first grid (lowest seeds) is the paper's figure
-            for i in range(max(r["n"] for r in oracle_rows)):
-                cells = {(r["oc"], r["display_loss"]): r["_members"][i] for r in oracle_rows
-                         if r["n"] > i}
-                suffix = "" if i == 0 else f"_run{i + 1}"
-                path = out / "figures" / f"histograms_{slug(tag)}{suffix}.png"
-                which = "lowest seed of each group" if i == 0 else f"run {i + 1} of each group"
-                calls.append((F.draw_histogram_grid, (cells, ocs, losses, str(path),
-                                                      f"Confidence histograms, split {tag} ({which})")))
-                entry["histograms"].append(str(path))
-        with_oracle = {r["classifier"] for r in oracle_rows}
-        for oc in dict.fromkeys(r["oc"] for r in rows):
-            block = [r for r in rows if r["oc"] == oc]
-            clf, kind = block[0]["classifier"], block[0]["kind"]
-            if kind == "baseline" and clf in with_oracle:
-                continue  # drawn, dashed, on every <O, C> plot of this classifier
-            extra = [r for r in rows if r["kind"] == "baseline" and r["classifier"] == clf
-                     and r["oc"] != oc] if kind == "oracle" else []
-            curves = [{"label": r["display_loss"], "baseline": r["kind"] == "baseline",
-                       **r["_members"][0]["rc"]} for r in block + extra
-                      if r["_members"][0]["rc"] is not None]   # None: an unfitted baseline
-            if not curves:
-                continue
-            path = out / "figures" / f"risk_coverage_{slug(oc.strip('⟨⟩'))}_{slug(tag)}.png"
-            calls.append((F.draw_rc_curves, (curves, str(path),
-                                             f"Risk-coverage {oc}, split {tag} (lowest seed)",
-                                             full_range)))
-            entry["risk_coverage"][oc] = str(path)
-    parallel(calls, jobs)
-    return index
+    """<artifacts root>/report: the root the runs recorded (run.json config ``artifacts``), for
+    a run without that record, or a report of caches only, the root its cache lies in
+    (``<root>/cache/<classifier>/<tag>``).  One root per report, else --out is asked for."""
+    roots: dict[str, Path | None] = {}
+    for t in tasks:
+        recorded = ((t.run_json.get("run") or {}).get("config") or {}).get("artifacts")
+        roots[t.run_dir] = recorded_root(Path(t.run_dir), recorded) if recorded else \
+            cache_root_of(Path(t.cache))
+    if not tasks:
+        roots = {c.cache: cache_root_of(Path(c.cache)) for c in cache_tasks}
+    unknown = [where for where, root in roots.items() if root is None]
+    if unknown:
+        raise ReportError(f"{unknown[0]}: not in an artifacts root (neither a run that recorded "
+                          "its root nor a cache under <root>/cache/<classifier>/<split>), so the "
+                          "report has no default place: pass --out")
+    found = sorted({str(Path(root).resolve()) for root in roots.values()})
+    if len(found) != 1:
+        raise ReportError(f"the inputs come from several artifacts roots {found}: pass --out")
+    return Path(found[0]) / "report"
 
 
 # ------------------------------------------------------------------------------- documents --
@@ -200,12 +182,11 @@ def build_doc(cfg, splits, results, skipped, figures, out: Path, compared: dict,
         return os.path.relpath(p, out) if p else None
     doc_splits = []
     for tag, rows in splits.items():
-        fig = figures.get(tag, {"histograms": [], "risk_coverage": {}})
+        fig = figures.get(tag, {"histograms": [], "risk_coverage": {}, "list": []})
         doc_splits.append({
             "split": tag, "rows": [{k: v for k, v in r.items() if k != "_members"} for r in rows],
             "comparisons": compared.get(tag, []),
-            "figures": {"histograms": [rel(p) for p in fig["histograms"]],
-                        "risk_coverage": {k: rel(v) for k, v in fig["risk_coverage"].items()}}})
+            "figures": relative(fig, rel)})
     return {"schema": "trust-oracles-report/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "metrics": cfg.metrics, "definitions": T.DEFINITION_TEXT, "exclusion": EXCLUSION_NOTE,
             "config": asdict(cfg), "bootstrap": _bootstrap_text(cfg), "fits": fits,

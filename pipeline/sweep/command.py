@@ -36,7 +36,7 @@ def _value_list(name: str) -> Opt:
 @click.option("--fine-tune", is_flag=True, help="One ordinary (full fine-tuning) train-oracle "
               "run per point, resumable, instead of head-only oracles on cached features.")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Sweep directory "
-              "(runs/, sweep.md/.csv/.json, figures/). Default: artifacts/<dataset>/sweeps/"
+              "(runs/, sweep.md/.csv/.json, figures/). Default: artifacts/<data folder>/sweeps/"
               "<oracle>-<classifier>_<loss>_<head-only|fine-tune>_seed<N>_<hash>.")
 @click.option("--no-figures", is_flag=True)
 @click.argument("train_args", nargs=-1, type=click.UNPROCESSED)
@@ -50,6 +50,8 @@ def sweep(fixed_alpha_pos, fixed_alpha_neg, mode, criterion, fine_tune, out, no_
 
     (SS, paper protocol, head-only oracles on `extract --features --flip-view` caches). Ends by
     printing the train-oracle command with the chosen values; re-running skips complete points.
+    Given neither --data nor --cache, it takes the data folder whose caches the one artifacts
+    root under ./artifacts holding caches was extracted from (named; several: refused, listed).
     """
     from cache.runs import RunError
     from pipeline.core.losses import LossOptionError
@@ -64,7 +66,13 @@ def sweep(fixed_alpha_pos, fixed_alpha_neg, mode, criterion, fine_tune, out, no_
             raise click.UsageError(f"{flag} is not a sweep option: the sweep "
                                    + ("sets it (--fine-tune for full runs)" if flag == "--head-only"
                                       else "names its runs under its own --out directory"))
-    ctx = train_oracle.make_context("train-oracle", args + ([] if fine_tune else ["--head-only"]))
+    head = [] if fine_tune else ["--head-only"]
+    ctx = train_oracle.make_context("train-oracle", args + head)
+    if ctx.params["data"] is None and ctx.params["cache"] is None:
+        data = data_worked_on()      # the caches under ./artifacts say which data; named
+        if data is not None:
+            args += ["--data", data]
+            ctx = train_oracle.make_context("train-oracle", args + head)
     if not fine_tune:
         check_head_only_options(ctx)
     base = config_from_params(ctx.params)
@@ -91,3 +99,31 @@ def sweep(fixed_alpha_pos, fixed_alpha_neg, mode, criterion, fine_tune, out, no_
                + ("" if fine_tune else " (the sweep trained head-only oracles; add --head-only "
                   "for one)") + ":")
     click.echo(s["command"])
+
+
+def data_worked_on() -> str | None:
+    """``--data`` for a sweep given neither --data nor --cache: the data folder whose caches the
+    one artifacts root under ./artifacts holding caches was extracted from (echoed); None, the
+    embedded dataset, when that root is the embedded one's or no root holds caches (its missing
+    cache is then named by train-oracle).  Several roots: refused, listed, never guessed."""
+    from cache.manifest import read_json
+    from pipeline.core.artifacts import ArtifactsError, cache_manifests, listing, roots_holding
+    from pipeline.data.sources import default_artifacts
+
+    found = roots_holding("cache")
+    if len(found) > 1:
+        raise ArtifactsError(f"no --data given, and several artifacts roots hold caches: "
+                             f"{listing(found, 'cache')}; pick the data with --data DIR (the "
+                             "folder extract read; --data fashion-mnist: the embedded dataset)")
+    if not found:
+        return None
+    root = next(iter(found))
+    datas = {read_json(p, "cache manifest")["config"].get("data") for p in cache_manifests(root)}
+    datas = {d for d in datas if default_artifacts(d) == root}    # not e.g. an attack's split
+    if len(datas) != 1:
+        raise ArtifactsError(f"no --data given, and the caches of {root}/cache do not name one "
+                             "data folder: pass --data DIR")
+    data = datas.pop()
+    click.echo(f"sweep: no --data given: {data or 'the embedded Fashion-MNIST'}, whose caches "
+               f"are in {root}, the only artifacts root holding caches (pick another with --data)")
+    return data
