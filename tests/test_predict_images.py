@@ -355,3 +355,25 @@ def test_paths_recorded_relative_to_another_folder_say_so(weights_run, tmp_path,
     assert_error(result, rf"classifier cache cache/{CLASSIFIER}/train, which is not there now "
                          r"\(moved or deleted, or recorded relative to the folder the command "
                          r"that wrote it ran in: run predict from there\)")
+
+
+def test_an_oracle_of_another_input_size_gets_its_own_view_of_each_file(trained, tmp_path):
+    """Classifier at 32 x 32, oracle at 48 x 48: each file is decoded once and resized for each
+    model; every row still equals extract's and train-oracle's numbers for that file."""
+    data, cache, _ = trained
+    run = tmp_path / "run48"
+    run_cli(train_args(data, cache, run, "--val-fraction", 0.25, "--batch-size", 4,
+                       "--model-kwargs", json.dumps({**TINY_VIT_KWARGS, "img_size": 48})))
+    build = json.loads((run / "run.json").read_text())["oracle_build"]
+    assert build["data_config"]["input_size"] == [3, 48, 48]
+    run_cli(["predict", "--run", run, "--images", data / "val", "--batch-size", 5, *FAST])
+    rows = read_csv(run / "predictions" / "val.csv")
+    cols = ClassifierCache.open(cache / CLASSIFIER / "val").load(["pred", "p_max"])
+    oracle = read_outputs(run / "outputs" / "val.h5")
+    by_path = {p: i for i, p in enumerate(output_paths(oracle))}
+    for row in rows:
+        i = by_path[row["path"]]
+        assert int(row["pred"]) == cols["pred"][i]
+        assert float(row["msp"]) == pytest.approx(float(cols["p_max"][i]), abs=1e-6)
+        assert float(row["confidence"]) == pytest.approx(float(oracle.columns["confidence"][i]),
+                                                         abs=1e-6)
