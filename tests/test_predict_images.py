@@ -168,6 +168,8 @@ def test_options_of_the_other_mode_and_two_thresholds_are_usage_errors(trained, 
             (["--images", data / "val", "--threshold", 0.5, "--target", "tpr=0.9"],
              r"--threshold and --target both set the trust threshold: give one"),
             (["--images", data / "val", "--target", "fpr=0.1"], r"not a target: expected tpr=T"),
+            (["--images", data / "val", "--name", "a", "--out", tmp_path / "b.csv"],
+             r"--name and --out both name the predictions table: give one"),
             (["--images", data / "val", "--threshold", 1.5], r"1.5 is not in the range")]:
         assert_error(run_cli(["predict", "--run", run, *args, *FAST], expect=None), pattern, 2)
     assert not (run / "predictions" / "val.csv").exists()

@@ -189,6 +189,9 @@ def _check_predict_mode(ctx: click.Context, images: bool) -> None:
         raise click.UsageError(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not "
                                + ("apply to --images (unlabelled images are scored without a "
                                   "cache)" if images else "apply without --images"))
+    if "name" in given and "out" in given:
+        raise click.UsageError("--name and --out both name the predictions table: give one "
+                               "(--name: RUN/predictions/<name>.csv; --out: any file)")
     if "threshold" in given and "target" in given:
         raise click.UsageError("--threshold and --target both set the trust threshold: give one "
                                "(--threshold X as is, or --target to pick it on held-out rows)")
