@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from cache.schema import (KIND_ORACLE, ORACLE_COLUMNS, SCHEMA_VERSION, CacheError, CacheMismatch,
-                          check_identity)
+from cache.schema import (KIND_ORACLE, ORACLE_COLUMNS, ORACLE_PATH_COLUMN, ORACLE_PATH_ROOT,
+                          SCHEMA_VERSION, CacheError, CacheMismatch, check_identity)
 from cache.integrity import file_digest
-from cache.shards import read_attrs, read_columns, write_shard
+from cache.shards import HASHES, read_attrs, read_columns, write_shard
 
 REWRITE = ("re-run the command that wrote it (the same `cli.py train-oracle` or `cli.py "
            "predict`): it recomputes the outputs with the kept oracle")
@@ -29,9 +29,11 @@ def classifier_ref(cache_path: Path, identity: Mapping[str, Any]) -> dict:
 
 
 def write_outputs(path: Path, columns: Mapping[str, np.ndarray], classifier: Mapping[str, Any],
-                  run: Mapping[str, Any]) -> None:
+                  run: Mapping[str, Any], sources: tuple[str, Sequence[str]] | None = None) -> None:
     """Write one split's oracle outputs.  ``classifier`` = classifier_ref(...); ``run`` = the
-    run's labels/config (oracle, classifier, loss, seed, ...), stored for self-contained reports."""
+    run's labels/config (oracle, classifier, loss, seed, ...), stored for self-contained reports;
+    ``sources`` = (folder, each row's file relative to it): the ``path`` column, so scores map
+    back to image files without the dataset listing."""
     missing = [c for c in ORACLE_COLUMNS if c not in columns]
     if missing:
         raise ValueError(f"oracle outputs for {path} lack column(s) {missing}")
@@ -43,9 +45,16 @@ def write_outputs(path: Path, columns: Mapping[str, np.ndarray], classifier: Map
              "corruption": classifier["corruption"],
              "dataset_fingerprint": classifier["dataset_fingerprint"], "num_rows": n,
              "classifier_cache": dict(classifier), "run": dict(run)}
+    arrays = {c: np.asarray(columns[c], ORACLE_COLUMNS[c]) for c in ORACLE_COLUMNS}
+    if sources is not None:
+        root, names = sources
+        if len(names) != n:
+            raise CacheError(f"{path}: {len(names)} file names for {n} rows")
+        attrs[ORACLE_PATH_ROOT] = str(root)
+        arrays[ORACLE_PATH_COLUMN] = np.array([s.encode("utf-8", "surrogateescape")
+                                               for s in names], dtype=bytes)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    write_shard(path, {c: np.asarray(columns[c], ORACLE_COLUMNS[c]) for c in ORACLE_COLUMNS}, attrs,
-                kept="the trained oracle and its checkpoints are kept")
+    write_shard(path, arrays, attrs, kept="the trained oracle and its checkpoints are kept")
 
 
 @dataclass(frozen=True)
@@ -90,4 +99,17 @@ def read_outputs(path: Path, expect_classifier: Mapping[str, Any] | None = None,
         except CacheMismatch as err:
             raise CacheMismatch(f"{err}\n(the outputs were computed against the classifier cache "
                                 f"{attrs['classifier_cache'].get('path')})") from None
-    return OracleOutputs(path, attrs, read_columns(path, list(ORACLE_COLUMNS), fix=REWRITE))
+    names = list(ORACLE_COLUMNS)
+    if ORACLE_PATH_COLUMN in (attrs.get(HASHES) or {}):    # files written before it lack it
+        names.append(ORACLE_PATH_COLUMN)
+    return OracleOutputs(path, attrs, read_columns(path, names, fix=REWRITE))
+
+
+def output_paths(outputs: OracleOutputs) -> list[str] | None:
+    """Each row's image file (its folder joined with the ``path`` column), or None for a file
+    written before that column existed."""
+    if ORACLE_PATH_COLUMN not in outputs.columns:
+        return None
+    root = Path(outputs.attrs[ORACLE_PATH_ROOT])
+    return [str(root / b.decode("utf-8", "surrogateescape"))
+            for b in outputs.columns[ORACLE_PATH_COLUMN].tolist()]

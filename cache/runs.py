@@ -32,6 +32,7 @@ from cache.shards import read_attrs
 RUN_FILE, VAL_FILE, LOG_FILE = "run.json", "val_split.json", "log.jsonl"
 CHECKPOINTS, OUTPUTS, TENSORBOARD_DIR = "checkpoints", "outputs", "tensorboard"
 HELDOUT = "heldout"
+PREDICTIONS = "predictions"     # predict --images: one table per image folder
 LAST, BEST = "last.pt", "best.pt"
 TIMING_SUFFIX = ".timing.json"
 # The labels of the ``run`` record that name a run (run.json and every output file's attribute).
@@ -124,6 +125,11 @@ class RunDir:
         cache whose ``valid`` is 1 on those rows only.  Outside outputs/: not an evaluated split
         (fd-shifts' analysis needs them as its validation set, ``report --export fd-shifts``)."""
         return self.path / HELDOUT / f"{split_tag.replace('/', '_')}.h5"
+
+    def prediction(self, name: str, suffix: str = ".csv") -> Path:
+        """RUN/predictions/<name><suffix>: ``predict --images``' table of new images (one row
+        per file; cache/predictions.py writes it).  ``name`` as for ``output``."""
+        return self.path / PREDICTIONS / f"{self.output(name).stem}{suffix}"   # output's checks
 
     def outputs(self) -> list[Path]:
         """The output files present, sorted by name."""

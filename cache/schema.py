@@ -62,6 +62,12 @@ ORACLE_COLUMNS: dict[str, str] = {
     "pred": "int64",
 }
 
+# Optional column of an oracle output file: each row's image file as bytes (UTF-8), relative to
+# the file's ``path_root`` attribute (``cache.outputs.output_paths`` joins them).  An addition:
+# files written before it lack it and keep the schema version; readers read it where present.
+ORACLE_PATH_COLUMN = "path"
+ORACLE_PATH_ROOT = "path_root"
+
 # Attributes that define what a classifier cache IS.  Resuming, reusing or consuming a cache
 # requires all of them to match; anything else (versions, timings, host) is informational.
 CLASSIFIER_IDENTITY = (

@@ -204,7 +204,7 @@ def test_every_help_and_a_report_error_load_no_torch(tmp_path):
 # The files of a run directory, named only by cache/runs.py (docs/DATA_CONTRACT.md, Stage 2).
 RUN_FILE_NAMES = re.compile(r"(.*/)?(run\.json|log\.jsonl|val_split\.json|\S*\.timing\.json|"
                             r"last\.pt|best\.pt)")
-RUN_FOLDERS = ("outputs", "checkpoints", "tensorboard", "heldout")
+RUN_FOLDERS = ("outputs", "checkpoints", "tensorboard", "heldout", "predictions")
 
 
 def _docstrings(tree: ast.AST) -> set[int]:

@@ -34,6 +34,16 @@ class BadImageError(RuntimeError):
     """An image file could not be decoded; the message names the file and its row index."""
 
 
+class UnusableImage(ValueError):
+    """A decoded image the model's resize/crop cannot take (``ResizeCrop.too_long``)."""
+
+
+# A centre crop resizes the SHORTER side to the crop size first: a strip of 1 x 60000 pixels
+# would become 256 x 15,360,000 (11 GiB, half a minute) to keep its middle 224 x 224.  Images whose
+# resized size exceeds this many crops are refused by name instead (aspect ratio > ~50:1).
+MAX_RESIZED = 64
+
+
 class ResizeCrop:
     """uint8 (..., C, H, W) -> uint8 (..., C_model, H, W) following timm's eval transform
     (``transforms_imagenet_eval``: center / squash / border crop modes) or the paper's squash.
@@ -66,11 +76,38 @@ class ResizeCrop:
         if img.shape[-3] != c:  # grey <-> RGB, so one dataset serves 1- and 3-channel models
             img = img.expand(*img.shape[:-3], 3, *img.shape[-2:]) if c == 3 else _to_grey(img)
         size = self.resize_size(*img.shape[-2:])
+        if size[0] * size[1] > MAX_RESIZED * th * tw:
+            raise UnusableImage(self.too_long(img.shape[-2:], size))
         if tuple(img.shape[-2:]) != size:
             img = TF.resize(img, list(size), self.interp, antialias=True)
         if self.cfg.crop_mode == "border" and (size[0] < th or size[1] < tw):
             img = _pad_to(img, th, tw, [round(255 * m) for m in self.cfg.mean[:c]])
         return TF.center_crop(img, [th, tw]).contiguous()
+
+    def too_long(self, shape: tuple[int, int], size: tuple[int, int]) -> str:
+        (h, w), (_, th, tw) = shape, self.cfg.input_size
+        return (f"its {w}x{h} pixels (aspect ratio {max(h, w) / min(h, w):.0f}:1) would be "
+                f"resized to {size[1]}x{size[0]} before the model's {tw}x{th} centre crop "
+                f"({3 * size[0] * size[1] / 2**20:,.0f} MiB, more than {MAX_RESIZED} times the "
+                "crop); crop the image to a less elongated shape")
+
+    def blank(self) -> torch.Tensor:
+        """The stand-in of an undecodable row (``--skip-bad``)."""
+        return torch.zeros(self.cfg.input_size, dtype=torch.uint8)
+
+
+class Views:
+    """Several resize/crops of one decoded image, e.g. the classifier's and the oracle's when
+    their input sizes differ (``predict --images``): each file is read and decoded once."""
+
+    def __init__(self, *transforms: ResizeCrop):
+        self.transforms = transforms
+
+    def __call__(self, img: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(t(img) for t in self.transforms)
+
+    def blank(self) -> tuple[torch.Tensor, ...]:
+        return tuple(t.blank() for t in self.transforms)
 
 
 def _to_grey(img: torch.Tensor) -> torch.Tensor:
@@ -186,10 +223,17 @@ class ImageRows(Dataset):
                 raise BadImageError(f"cannot decode {self.samples.path(i)} (row {i}): {err}. "
                                     "Replace the file, or re-run with --skip-bad to record it "
                                     "as invalid") from None
-            return torch.zeros(self.transform.cfg.input_size, dtype=torch.uint8), i, 0
+            return self.transform.blank(), i, 0
         if self.corrupt is not None:
             img = self.corrupt(img, i)
-        return self.transform(img), i, 1
+        try:
+            return self.transform(img), i, 1
+        except UnusableImage as err:
+            if not self.skip_bad:
+                raise BadImageError(f"cannot use {self.samples.path(i)} (row {i}): {err}. "
+                                    "Replace the file, or re-run with --skip-bad to record it "
+                                    "as invalid") from None
+            return self.transform.blank(), i, 0
 
 
 def bad_row_error(samples: SampleList, i: int) -> str:

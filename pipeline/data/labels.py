@@ -29,6 +29,20 @@ def imagenet_synsets() -> tuple[str, ...]:
     return tuple(line.strip() for line in text.splitlines() if line.strip())
 
 
+@functools.lru_cache(maxsize=1)
+def _synset_lemmas() -> dict[str, str]:
+    text = importlib.resources.files("timm.data").joinpath("_info/imagenet_synset_to_lemma.txt")
+    pairs = (line.split("\t", 1) for line in text.read_text().splitlines() if "\t" in line)
+    return {wnid.strip(): lemma.strip() for wnid, lemma in pairs}
+
+
+def class_names(classes: tuple[str, ...] | list[str]) -> list[str]:
+    """Readable names of a cache's classes: an ImageNet wnid becomes its WordNet lemmas (timm's
+    table: n02123045 -> "tabby, tabby cat"); any other class name stays as it is."""
+    lemmas = _synset_lemmas() if set(classes) & set(imagenet_synsets()) else {}
+    return [lemmas.get(c, c) for c in classes]
+
+
 def flat_labels(root: Path, split: str, labels_file: str | None):
     """(filename -> class index, classes, dataset name) for a flat split folder."""
     synsets = imagenet_synsets()

@@ -7,4 +7,5 @@ model.py    backbone + scalar head   losses.py  the losses on z   checkpoint.py 
 finetune.py fine-tuned runs   step.py  one optimizer step   graph.py  that step as a CUDA graph
 headonly.py --head-only runs  bank.py  P heads at once on features  features.py  feature caches
 outputs.py  eval splits -> outputs/<tag>.h5   predict.py  a trained run's oracle over new data
+deploy.py   predict --images: classifier + oracle on new image files   threshold.py  trust cut
 """

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from pipeline.core.options import (BATCH_SIZE, DATA, DEVICE, LABELS, NO_PROGRESS, PRECISION,
-                                   WORKERS, Opt, options, output_name_option)
+                                   WEIGHTS, WORKERS, FiniteFloatRange, Opt, options,
+                                   output_name_option)
 from pipeline.data.sources import default_artifacts
 from pipeline.oracle.config import FINE_TUNE_ONLY, config_from_params, option_of, train_options
 
@@ -99,6 +100,22 @@ def _print_output(o: dict) -> None:
                    f"{', incl. warm-up: one batch only' if t.get('includes_warmup') else ''})")
 
 
+def target_option(ctx, param, value):
+    """``--target tpr=0.95`` -> ("tpr", 0.95); a malformed target is a usage error (exit 2)."""
+    from pipeline.oracle.threshold import parse_target
+    if value is None:
+        return None
+    try:
+        return parse_target(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
+
+
+# predict's options that belong to one of its two modes: labelled splits or new images
+SPLIT_ONLY = ("data", "splits", "cache", "labels_file")
+IMAGES_ONLY = ("out", "weights", "threshold", "target", "skip_bad")
+
+
 @click.command()
 @options(
     Opt(("--run", "run_dir"), type=click.Path(path_type=Path, exists=True, file_okay=False),
@@ -109,23 +126,79 @@ def _print_output(o: dict) -> None:
     Opt(("--cache",), type=click.Path(path_type=Path), help="Cache root of --data (its "
         "classifier cache gives correctness). Default: artifacts/<dataset>/cache."),
     LABELS,
+    Opt(("--images",), help="New, unlabelled images instead of a labelled split: a folder "
+        "(subfolders searched), a quoted glob ('shots/**/*.jpg') or one file. Runs the "
+        "classifier and the oracle on each file and writes one row per image: path, pred, "
+        "class_name, msp, confidence, trust, error (RUN/predictions/<name>.csv, or --out)."),
+    Opt(("--out",), type=click.Path(path_type=Path, dir_okay=False), help="With --images: the "
+        "table to write; its extension picks the format: .csv, .jsonl (JSON lines) or .parquet "
+        "(needs pyarrow). The threshold and how it was chosen go to <stem>.meta.json beside it."),
+    WEIGHTS.but(help="With --images: the classifier's weights file. Default: the file its cache "
+                "recorded at extract; either way checked against the cache's weights hash."),
+    Opt(("--threshold",), type=FiniteFloatRange(0, 1), help="With --images: trust a row when the "
+        "oracle's confidence is >= this."),
+    Opt(("--target",), callback=target_option, help="With --images: pick the threshold on the "
+        "run's held-out rows: tpr=T (trust >= T of the classifier's correct answers) or risk=R "
+        "(at most R wrong answers among the trusted). Default: tpr=0.95."),
+    Opt(("--skip-bad",), is_flag=True, help="With --images: list undecodable files in the table "
+        "(column error) instead of stopping at the first."),
     Opt(("--name",), callback=output_name_option, help="Output file stem (outputs/<name>.h5) for "
-        "one --split. Default: the split tag (prefixed by the dataset name for other datasets)."),
+        "one --split; with --images, predictions/<name>.csv. Default: the split tag (prefixed by "
+        "the dataset name for other datasets); with --images, the images' folder name."),
     BATCH_SIZE.but(default=256),
     WORKERS,
     PRECISION.but(help="Autocast of the forward passes: bf16, fp16 or fp32. Default: the "
-                  "precision the run was trained with (a head-only run: its features')."),
+                  "precision the run was trained with (a head-only run: its features'; with "
+                  "--images, the classifier runs in its cache's precision)."),
     DEVICE,
     NO_PROGRESS,
 )
-def predict(run_dir, data, splits, cache, labels_file, name, batch_size, workers, precision,
-            device, no_progress):
-    """Score new data with a trained run's chosen oracle; writes RUN/outputs/<tag>.h5."""
+@click.pass_context
+def predict(ctx, run_dir, images, name, batch_size, workers, precision, device, no_progress,
+            **mode):
+    """Score new data with a trained run's chosen oracle: labelled splits (RUN/outputs/<tag>.h5)
+    or, with --images, new unlabelled images (RUN/predictions/<name>.csv)."""
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
     # stays free of torch.
-    from cache.runs import RunDir
     from pipeline.core import dist
     from pipeline.data.images import default_workers
+
+    _check_predict_mode(ctx, images is not None)
+    workers = default_workers(dist.local_world()) if workers is None else workers
+    common = dict(batch_size=batch_size, workers=workers, precision=precision, device=device,
+                  progress=not no_progress)
+    if images is not None:
+        from pipeline.oracle.deploy import DeployConfig, predict_images
+        cfg = DeployConfig(run=run_dir, images=images, name=name,
+                           **{k: mode[k] for k in IMAGES_ONLY}, **common)
+        _print_predictions(_run_stage2(predict_images, cfg))
+        return
+    results = _predict_splits(run_dir, name, common, **{k: mode[k] for k in SPLIT_ONLY})
+    if dist.info().is_main:
+        for o in results:
+            _print_output(o)
+    dist.shutdown(dist.info())
+
+
+def _check_predict_mode(ctx: click.Context, images: bool) -> None:
+    """An option of the other mode is a usage error naming it (never silently ignored)."""
+    given = {p.name: p for p in ctx.command.params
+             if ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE}
+    wrong = [given[n].opts[0] for n in (SPLIT_ONLY if images else IMAGES_ONLY) if n in given]
+    if wrong:
+        raise click.UsageError(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not "
+                               + ("apply to --images (unlabelled images are scored without a "
+                                  "cache)" if images else "apply without --images"))
+    if "name" in given and "out" in given:
+        raise click.UsageError("--name and --out both name the predictions table: give one "
+                               "(--name: RUN/predictions/<name>.csv; --out: any file)")
+    if "threshold" in given and "target" in given:
+        raise click.UsageError("--threshold and --target both set the trust threshold: give one "
+                               "(--threshold X as is, or --target to pick it on held-out rows)")
+
+
+def _predict_splits(run_dir, name, common, data, splits, cache, labels_file) -> list[dict]:
+    from cache.runs import RunDir
     from pipeline.oracle.predict import PredictConfig, predict as run_predict
 
     config = _run_stage2(lambda: RunDir(run_dir).read()["run"]["config"])
@@ -135,11 +208,27 @@ def predict(run_dir, data, splits, cache, labels_file, name, batch_size, workers
         run=run_dir, data=data,
         cache=cache or (Path(config["cache"]) if same else default_artifacts(data) / "cache"),
         splits=tuple(splits) or tuple(config["eval_splits"]), labels_file=labels_file,
-        name=name, batch_size=batch_size,
-        workers=default_workers(dist.local_world()) if workers is None else workers,
-        precision=precision, device=device, progress=not no_progress)
-    results = _run_stage2(run_predict, cfg)
-    if dist.info().is_main:
-        for o in results:
-            _print_output(o)
-    dist.shutdown(dist.info())
+        name=name, **common)
+    return _run_stage2(run_predict, cfg)
+
+
+def _print_predictions(s: dict) -> None:
+    trust = s["trust"]
+    how = (f"--target {trust['chosen_by']} on {trust['reached']['rows']} held-out rows"
+           if trust["chosen_by"] != "--threshold" else "--threshold")
+    got = trust.get("reached") or {}
+    if got:
+        how += (f" (there: TPR {_num(got['tpr'])}, FPR {_num(got['fpr'])}, coverage "
+                f"{_num(got['coverage'])}, selective risk {_num(got['risk'])})")
+    click.echo(f"threshold {trust['threshold']:.6g} on the oracle's confidence, from {how}")
+    click.echo(f"{s['rows']} image(s), {s['trusted']} trusted, "
+               f"{s['rows'] - s['trusted'] - len(s['undecodable'])} not trusted"
+               + (f", {len(s['undecodable'])} undecodable (listed in the table)"
+                  if s["undecodable"] else ""))
+    for path in s["undecodable"][:5]:
+        click.echo(f"  undecodable: {path}")
+    click.echo(f"predictions: {s['table']} (threshold and how it was chosen: {s['meta']})")
+
+
+def _num(value) -> str:
+    return "n/a" if value is None else f"{value:.3f}"

@@ -11,6 +11,7 @@ features (``pipeline.oracle.headonly``).  It is built only when a file is missin
 """
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
 from typing import Callable
 
@@ -98,7 +99,8 @@ def write_z_outputs(run: RunDir, split: Split, cols: dict, rows: np.ndarray, z_r
     if info.is_main:
         write_outputs(path, {"index": np.arange(n, dtype=np.int64), "valid": valid,
                              "z": z, "confidence": conf, "correct": cols["correct"],
-                             "label": cols["label"], "pred": cols["pred"]}, ref, record)
+                             "label": cols["label"], "pred": cols["pred"]}, ref, record,
+                      sources=(os.path.abspath(split.samples.folder), split.samples.names))
         if inference is not None:
             run.write_timing(path, inference)
     dist.barrier(info)

@@ -1,0 +1,224 @@
+"""``cli.py predict --images``: the deployment path -- new, unlabelled images through the frozen
+classifier and a finished run's chosen oracle, one row per image file.
+
+list the images (``pipeline.data.unlabelled``: a folder, nested or flat, or a glob) -> the trust
+threshold (``threshold.py``: given, or picked on the run's held-out rows for a target) -> the
+classifier rebuilt as its cache recorded it (the run's training cache: model, weights file, seed,
+data config, classes; its weights checked against the cache's ``weights_sha256``, so a changed or
+different file is refused) and the oracle of ``model.load_trained_oracle`` -> one pass over the
+files (each decoded once, resized for each model: ``images.Views``), batched, rows placed by
+index -> the table (``cache.predictions``: CSV, JSON lines or Parquet) and its meta JSON.
+
+Each model runs in the precision it was run in before (the classifier: its cache's; the oracle:
+the run's, ``predict.run_precision``), so MSP and confidence are those the cache and the held-out
+threshold were computed with; ``--precision`` overrides both.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from cache.integrity import not_writable
+from cache.predictions import table_format, write_table
+from cache.reader import ClassifierCache, slug
+from cache.runs import RunDir, RunError
+from pipeline.core import dist
+from pipeline.core.models import (DataConfig, ModelError, build_model, resolve_spec,
+                                  weights_sha256)
+from pipeline.core.precision import autocast
+from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, Views, decode_file, make_loader
+from pipeline.data.labels import class_names
+from pipeline.data.sources import FMNIST_NAME
+from pipeline.data.unlabelled import list_images
+from pipeline.oracle.model import load_trained_oracle
+from pipeline.oracle.predict import run_precision
+from pipeline.oracle.threshold import given_threshold, pick_threshold
+
+DEFAULT_TARGET = ("tpr", 0.95)
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    run: Path
+    images: str
+    out: Path | None = None          # the table; None: RUN/predictions/<name>.csv
+    name: str | None = None          # None: the images' folder name
+    weights: str | None = None       # the classifier's weights; None: the file its cache recorded
+    threshold: float | None = None
+    target: tuple[str, float] | None = None   # ("tpr", 0.95) / ("risk", 0.05); None: DEFAULT
+    skip_bad: bool = False
+    batch_size: int = 256
+    workers: int = 8
+    precision: str | None = None
+    device: str | None = None
+    progress: bool = True
+
+
+def training_cache(run_dir: Path, run: dict) -> ClassifierCache:
+    """The run's training cache: it records how its classifier was built and its classes."""
+    path = Path(run.get("train_cache", ""))
+    if not path.is_dir():
+        raise RunError(f"run {run_dir} was trained on the classifier cache {path}, which is not "
+                       f"there now (moved or deleted{_relative(path)}); it records the "
+                       "classifier (weights, "
+                       "classes) that predict --images runs: restore it, or re-run the same "
+                       "`cli.py extract` command")
+    return ClassifierCache.open(path)
+
+
+def _relative(path) -> str:
+    """A path recorded as given on a command line: relative to the folder that command ran in."""
+    return ("" if Path(path).is_absolute() else
+            ", or recorded relative to the folder the command that wrote it ran in: run predict "
+            "from there")
+
+
+def load_classifier(cache: ClassifierCache, weights: str | None) -> torch.nn.Module:
+    """The classifier of ``cache``, built as ``extract`` built it (``weights``: another path to
+    the same weights), refused unless its weights hash is the cache's."""
+    ident, config = cache.identity, cache.manifest.get("config", {})
+    recorded = config.get("weights")
+    path = weights or recorded
+    source = (f"--weights {weights}" if weights else
+              f"the classifier's weights file {recorded} (recorded by cache {cache.path})")
+    if path and not Path(path).is_file():
+        raise ModelError(f"{source} is not there now (moved or deleted{_relative(path)}): pass "
+                         "--weights FILE, the weights the cache was extracted with (checked by "
+                         "their hash)")
+    spec = resolve_spec(config.get("classifier", ident["model"]), ident["dataset"] == FMNIST_NAME,
+                        path, bool(config.get("random_init")) and not weights,
+                        config.get("model_kwargs", ident["model_kwargs"]))
+    model = build_model(spec, seed=int(config.get("seed", 0)))
+    found = weights_sha256(model)
+    if found != ident["weights_sha256"]:
+        fix = ("restore that file, or pass --weights FILE with the original weights" if not weights
+               else "pass --weights with the file the cache was extracted with")
+        raise ModelError(f"{source} holds other weights than the classifier of cache {cache.path} "
+                         f"(weights_sha256 {found[:12]}..., the cache records "
+                         f"{ident['weights_sha256'][:12]}...): {fix}")
+    return model
+
+
+def choose_threshold(cfg: DeployConfig, run: dict) -> dict:
+    if cfg.threshold is not None:
+        return given_threshold(cfg.run, run, cfg.threshold)
+    return pick_threshold(cfg.run, run, *(cfg.target or DEFAULT_TARGET))
+
+
+def predict_images(cfg: DeployConfig) -> dict:
+    """``cli.py predict --images``: returns a summary (the table, its meta, counts)."""
+    run_dir = RunDir(cfg.run)
+    run = run_dir.read()
+    if run.get("status") != "complete":
+        raise RunError(f"run {cfg.run} is not complete (status {run.get('status')!r}); finish "
+                       "training first (re-run the same train-oracle command)")
+    info, device = dist.init(cfg.device)
+    if info.world > 1:
+        raise RunError("predict --images runs in one process: start it without torchrun")
+    samples = list_images(cfg.images)
+    out = Path(cfg.out) if cfg.out else run_dir.prediction(cfg.name or slug(samples.dataset))
+    table_format(out)                       # an unknown format or missing pyarrow: before work
+    choice = choose_threshold(cfg, run)
+    cache = training_cache(cfg.run, run)
+    classifier = load_classifier(cache, cfg.weights).to(device)
+    oracle, oracle_cfg, _ = load_trained_oracle(cfg.run, run)
+    models = ((classifier, DataConfig.from_dict(cache.identity["data_config"]),
+               cfg.precision or cache.identity["precision"]),
+              (oracle.to(device), oracle_cfg, cfg.precision or run_precision(run)))
+    scores = score_files(samples, models, cfg, device)
+    rows = table_rows(samples, scores, class_names(cache.manifest.get("classes") or []),
+                      choice["threshold"], scores.pop("views"))
+    meta = {"run": str(Path(cfg.run).resolve()), "images": cfg.images, "trust": choice,
+            "classifier": {"cache": str(cache.path), "model": cache.identity["model"],
+                           "weights_sha256": cache.identity["weights_sha256"],
+                           "precision": models[0][2]},
+            "oracle": {"precision": models[1][2], "run": run["run"]["loss_label"]},
+            "rows": len(rows), "trusted": sum(bool(r["trust"]) for r in rows),
+            "undecodable": [r["path"] for r in rows if r["error"]]}
+    try:
+        sidecar = write_table(out, rows, meta)
+    except OSError as err:
+        raise (not_writable(err, out.parent) or err) from None
+    return {**meta, "table": str(out), "meta": str(sidecar)}
+
+
+def score_files(samples, models, cfg: DeployConfig, device: torch.device) -> dict:
+    """One pass over every file: (pred, msp) of the classifier and z of the oracle, by row.
+    ``models``: ((classifier, its DataConfig, precision), (oracle, its DataConfig, precision))."""
+    (clf, clf_cfg, clf_prec), (orc, orc_cfg, orc_prec) = models
+    same = clf_cfg == orc_cfg               # one resize/crop serves both
+    views = Views(ResizeCrop(clf_cfg)) if same else Views(ResizeCrop(clf_cfg), ResizeCrop(orc_cfg))
+    dataset = ImageRows(samples, views, skip_bad=cfg.skip_bad)
+    order = list(range(len(samples)))
+    batches = [order[i:i + cfg.batch_size] for i in range(0, len(order), cfg.batch_size)]
+    loader = make_loader(dataset, batches, cfg.workers, pin_memory=device.type == "cuda")
+    norm = (GpuNormalize(clf_cfg, device), GpuNormalize(orc_cfg, device))
+    n = len(samples)
+    out = {"pred": np.full(n, -1, np.int64), "msp": np.zeros(n, np.float32),
+           "z": np.zeros(n, np.float32), "valid": np.zeros(n, bool)}
+    bar = tqdm(total=n, unit="img", desc="predict", disable=not cfg.progress, dynamic_ncols=True,
+               leave=False)
+    with torch.inference_mode():
+        for images, rows, valid in loader:
+            x_clf, x_orc = (images[0], images[0]) if same else images
+            with autocast(clf_prec, device):
+                logits = clf(norm[0](x_clf))
+            with autocast(orc_prec, device):
+                z = orc(norm[1](x_orc))
+            probs = logits.float().softmax(dim=-1)      # float32 softmax, as extract computes
+            rows = rows.numpy()
+            out["pred"][rows] = probs.argmax(dim=-1).cpu().numpy()
+            out["msp"][rows] = probs.max(dim=-1).values.cpu().numpy()
+            out["z"][rows] = z.float().cpu().numpy()
+            out["valid"][rows] = valid.numpy().astype(bool)
+            bar.update(len(rows))
+    bar.close()
+    check_finite(samples, out)
+    out["confidence"] = torch.sigmoid(torch.from_numpy(out["z"])).numpy()   # as write_z_outputs
+    out["views"] = views
+    return out
+
+
+def check_finite(samples, out: dict) -> None:
+    """NaN logits would give class 0 and NaN an untrusted row, silently: refused by file."""
+    for key, what in (("msp", "the classifier gives non-finite logits"),
+                      ("z", "the oracle gives non-finite scores")):
+        bad = np.flatnonzero(out["valid"] & ~np.isfinite(out[key]))
+        if len(bad):
+            raise ModelError(f"{what} (NaN or inf) on {len(bad)} image(s), e.g. "
+                             f"{samples.path(int(bad[0]))}: its weights are damaged or overflow "
+                             "in this precision; try --precision fp32")
+
+
+def table_rows(samples, scores: dict, names: list[str], threshold: float,
+               views: Views) -> list[dict]:
+    """One dict per file, in row (sorted path) order; undecodable files (``--skip-bad``) keep
+    their path and the decoder's message, and no prediction."""
+    rows = []
+    for i in range(len(samples)):
+        path = str(samples.path(i))
+        if not scores["valid"][i]:
+            rows.append({"path": path, "pred": None, "class_name": None, "msp": None,
+                         "confidence": None, "trust": None,
+                         "error": _why_unusable(path, views)})
+            continue
+        pred, conf = int(scores["pred"][i]), float(scores["confidence"][i])
+        rows.append({"path": path, "pred": pred,
+                     "class_name": names[pred] if pred < len(names) else str(pred),
+                     "msp": float(scores["msp"][i]), "confidence": conf,
+                     "trust": bool(scores["confidence"][i] >= threshold), "error": ""})
+    return rows
+
+
+def _why_unusable(path: str, views: Views) -> str:
+    """Why the loader workers marked a file invalid (they only mark it): the decoder's or the
+    resize's message, found again for these few files."""
+    try:
+        views(decode_file(path))
+    except Exception as err:  # noqa: BLE001 - any decoder failure, as ImageRows treats it
+        return (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return "could not be decoded"
