@@ -96,6 +96,16 @@ class TrainConfig:
     weights_sha256: str | None = setting(None, None)
     random_init: bool = setting(False, RANDOM_INIT.but(help="Random oracle backbone (tests, "
                                                             "benchmarks)."))
+    # Where an oracle of the classifier's architecture starts without --weights/--random-init:
+    # the weights file the classifier cache recorded (prepare fills ``weights`` with it), or the
+    # hub's.  ``weights``/``weights_sha256`` record the outcome (the group hash), so the flag is
+    # not itself part of the group: the same weights make the same group however chosen.
+    hub_weights: bool = setting(False, Opt(("--hub-weights",), is_flag=True, help="Start the "
+                                "oracle from timm's hub weights even when it has the classifier's "
+                                "architecture. Default (no --weights, --random-init or this): "
+                                "such an oracle starts from the weights file the classifier's "
+                                "cache recorded (`extract --weights`), checked against the cache "
+                                "by content; any other oracle from the hub."), "where")
     model_kwargs: dict = setting(opt=MODEL_KWARGS.but(help="JSON for the oracle's "
                                                       "timm.create_model."), factory=dict)
     preprocess: str | None = setting(None, PREPROCESS.but(default=None, show_default=False,
@@ -233,6 +243,9 @@ def config_from_params(params: Mapping[str, Any]) -> TrainConfig:
         elif opt.multiple:
             value = tuple(value)
         values[f.name] = value
+    if values["hub_weights"] and (values["weights"] or values["random_init"]):
+        raise click.UsageError("--hub-weights excludes --weights and --random-init (each says "
+                               "where the oracle's starting weights come from)")
     artifacts = default_artifacts(values["data"])
     values["cache"] = values["cache"] or str(artifacts / "cache")
     return TrainConfig(**values, artifacts=str(artifacts))
