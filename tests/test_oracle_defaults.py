@@ -185,3 +185,43 @@ def test_a_run_with_few_held_out_rows_warns_and_the_report_says_what_its_baselin
     text = (tmp_path / "report" / "report.md").read_text() if report.exit_code == 0 else ""
     assert report.exit_code == 0, report.output
     assert "7 held-out row(s)" in text and "fitting needs at least 100 rows" in text
+
+
+# ------------------------------------------------ hints that name --weights and --data --
+def test_errors_whose_fix_is_data_or_weights_say_so(stage1, tmp_path, monkeypatch):
+    data, cache, weights = stage1
+    monkeypatch.chdir(tmp_path)
+    # train-oracle without --data (and --cache): it looked for the embedded dataset's caches
+    args = train_args(data, cache, tmp_path / "r")
+    for option in ("--data", "--cache"):
+        i = args.index(option)
+        del args[i:i + 2]
+    assert_error(run_cli(args, expect=None),
+                 r"no classifier cache for split 'train' at .*: run `python cli.py extract "
+                 r"--classifier vit_tiny_patch16_224 \[--weights FILE\] --split <split> .*no "
+                 r"--data was given, which means the embedded Fashion-MNIST: pass --data ROOT")
+    # extract of one's own 3-class classifier without --data: the embedded 10 classes
+    result = run_cli(["extract", "--classifier", CLASSIFIER, "--weights", weights,
+                      "--model-kwargs", json.dumps(CLASSIFIER_KWARGS),
+                      "--split", "test", "--out", tmp_path / "c", "--no-progress"], expect=None)
+    assert_error(result, r"has 3 outputs but split 'test' of .* has 10 classes .* is "
+                         r"Fashion-MNIST, the dataset used when no --data is given: for your own "
+                         r"images pass --data ROOT\. Use a classifier of these classes "
+                         r"\(--weights FILE: ")
+    # an evaluation cache of other weights than the training cache's
+    mixed = tmp_path / "mixed"
+    shutil.copytree(cache / CLASSIFIER / "train", mixed / CLASSIFIER / "train")
+    other = save_weights(tmp_path / "other.pth", seed=5)
+    run_cli(["extract", "--classifier", CLASSIFIER, "--weights", other, "--model-kwargs",
+             json.dumps(CLASSIFIER_KWARGS), "--data", data, "--out", mixed, "--split", "val",
+             "--workers", 0, "--precision", "fp32", "--no-progress"])
+    assert_error(run_cli(train_args(data, mixed, tmp_path / "r"), expect=None),
+                 r"cache .*val holds a different cache:.*weights_sha256.*re-extract it with the "
+                 r"same --classifier, --weights FILE, --model-kwargs and --preprocess")
+    # extract into a cache of other weights
+    assert_error(run_cli(["extract", "--classifier", CLASSIFIER, "--weights", weights,
+                          "--model-kwargs", json.dumps(CLASSIFIER_KWARGS), "--data", data,
+                          "--out", mixed, "--split", "val", "--workers", 0, "--precision",
+                          "fp32", "--no-progress"], expect=None),
+                 r"holds a different cache:.*weights_sha256.*To complete or reuse it, pass the --data, "
+                 r"--weights FILE and other options it was extracted with")

@@ -56,8 +56,8 @@ def open_split(data: str | None, cache_root: Path, classifier: str, tag: str,
     """
     path = cache_dir_for(cache_root, classifier, tag)
     if not path.exists():
-        embedded = ("; no --data was given, so this is where the embedded Fashion-MNIST's caches "
-                    "live: pass --data ROOT for your own dataset" if data is None else "")
+        embedded = ("; no --data was given, which means the embedded Fashion-MNIST: pass --data "
+                    "ROOT for your own dataset" if data is None else "")
         raise CacheError(f"no classifier cache for split {tag!r} at {path}: run `python cli.py "
                          f"extract --classifier {classifier} [--weights FILE] --split <split> "
                          f"[--corruption NAME --severity N]` with the same --data first, or pass "
