@@ -161,7 +161,8 @@ def test_too_few_held_out_rows_warn_with_the_val_fraction_that_would_do():
     cfg = TrainConfig(val_fraction=0.05)
     few = heldout_note(cfg, 2000, np.array([1] * 95 + [0] * 5, np.float32))
     assert few.startswith("only 100 held-out row(s) (95 correct, 5 incorrect) choose the "
-                          "checkpoint") and few.endswith("pass --val-fraction 0.05 (about 100 rows)")
+                          "checkpoint")
+    assert few.endswith("pass --val-fraction 0.05 (about 100 rows)")
     small = heldout_note(cfg, 120, np.array([1, 0, 1, 1, 0, 1], np.float32))
     assert "only 6 held-out row(s)" in small and "pass --val-fraction 0.84" not in small
     assert "cannot spare 100" in small
@@ -223,5 +224,5 @@ def test_errors_whose_fix_is_data_or_weights_say_so(stage1, tmp_path, monkeypatc
                           "--model-kwargs", json.dumps(CLASSIFIER_KWARGS), "--data", data,
                           "--out", mixed, "--split", "val", "--workers", 0, "--precision",
                           "fp32", "--no-progress"], expect=None),
-                 r"holds a different cache:.*weights_sha256.*To complete or reuse it, pass the --data, "
-                 r"--weights FILE and other options it was extracted with")
+                 r"holds a different cache:.*weights_sha256.*To complete or reuse it, pass the "
+                 r"--data, --weights FILE and other options it was extracted with")

@@ -150,7 +150,10 @@ class TrainConfig:
     accum_steps: int = setting(1, Opt(("--accum-steps",), default=1, show_default=True,
                                type=click.IntRange(1), help="Micro-batches per optimizer step "
                                "and GPU (same global batch)."), fine_tune_only=True)
-    epochs: int | None = setting(None, Opt(("--epochs",), type=click.IntRange(1), help=PRESET))
+    epochs: int | None = setting(None, Opt(("--epochs",), type=click.IntRange(1), help=f"{PRESET} "
+                                 "A split too small for the paper's one epoch (< 100 optimizer "
+                                 "steps) trains the fewest epochs that reach 100 steps, at most "
+                                 "50, with a note."))
     flip: bool = setting(True, Opt(("--flip/--no-flip",), default=True, show_default=True,
                                    help="Random horizontal flip."))
     # which rows
@@ -159,7 +162,8 @@ class TrainConfig:
                                       "0 = every row."))
     val_fraction: float = setting(0.05, Opt(("--val-fraction",), default=0.05, show_default=True,
                                   type=FRACTION, help="Held-out rows carved from the training "
-                                  "split to choose the checkpoint (0: keep the final model)."))
+                                  "split to choose the checkpoint (0: keep the final model); "
+                                  "under 100 rows (or 10 right or wrong ones) warns."))
     val_every: int | None = setting(None, Opt(("--val-every",), type=click.IntRange(1),
                                     help=f"{PRESET} Validate every N steps (default: 4 times per "
                                     "run) and at the end."))

@@ -152,7 +152,8 @@ def prepare(cfg: TrainConfig, device: torch.device) -> Prepared:
                     val_rows, loss, spec, schedule, counts, protocol)
 
 
-def _slopes_note(cfg: TrainConfig, spec: ModelSpec, loss: LossConfig, why: str | None) -> str | None:
+def _slopes_note(cfg: TrainConfig, spec: ModelSpec, loss: LossConfig,
+                 why: str | None) -> str | None:
     """SS's slopes for a backbone the paper did not train, when not both were given."""
     if cfg.loss != "ss" or why is None or (cfg.alpha_pos is not None and cfg.alpha_neg is not None):
         return None
