@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import json
 import math
 import sys
 from dataclasses import replace
@@ -27,6 +28,9 @@ from pipeline.core.presets import (MAX_AUTO_EPOCHS, MIN_HELDOUT_PER_KIND, MIN_HE
 from pipeline.oracle.config import TrainConfig
 
 _SAID: set[str] = set()
+# weights hashes of files already checked, by (path, size, mtime, classifier): a sweep prepares
+# every point of one setting, and rebuilding a large classifier per point would cost seconds each
+_CHECKED: dict[tuple, str] = {}
 
 
 def say(text: str, kind: str = "note") -> None:
@@ -74,19 +78,31 @@ def classifier_weights(cfg: TrainConfig, cache: ClassifierCache,
         raise ModelError(f"cache {cache.path} was extracted with --weights {path}, the weights an "
                          f"oracle of the classifier's architecture starts from, but {path} is "
                          f"{'a directory' if Path(path).is_dir() else 'missing'}: {fix}")
-    config = cache.manifest.get("config", {})
-    spec = resolve_spec(cfg.classifier, embedded, path, False, config.get("model_kwargs") or {})
-    found = weights_sha256(build_model(spec, seed=int(config.get("seed") or 0)))
+    found = _loaded_weights_sha256(cfg.classifier, cache, embedded, path)
     expected = cache.identity["weights_sha256"]
     if found != expected:
         raise ModelError(f"cache {cache.path} was extracted with --weights {path}, the weights an "
                          f"oracle of the classifier's architecture starts from, but {path} now "
                          f"holds other weights (sha256 {found[:12]}..., the cache recorded "
                          f"{expected[:12]}...): {fix}")
-    note = (f"the oracle ({spec.name}, the classifier's architecture) starts from the classifier's "
-            f"weights {path}, as cache {cache.path} recorded them (checked by content); "
-            "--weights FILE or --hub-weights start it elsewhere")
+    note = (f"the oracle ({cache.identity['model']}, the classifier's architecture) starts from "
+            f"the classifier's weights {path}, as cache {cache.path} recorded them (checked by "
+            "content); --weights FILE or --hub-weights start it elsewhere")
     return replace(cfg, weights=path), note
+
+
+def _loaded_weights_sha256(classifier: str, cache: ClassifierCache, embedded: bool,
+                           path: str) -> str:
+    """The hash ``extract`` records (``weights_sha256`` of the model it built) of the classifier
+    rebuilt from ``path`` as the cache's extract built it."""
+    stat = Path(path).stat()
+    key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, classifier,
+           json.dumps(cache.manifest.get("config", {}).get("model_kwargs"), sort_keys=True))
+    if key not in _CHECKED:
+        config = cache.manifest.get("config", {})
+        spec = resolve_spec(classifier, embedded, path, False, config.get("model_kwargs") or {})
+        _CHECKED[key] = weights_sha256(build_model(spec, seed=int(config.get("seed") or 0)))
+    return _CHECKED[key]
 
 
 # --------------------------------------------------------------------- the step count --
