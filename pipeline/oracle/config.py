@@ -89,8 +89,10 @@ class TrainConfig:
                                            "scored."), "where")
     seed: int = setting(0, SEED_OPT, "seed")
     # the oracle backbone and its head
-    weights: str | None = setting(None, WEIGHTS.but(help="Oracle backbone weights file instead "
-                                                        "of the hub."))
+    weights: str | None = setting(None, WEIGHTS.but(help="Oracle backbone weights file. "
+                                                        "Default: the classifier's file for an "
+                                                        "oracle of its architecture (see "
+                                                        "--hub-weights), else the hub."))
     # the --weights file's identity, filled by prepare: its sha256 stands for the path in the
     # group hash, so ./k3.pth and k3.pth are one group and a file changed in place is another
     weights_sha256: str | None = setting(None, None)
