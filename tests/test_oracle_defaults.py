@@ -117,6 +117,18 @@ def test_ss_slopes_of_a_backbone_the_paper_did_not_train_follow_one_stated_rule(
     assert cnn == SS_ALPHAS["resnet"] and "ResNet (convolutional) values" in why
 
 
+def test_a_sweep_of_an_unknown_backbone_fixes_the_rules_slopes():
+    """It was refused: `oracle ... has no preset SS slopes: give --fixed-alpha-pos ...`."""
+    from pipeline.oracle.config import TrainConfig
+    from pipeline.sweep.run import default_fixed
+
+    assert default_fixed(TrainConfig(oracle="efficientnet_lite0")) == {"alpha_pos": 2.0,
+                                                                       "alpha_neg": 5.0}
+    assert default_fixed(TrainConfig(oracle="swin_tiny_patch4_window7_224")) == {
+        "alpha_pos": 1.0, "alpha_neg": 3.0}
+    assert default_fixed(TrainConfig(oracle="resnet")) == {"alpha_pos": 2.0, "alpha_neg": 5.0}
+
+
 def test_ss_with_an_unknown_backbone_trains_with_the_rules_slopes_and_says_so(stage1, tmp_path):
     """It was refused until --alpha-pos and --alpha-neg were given."""
     data, cache, _ = stage1
