@@ -174,7 +174,7 @@ def test_too_few_held_out_rows_warn_with_the_val_fraction_that_would_do():
     few = heldout_note(cfg, 2000, np.array([1] * 95 + [0] * 5, np.float32))
     assert few.startswith("only 100 held-out row(s) (95 correct, 5 incorrect) choose the "
                           "checkpoint")
-    assert few.endswith("pass --val-fraction 0.05 (about 100 rows)")
+    assert few.endswith("pass --val-fraction 0.1 (about 200 rows)")    # 10 errors at 5%
     small = heldout_note(cfg, 120, np.array([1, 0, 1, 1, 0, 1], np.float32))
     assert "only 6 held-out row(s)" in small and "pass --val-fraction 0.84" not in small
     assert "cannot spare 100" in small

@@ -133,11 +133,14 @@ def heldout_note(cfg: TrainConfig, usable: int, val_correct: np.ndarray) -> str 
     wrong = int((val_correct == 0).sum())
     if n == 0 or (n >= MIN_HELDOUT_ROWS and min(wrong, n - wrong) >= MIN_HELDOUT_PER_KIND):
         return None
+    # rows that would hold MIN_HELDOUT_PER_KIND of the rarer kind at the rate seen here
+    rare = min(wrong, n - wrong)
+    rows = max(MIN_HELDOUT_ROWS, math.ceil(MIN_HELDOUT_PER_KIND * n / rare) if rare else 0)
     pool = min(usable, cfg.train_limit or usable)
-    need = MIN_HELDOUT_ROWS / pool if pool else 1.0
-    fix = (f"pass --val-fraction {math.ceil(need * 100) / 100:g} (about {MIN_HELDOUT_ROWS} rows)"
-           if need <= 0.5 else f"the split's {pool} rows cannot spare {MIN_HELDOUT_ROWS}: it "
-           "needs more labelled images")
+    need = rows / pool if pool else 1.0
+    fix = (f"pass --val-fraction {math.ceil(need * 100) / 100:g} (about {rows} rows)"
+           if need <= 0.5 else f"the split's {pool} rows cannot spare {rows}: it needs more "
+           "labelled images")
     return (f"only {n} held-out row(s) ({n - wrong} correct, {wrong} incorrect) choose "
             f"the checkpoint: its held-out AUPR-Error is noise below {MIN_HELDOUT_ROWS} rows with "
             f"{MIN_HELDOUT_PER_KIND} of each kind, and the report's temperature-scaled baselines "
