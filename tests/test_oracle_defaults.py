@@ -76,6 +76,21 @@ def test_an_oracle_of_the_classifiers_architecture_starts_from_the_weights_its_c
     assert "already complete" in again.output and run_dirs(runs) == [run]
 
 
+def test_a_weights_file_named_relative_to_extracts_directory_is_found_from_another(
+        tmp_path, monkeypatch):
+    """The manifest records the file's absolute path (config.weights keeps it as given)."""
+    data = write_colour_tree(tmp_path / "colours", {"train": 8, "val": 4})
+    (tmp_path / "a").mkdir()
+    save_weights(tmp_path / "a" / "mine.pth", seed=0)
+    monkeypatch.chdir(tmp_path / "a")
+    extract_with(data, tmp_path / "cache", Path("mine.pth"))
+    monkeypatch.chdir(tmp_path)                       # where mine.pth is not
+    out = tmp_path / "run"
+    run_cli(without_random_init(train_args(data, tmp_path / "cache", out, "--batch-size", 4)))
+    config = json.loads((out / "run.json").read_text())["run"]["config"]
+    assert config["weights"] == str(tmp_path / "a" / "mine.pth")
+
+
 def test_recorded_weights_that_changed_or_went_missing_are_refused_naming_the_fix(tmp_path):
     data = write_colour_tree(tmp_path / "colours", {"train": 8, "val": 4})
     weights = save_weights(tmp_path / "mine.pth", seed=0)
