@@ -92,7 +92,10 @@ def claim_directory(cache_dir: Path, identity: Mapping[str, Any]) -> bool:
     if id_path.exists():
         check_identity(read_json(id_path, "cache identity"), identity, f"cache directory {cache_dir}",
                        keys=CLASSIFIER_IDENTITY,
-                       hint="Use another --out directory, or delete this one to rebuild it.")
+                       hint="To complete or reuse it, pass the --data, --weights FILE and other "
+                            "options it was extracted with (a complete cache's manifest.json "
+                            "records them under config); else use another --out directory, or "
+                            "delete this one to rebuild it.")
         return (cache_dir / MANIFEST_FILE).exists()
     if cache_dir.exists() and any(p for p in cache_dir.iterdir() if not p.name.startswith(".")):
         raise CacheError(f"cache directory {cache_dir} is not empty and holds no cache (no "

@@ -54,11 +54,13 @@ def extract(data: Path, cache: Path, splits=("train", "val"), seed: int = 0,
 
 
 def train_args(data: Path, cache: Path, out: Path | None, *extra, loss: str = "ce") -> list:
-    """A tiny, fast train-oracle command line (fp32, no workers, every step logged)."""
+    """A tiny, fast train-oracle command line (fp32, no workers, every step logged; one epoch,
+    the paper's, unless ``extra`` gives --epochs: on these few rows the small-run rule would
+    otherwise raise it to MIN_TRAIN_STEPS steps)."""
     args = ["train-oracle", "--classifier", CLASSIFIER, "--oracle", CLASSIFIER, "--random-init",
             "--model-kwargs", json.dumps(TINY_VIT_KWARGS), "--data", data, "--cache", cache,
             "--loss", loss, "--batch-size", 8, "--workers", 0, "--precision", "fp32",
-            "--log-every", 1, "--no-progress"]
+            "--log-every", 1, "--no-progress", "--epochs", 1]
     return args + (["--out", out] if out is not None else []) + list(extra)
 
 

@@ -7,7 +7,9 @@ The runbook's commands run unchanged, with three substitutions a CPU test machin
 * `cli.py` is the repository's cli.py (the script runs in a temporary directory);
 * `torchrun --nproc-per-node N` becomes 2 CPU processes (gloo) under torch.distributed.run;
 * `extract` / `train-oracle` / `attack` naming a preset model without `--weights` (a hub download) get
-  `--weights $RUNBOOK_TINY/<name>.pth`: a tiny project checkpoint of that name (no network).
+  `--weights $RUNBOOK_TINY/<name>.pth`: a tiny project checkpoint of that name (no network);
+* `train-oracle` without `--epochs` gets `--epochs 1`, the paper's: the tiny tree's 3 steps would
+  otherwise be raised to 100 by the small-run rule (presets.MIN_TRAIN_STEPS).
 """
 from __future__ import annotations
 
@@ -47,6 +49,8 @@ def main(argv: list[str]) -> int:
         print(f"runbook_shim: the runbook may only run cli.py, got {argv[:3]}", file=sys.stderr)
         return 2
     args = with_offline_weights(argv[1:])
+    if args[0] == "train-oracle" and "--epochs" not in args:
+        args += ["--epochs", "1"]
     if args[0] in ("extract", "train-oracle", "predict", "attack"):
         args.append("--no-progress")
     print("+", " ".join(argv), flush=True)

@@ -263,7 +263,7 @@ def test_eval_split_and_predict_consume_the_attacked_split(fitted, tmp_path):
     ok("train-oracle", "--classifier", TINY_VIT[0], "--oracle", TINY_VIT[0], "--random-init",
        "--model-kwargs", json.dumps(TINY_VIT[1]), "--data", tree, "--cache", tmp_path / "cache",
        "--loss", "ss", "--batch-size", "8", "--workers", "0", "--precision", "fp32",
-       "--val-fraction", "0", "--eval-split", "val-adv", "--out", run, *CPU)
+       "--val-fraction", "0", "--eval-split", "val-adv", "--epochs", "1", "--out", run, *CPU)
     assert (run / "outputs" / "val-adv.h5").exists()
     ok(*attack_args(tree, ckpt, tmp_path / "elsewhere"))
     ok("extract", "--data", tmp_path / "elsewhere", "--split", "val-adv", "--out",

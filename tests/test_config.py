@@ -48,7 +48,11 @@ def test_the_group_hash_leaves_out_exactly_where_runtime_and_seed():
     assert set(NOT_IN_GROUP) == {
         "seed", "out", "runs_root", "artifacts", "data", "cache", "labels_file", "eval_splits",
         "resume", "progress", "workers", "device", "compile", "cuda_graph", "eval_batch_size",
-        "ckpt_every", "log_every", "stop_at_step", "features_cache"}
+        "ckpt_every", "log_every", "stop_at_step", "features_cache",
+        # where the oracle's weights come from: the weights themselves (weights, weights_sha256)
+        # are in the group, so the classifier's file taken by default and the same file given
+        # with --weights make one group
+        "hub_weights"}
     ident = {"model": "m", "weights_sha256": "w", "dataset_fingerprint": "f", "split": "train",
              "corruption": "none"}
     base = asdict(TrainConfig())

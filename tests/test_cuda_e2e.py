@@ -108,7 +108,7 @@ def test_torchrun_nccl_matches_one_process(tree, tmp_path):
               "--model-kwargs", json.dumps(TINY_VIT_KWARGS), "--data", tree, "--cache",
               tmp_path / "one", "--loss", "ce", "--batch-size", 32, "--lr", 1e-2,
               "--warmup-steps", 3, "--precision", "fp32", "--workers", 2, "--log-every", 1,
-              "--no-progress"]
+              "--no-progress", "--epochs", 1]
     # eager like the two DDP processes (which cannot be captured): only the process count differs
     run_cli(["train-oracle", *common, "--device", "cuda", "--cuda-graph", "off", "--out",
              tmp_path / "r1"])

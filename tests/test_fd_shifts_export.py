@@ -214,7 +214,7 @@ def _run_args(data, cache, run, mode: str) -> list:
     return ["train-oracle", "--classifier", CLASSIFIER, "--oracle", CLASSIFIER, "--random-init",
             "--model-kwargs", json.dumps({**TINY_VIT_KWARGS, "num_classes": 3}), "--data", data,
             "--cache", cache, "--loss", "ss", "--batch-size", 8, "--no-progress", "--head-only",
-            "--out", run, *split]
+            "--epochs", 1, "--out", run, *split]
 
 
 @pytest.mark.parametrize("mode", ["head-only", "fine-tuned"])

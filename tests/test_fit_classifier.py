@@ -108,6 +108,23 @@ def test_fitting_on_the_oracles_split_is_flagged(tmp_path):
     assert result.exit_code == 0 and "note: fitted on split 'train'" in result.output
 
 
+def test_fitting_a_folder_on_the_oracles_default_split_warns_and_clf_train_is_preferred(tmp_path):
+    """It fitted on train, the split train-oracle trains on by default, without a word."""
+    import shutil
+
+    tree = colour_tree(tmp_path / "colours", per_class=4)
+    args = ["fit-classifier", "--classifier", TINY_VIT[0], "--model-kwargs",
+            json.dumps(TINY_VIT[1]), "--data", tree, "--epochs", "1", "--batch-size", "4", *CPU]
+    result = invoke(*args, "--out", tmp_path / "a.pt")
+    assert result.exit_code == 0, result.output
+    assert ("warning: fitted on split 'train', the split train-oracle trains the oracles on by "
+            "default") in result.output and "--train-split" in result.output
+    shutil.copytree(tree / "train", tree / "clf-train")       # the classifier's own images
+    result = invoke(*args, "--out", tmp_path / "b.pt")
+    assert result.exit_code == 0 and "warning" not in result.output, result.output
+    assert torch.load(tmp_path / "b.pt", weights_only=True)["meta"]["split"] == "clf-train"
+
+
 # ------------------------------------------------------------------ any ImageFolder / timm name --
 def test_image_folder_with_any_timm_name_and_auto_classes(tmp_path):
     from cache.reader import ClassifierCache

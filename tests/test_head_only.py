@@ -32,7 +32,7 @@ def head_args(root: Path, data: Path, *extra, loss="ss", cache="cache", seed=0):
     return ["train-oracle", "--classifier", CLASSIFIER, "--oracle", CLASSIFIER, "--random-init",
             "--model-kwargs", json.dumps(ORACLE_KWARGS), "--data", data, "--cache", root / cache,
             "--loss", loss, "--batch-size", 8, "--log-every", 1, "--no-progress", "--head-only",
-            "--seed", seed, "--runs-root", root / "runs", *extra]
+            "--seed", seed, "--runs-root", root / "runs", "--epochs", 1, *extra]
 
 
 def only_run(summary_output: str) -> Path:

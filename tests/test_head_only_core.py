@@ -33,7 +33,7 @@ def head_args(root, data, out, *extra) -> list[str]:
         "train-oracle", "--classifier", CLASSIFIER, "--oracle", CLASSIFIER, "--random-init",
         "--model-kwargs", json.dumps({**TINY_VIT_KWARGS, "num_classes": 3}), "--data", data,
         "--cache", root / "cache", "--loss", "ss", "--batch-size", 8, "--log-every", 1,
-        "--no-progress", "--head-only", "--out", out, *extra]]
+        "--no-progress", "--head-only", "--out", out, "--epochs", 1, *extra]]
 
 
 def test_a_full_disk_fails_cleanly_and_the_same_command_finishes(tree, tmp_path):

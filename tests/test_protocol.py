@@ -29,14 +29,22 @@ def test_run_json_records_the_resolved_paper_protocol(tmp_path):
     cache = tmp_path / "cache"
     extract(data, cache)
     args = train_args(data, cache, tmp_path / "run")
-    # train_args fixes --batch-size 8 and --precision fp32; the rest comes from PAPER_ORACLE
-    run_cli(args)
+    i = args.index("--epochs")
+    del args[i:i + 2]
+    # train_args fixes --batch-size 8 and --precision fp32; the rest comes from PAPER_ORACLE,
+    # whose one epoch of these 34 rows (4 steps) the small-run rule raises to 25 (100 steps)
+    result = run_cli(args)
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     config = run["run"]["config"]
-    assert config["lr"] == 1e-5 and config["momentum"] == 0.05 and config["epochs"] == 1
+    assert config["lr"] == 1e-5 and config["momentum"] == 0.05 and config["epochs"] == 25
     assert config["batch_size"] == 8 and config["precision"] == "fp32"
     assert run["protocol"]["preset"] == "pipeline.presets.PAPER_ORACLE"
     assert "batch_size" not in run["protocol"]["from_preset"] and "lr" in run["protocol"]["from_preset"]
+    assert run["schedule"]["total_steps"] == 100
+    note = ("note: 34 training rows make 4 optimizer step(s) of batch 8 in the preset's 1 "
+            "epoch(s), too few to train: running 25 epochs (100 steps; the rule: at least 100 "
+            "steps, at most 50 epochs). --epochs N sets it")
+    assert note in result.output and run["protocol"]["notes"]["epochs"] == note[len("note: "):]
 
 
 def test_runs_root_places_the_default_run_directory_without_changing_the_group(tmp_path):

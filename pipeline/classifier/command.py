@@ -27,8 +27,9 @@ def _num_classes_option(ctx, param, value):
     CLASSIFIER.but(help="Embedded preset (vit, resnet: the small models of "
                    "pipeline/core/presets.py) or any timm model name."),
     DATA,
-    Opt(("--split",), help="Split to fit on. Default: clf-train on Fashion-MNIST (disjoint from "
-        "the oracles' train), else train."),
+    Opt(("--split",), help="Split to fit on. Default: clf-train on Fashion-MNIST and where "
+        "ROOT/clf-train/ exists (images kept apart from the oracles' train), else train, with a "
+        "warning: the split train-oracle trains the oracles on by default."),
     Opt(("--out",), type=click.Path(path_type=Path), help="Checkpoint file. Default: "
         "artifacts/<name of the --data folder>/classifiers/<classifier>.pt; the embedded "
         "presets: artifacts/fashion-mnist/classifiers/ (where extract finds them; pass other "
@@ -91,6 +92,8 @@ def fit_classifier(classifier, data, split, out, labels_file, num_classes, model
         return
     for note in result["notes"]:
         click.echo(f"note: {note}", err=True)
+    for warning in result["warnings"]:
+        click.echo(f"warning: {warning}", err=True)
     t = result["timing"]
     click.echo(f"fit-classifier {classifier} ({m['model']}, "
                f"{m['hparams']['epochs']} epochs on {m['train_rows']} images of "

@@ -43,7 +43,7 @@ HPARAMS = tuple(DEFAULT_FIT)   # epochs, batch_size, lr, weight_decay, warmup_ep
 class FitConfig:
     classifier: str = "vit"
     data: str | None = None
-    split: str | None = None            # None: clf-train (embedded) / train
+    split: str | None = None            # None: default_split
     out: Path | None = None             # None: the preset's path / <artifacts root>/classifiers
     labels_file: str | None = None
     num_classes: int | None = None      # None: the number of classes of the dataset
@@ -255,13 +255,32 @@ def stale_reasons(ckpt: dict, spec, hp: dict, samples: SampleList) -> list[str]:
     return out
 
 
+# train-oracle's default --train-split: a classifier fitted on it is right on nearly every row
+# the oracles learn from (its training images), so they see few of the errors they must flag
+ORACLE_TRAIN_SPLIT = "train"
+ORACLE_SPLIT_WARNING = (
+    "fitted on split {split!r}, the split train-oracle trains the oracles on by default: on its "
+    "own training images the classifier is right almost everywhere, so the oracles would see few "
+    "of the errors they must learn to flag. Keep images the classifier never saw for the oracles: "
+    "put the classifier's own in ROOT/clf-train/ (fit-classifier's default where it exists), or "
+    "pass --split NAME here, or train the oracles on another split (train-oracle --train-split)")
+
+
+def default_split(data: str | None, embedded_data: bool) -> str:
+    """clf-train on the embedded dataset and wherever ROOT/clf-train/ exists (the classifier's
+    images, kept apart from the oracles'), else train (with ORACLE_SPLIT_WARNING)."""
+    if embedded_data or (data is not None and (Path(data) / "clf-train").is_dir()):
+        return "clf-train"
+    return ORACLE_TRAIN_SPLIT
+
+
 def fit(cfg: FitConfig) -> dict:
     """Fit one classifier; returns {"skipped", "out", "meta", "notes"} (meta as saved)."""
     if dist.info().enabled:
         raise ModelError("fit-classifier runs in one process: start it with python, not torchrun")
     idx_root = cfg.data is not None and any(Path(cfg.data).glob("*-images-idx3-ubyte*"))
     embedded_data = is_embedded(cfg.data) or idx_root
-    samples = list_split(cfg.data, cfg.split or ("clf-train" if embedded_data else "train"),
+    samples = list_split(cfg.data, cfg.split or default_split(cfg.data, embedded_data),
                          cfg.labels_file)
     embedded_preset = samples.dataset == FMNIST_NAME and cfg.classifier in EMBEDDED_ARCH
     hp = resolve_hparams(cfg, embedded_preset)
@@ -280,6 +299,8 @@ def fit(cfg: FitConfig) -> dict:
     if samples.dataset == FMNIST_NAME and samples.split != "clf-train":
         notes.append(f"fitted on split {samples.split!r}: the embedded dataset keeps 'clf-train' "
                      "for the classifiers so that the oracles' 'train' and 'test' stay unseen")
+    warnings = [ORACLE_SPLIT_WARNING.format(split=samples.split)] \
+        if samples.split == ORACLE_TRAIN_SPLIT and not embedded_data else []
     _, device = dist.init(cfg.device)
     hp["precision"] = default_precision(hp["precision"], device)   # meta records it resolved
     model = build_classifier(cfg, spec)
@@ -306,4 +327,5 @@ def fit(cfg: FitConfig) -> dict:
             "torch": str(torch.__version__), "timm": str(timm.__version__)}
     save_checkpoint(out, model, spec, data_cfg, meta)
     timing = {"train_s": round(train_s, 2), "img_per_s": round(hp["epochs"] * len(train_rows) / train_s, 1)}
-    return {"skipped": False, "out": str(out), "meta": meta, "notes": notes, "timing": timing}
+    return {"skipped": False, "out": str(out), "meta": meta, "notes": notes, "warnings": warnings,
+            "timing": timing}

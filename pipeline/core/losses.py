@@ -56,9 +56,12 @@ class Param:
 # Numeric loss options, in the order a sweep visits them (the paper: alpha- first, then alpha+).
 PARAMS = {
     "alpha_neg": Param("--alpha-neg", 0.0, symbol="α⁻", help="SS only: slope of the incorrect "
-                       "class. Default by oracle: ViT 3, ResNet 5."),
+                       "class. Default by oracle: ViT 3, ResNet 5; other backbones: an "
+                       "attention model's name the ViT's, else the ResNet's "
+                       "(presets.ss_slopes, with a note)."),
     "alpha_pos": Param("--alpha-pos", 0.0, symbol="α⁺", help="SS only: slope of the correct "
-                       "class. Default by oracle: ViT 1, ResNet 2."),
+                       "class. Default by oracle: ViT 1, ResNet 2; other backbones as for "
+                       "--alpha-neg."),
     "gamma": Param("--gamma", 0.0, open_min=False, symbol="γ", help="Focal only. Default 2 (0.5 "
                    "with --class-balanced, as the paper's class-balanced runs)."),
     "pos_weight": Param("--pos-weight", 0.0, symbol="w⁺", help="ce/focal/ss: weight of correct "

@@ -290,6 +290,9 @@ def _write_manifest(cfg, samples, identity, ranges, timing, info) -> None:
         "classes": list(samples.classes), "root": samples.root,
         "bad_rows": [{"index": i, "path": str(samples.path(i))} for i in bad],
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+        # where train-oracle finds the classifier's weights from any working directory (an
+        # oracle of its architecture starts from them; checked against weights_sha256)
+        **({"weights_file": str(Path(cfg.weights).resolve())} if cfg.weights else {}),
         "info": {"torch": torch.__version__, "timm": timm.__version__, "host": socket.gethostname(),
                  "python": platform.python_version(), "world_size": info.world,
                  "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

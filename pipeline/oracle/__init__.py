@@ -2,6 +2,7 @@
 
 command.py  the click commands   config.py  TrainConfig: every setting and its option, once
 prepare.py  caches, rows, loss, run dir   targets.py  samples + their cache   train.py  one run
+defaults.py the defaults a run's data decides: oracle weights, SS slopes, steps, held-out
 sampler.py  deterministic order, flips, held-out rows   loop.py  the one loop; log.py its log
 model.py    backbone + scalar head   losses.py  the losses on z   checkpoint.py  atomic saves
 finetune.py fine-tuned runs   step.py  one optimizer step   graph.py  that step as a CUDA graph

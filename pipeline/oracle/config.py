@@ -89,13 +89,25 @@ class TrainConfig:
                                            "scored."), "where")
     seed: int = setting(0, SEED_OPT, "seed")
     # the oracle backbone and its head
-    weights: str | None = setting(None, WEIGHTS.but(help="Oracle backbone weights file instead "
-                                                        "of the hub."))
+    weights: str | None = setting(None, WEIGHTS.but(help="Oracle backbone weights file. "
+                                                        "Default: the classifier's file for an "
+                                                        "oracle of its architecture (see "
+                                                        "--hub-weights), else the hub."))
     # the --weights file's identity, filled by prepare: its sha256 stands for the path in the
     # group hash, so ./k3.pth and k3.pth are one group and a file changed in place is another
     weights_sha256: str | None = setting(None, None)
     random_init: bool = setting(False, RANDOM_INIT.but(help="Random oracle backbone (tests, "
                                                             "benchmarks)."))
+    # Where an oracle of the classifier's architecture starts without --weights/--random-init:
+    # the weights file the classifier cache recorded (prepare fills ``weights`` with it), or the
+    # hub's.  ``weights``/``weights_sha256`` record the outcome (the group hash), so the flag is
+    # not itself part of the group: the same weights make the same group however chosen.
+    hub_weights: bool = setting(False, Opt(("--hub-weights",), is_flag=True, help="Start the "
+                                "oracle from timm's hub weights even when it has the classifier's "
+                                "architecture. Default (no --weights, --random-init or this): "
+                                "such an oracle starts from the weights file the classifier's "
+                                "cache recorded (`extract --weights`), checked against the cache "
+                                "by content; any other oracle from the hub."), "where")
     model_kwargs: dict = setting(opt=MODEL_KWARGS.but(help="JSON for the oracle's "
                                                       "timm.create_model."), factory=dict)
     preprocess: str | None = setting(None, PREPROCESS.but(default=None, show_default=False,
@@ -140,7 +152,10 @@ class TrainConfig:
     accum_steps: int = setting(1, Opt(("--accum-steps",), default=1, show_default=True,
                                type=click.IntRange(1), help="Micro-batches per optimizer step "
                                "and GPU (same global batch)."), fine_tune_only=True)
-    epochs: int | None = setting(None, Opt(("--epochs",), type=click.IntRange(1), help=PRESET))
+    epochs: int | None = setting(None, Opt(("--epochs",), type=click.IntRange(1), help=f"{PRESET} "
+                                 "A split too small for the paper's one epoch (< 100 optimizer "
+                                 "steps) trains the fewest epochs that reach 100 steps, at most "
+                                 "50, with a note."))
     flip: bool = setting(True, Opt(("--flip/--no-flip",), default=True, show_default=True,
                                    help="Random horizontal flip."))
     # which rows
@@ -149,7 +164,8 @@ class TrainConfig:
                                       "0 = every row."))
     val_fraction: float = setting(0.05, Opt(("--val-fraction",), default=0.05, show_default=True,
                                   type=FRACTION, help="Held-out rows carved from the training "
-                                  "split to choose the checkpoint (0: keep the final model)."))
+                                  "split to choose the checkpoint (0: keep the final model); "
+                                  "under 100 rows (or 10 right or wrong ones) warns."))
     val_every: int | None = setting(None, Opt(("--val-every",), type=click.IntRange(1),
                                     help=f"{PRESET} Validate every N steps (default: 4 times per "
                                     "run) and at the end."))
@@ -233,6 +249,9 @@ def config_from_params(params: Mapping[str, Any]) -> TrainConfig:
         elif opt.multiple:
             value = tuple(value)
         values[f.name] = value
+    if values["hub_weights"] and (values["weights"] or values["random_init"]):
+        raise click.UsageError("--hub-weights excludes --weights and --random-init (each says "
+                               "where the oracle's starting weights come from)")
     artifacts = default_artifacts(values["data"])
     values["cache"] = values["cache"] or str(artifacts / "cache")
     return TrainConfig(**values, artifacts=str(artifacts))

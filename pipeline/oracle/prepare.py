@@ -22,13 +22,14 @@ from cache.runs import RunDir, RunError, default_run_dir, run_record
 from pipeline.core import dist
 from pipeline.core.losses import (PARAMS, LossConfig, check_loss_options, head_of, loss_label,
                                   resolve_loss, variant_tags)
-from pipeline.core.models import ModelError, ModelSpec, file_sha256, resolve_spec
+from pipeline.core.models import ModelSpec, file_sha256, resolve_spec
 from pipeline.core.precision import default_precision
-from pipeline.core.presets import SS_ALPHAS, family
+from pipeline.core.presets import ss_slopes
 from pipeline.data.images import default_workers
 from pipeline.data.sources import FMNIST_NAME, is_embedded
 from pipeline.oracle.config import (LOSS_OPTIONS, NOT_IN_GROUP, TrainConfig, as_record,
                                     group_hash, resolve_protocol)
+from pipeline.oracle.defaults import classifier_weights, heldout_note, say, small_run_epochs
 from pipeline.oracle.sampler import StepSchedule, carve_rows
 from pipeline.oracle.targets import (CLASSIFIER_KEYS, Split, check_both_classes, open_split,
                                      training_targets)
@@ -73,11 +74,12 @@ def default_eval_splits(data: str | None, train: Split) -> tuple[str, ...]:
     return ("val",) if (root / "val").is_dir() or not (root / "test").is_dir() else ("test",)
 
 
-def resolve_oracle(cfg: TrainConfig, embedded: bool) -> tuple[ModelSpec, tuple[float, float] | None]:
+def resolve_oracle(cfg: TrainConfig, embedded: bool) -> tuple[ModelSpec, tuple[float, float],
+                                                               str | None]:
+    """The oracle's ModelSpec, SS's default slopes for it and why (None: the paper's own)."""
     name = cfg.oracle or cfg.classifier
     spec = resolve_spec(name, embedded, cfg.weights, cfg.random_init, cfg.model_kwargs)
-    fam = family(name) if family(name) != "other" else family(spec.name)
-    return spec, SS_ALPHAS.get(fam)
+    return (spec, *ss_slopes(name, spec.name))
 
 
 def _schedule_rows(cfg: TrainConfig, train: Split, targets: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -90,6 +92,9 @@ def _schedule_rows(cfg: TrainConfig, train: Split, targets: dict) -> tuple[np.nd
     if len(train_rows) < cfg.batch_size:
         raise RunError(f"split {train.tag!r} leaves {len(train_rows)} training rows, fewer than "
                        f"--batch-size {cfg.batch_size}")
+    warning = heldout_note(cfg, len(usable), targets["correct"][val_rows])
+    if warning:
+        say(warning, "warning")
     return train_rows, val_rows
 
 
@@ -112,6 +117,7 @@ def prepare(cfg: TrainConfig, device: torch.device) -> Prepared:
         cfg = replace(cfg, precision="fp32")
     cfg, protocol = resolve_protocol(cfg, embedded)
     cfg = _runtime(cfg, device)
+    cfg, weights_note = classifier_weights(cfg, train.cache, embedded)
     eval_tags = tuple(dict.fromkeys(default_eval_splits(cfg.data, train) + tuple(cfg.eval_splits)))
     evals = [open_split(cfg.data, Path(cfg.cache), cfg.classifier, tag, cfg.labels_file,
                         same_classifier_as=train.cache.identity) for tag in eval_tags]
@@ -119,11 +125,15 @@ def prepare(cfg: TrainConfig, device: torch.device) -> Prepared:
     targets = training_targets(train)
     train_rows, val_rows = _schedule_rows(cfg, train, targets)
     counts = check_both_classes(targets["correct"][train_rows], f"split {train.tag!r}")
-    spec, alphas = resolve_oracle(cfg, embedded)
-    if cfg.loss == "ss" and alphas is None and (cfg.alpha_pos is None or cfg.alpha_neg is None):
-        raise ModelError(f"oracle {spec.name!r} is neither a ViT nor a ResNet, so SS has no "
-                         "default slopes: give --alpha-pos and --alpha-neg")
-    loss = resolve_loss(cfg.loss, given, alphas or (1.0, 1.0), counts)
+    cfg, epochs_note = small_run_epochs(cfg, protocol, len(train_rows))
+    spec, alphas, why = resolve_oracle(cfg, embedded)
+    loss = resolve_loss(cfg.loss, given, alphas, counts)
+    notes = {"weights": weights_note, "epochs": epochs_note,
+             "ss_slopes": _slopes_note(cfg, spec, loss, why)}
+    for note in filter(None, notes.values()):
+        say(note)
+    if any(notes.values()):     # run.json says which default came from the data, and why
+        protocol = {**protocol, "notes": {k: v for k, v in notes.items() if v}}
     z_head = head_of(cfg.loss, cfg.z)
     cfg = replace(cfg, oracle=cfg.oracle or cfg.classifier, eval_splits=eval_tags,
                   preprocess=cfg.preprocess or train.cache.identity["preprocess"], z=z_head,
@@ -140,6 +150,16 @@ def prepare(cfg: TrainConfig, device: torch.device) -> Prepared:
     schedule = StepSchedule(train_rows, cfg.batch_size, cfg.epochs, cfg.seed, cfg.flip)
     return Prepared(cfg, record, RunDir(run_dir), "unclaimed", train, evals, targets, train_rows,
                     val_rows, loss, spec, schedule, counts, protocol)
+
+
+def _slopes_note(cfg: TrainConfig, spec: ModelSpec, loss: LossConfig,
+                 why: str | None) -> str | None:
+    """SS's slopes for a backbone the paper did not train, when not both were given."""
+    if cfg.loss != "ss" or why is None or (cfg.alpha_pos is not None and cfg.alpha_neg is not None):
+        return None
+    return (f"SS slopes alpha+ = {loss.alpha_pos:g}, alpha- = {loss.alpha_neg:g} for oracle "
+            f"{spec.name}: {why} (pipeline/core/presets.py ss_slopes); --alpha-pos/--alpha-neg "
+            "set others")
 
 
 def check_not_trained_on(train: Split, evals: list[Split], given: tuple[str, ...]) -> None:

@@ -56,9 +56,12 @@ def open_split(data: str | None, cache_root: Path, classifier: str, tag: str,
     """
     path = cache_dir_for(cache_root, classifier, tag)
     if not path.exists():
+        embedded = ("; no --data was given, which means the embedded Fashion-MNIST: pass --data "
+                    "ROOT for your own dataset" if data is None else "")
         raise CacheError(f"no classifier cache for split {tag!r} at {path}: run `python cli.py "
-                         f"extract --classifier {classifier} --split <split> [--corruption NAME "
-                         f"--severity N]` with the same --data first, or pass --cache ROOT")
+                         f"extract --classifier {classifier} [--weights FILE] --split <split> "
+                         f"[--corruption NAME --severity N]` with the same --data first, or pass "
+                         f"--cache ROOT{embedded}")
     cache = ClassifierCache.open(path)
     ident = cache.identity
     check_classifier(cache, classifier)
@@ -79,7 +82,8 @@ def open_split(data: str | None, cache_root: Path, classifier: str, tag: str,
     if same_classifier_as is not None:
         check_identity(ident, dict(same_classifier_as), f"cache {path}", keys=CLASSIFIER_KEYS,
                        hint="It was extracted with another classifier than the training split's "
-                            "cache; re-extract it with the same classifier and weights.")
+                            "cache; re-extract it with the same --classifier, --weights FILE, "
+                            "--model-kwargs and --preprocess.")
     check_images(cache, samples)
     return Split(tag, cache, samples, parse_corruption(ident.get("corruption", "none")))
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.core.metrics import aurc
+from pipeline.core.presets import MIN_HELDOUT_PER_KIND, MIN_HELDOUT_ROWS
 
 P_GRID = tuple(range(10))
-MIN_FIT_ROWS = 100
-MIN_PER_KIND = 10      # correct and incorrect fit rows each
+# the minimum train-oracle warns about (one number for both: presets.MIN_HELDOUT_ROWS)
+MIN_FIT_ROWS = MIN_HELDOUT_ROWS
+MIN_PER_KIND = MIN_HELDOUT_PER_KIND      # correct and incorrect fit rows each
 CHUNK = 16_384
 
 

@@ -23,9 +23,11 @@ def _value_list(name: str) -> Opt:
                                           "allow_interspersed_args": True})
 @options(*(_value_list(name) for name in PARAMS))
 @click.option("--fixed-alpha-pos", type=positive(), default=None, help="alpha+ while alpha- is swept "
-              "(paper protocol). Default: the oracle's preset (ViT 1, ResNet 2).")
+              "(paper protocol). Default: the oracle's preset (ViT 1, ResNet 2; other backbones: "
+              "train-oracle's rule, presets.ss_slopes).")
 @click.option("--fixed-alpha-neg", type=positive(), default=None, help="alpha- while only alpha+ is "
-              "swept. Default: the oracle's preset (ViT 3, ResNet 5).")
+              "swept. Default: the oracle's preset (ViT 3, ResNet 5; other backbones as for "
+              "--fixed-alpha-pos).")
 @click.option("--mode", type=click.Choice(["paper", "grid"]), default="paper", show_default=True,
               help="paper: alpha- with alpha+ fixed, then alpha+ at the chosen alpha-, then each "
               "further option in turn; grid: every combination.")

@@ -26,7 +26,7 @@ from cache.outputs import read_outputs
 from cache.reader import slug
 from cache.runs import RunDir, RunError, finite
 from pipeline.core.losses import tnr_logit
-from pipeline.core.presets import SS_ALPHAS, family
+from pipeline.core.presets import ss_slopes
 from pipeline.oracle.config import TrainConfig
 from pipeline.oracle.features import FeatureMemo
 from pipeline.oracle.headonly import train_head_only
@@ -50,13 +50,11 @@ class SweepConfig:
 
 
 def default_fixed(base: TrainConfig) -> dict:
-    """SS's slopes before any stage chose: the oracle family's presets (paper §5)."""
+    """SS's slopes before any stage chose: the oracle family's presets (paper §5; for other
+    backbones train-oracle's rule, presets.ss_slopes)."""
     if base.loss != "ss":
         return {}
-    alphas = SS_ALPHAS.get(family(base.oracle or base.classifier))
-    if alphas is None:
-        raise SweepError(f"oracle {base.oracle or base.classifier!r} has no preset SS slopes: "
-                         "give --fixed-alpha-pos and --fixed-alpha-neg")
+    alphas, _ = ss_slopes(base.oracle or base.classifier)
     return {"alpha_pos": alphas[0], "alpha_neg": alphas[1]}
 
 
