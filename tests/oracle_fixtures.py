@@ -64,6 +64,17 @@ def train_args(data: Path, cache: Path, out: Path | None, *extra, loss: str = "c
     return args + (["--out", out] if out is not None else []) + list(extra)
 
 
+def trained_colour_run(base: Path) -> tuple[Path, Path, Path]:
+    """A colour tree (8 train / 4 val images per class), its cache and one CE run holding out a
+    quarter of the training rows: (data, cache, run)."""
+    data = write_colour_tree(base / "colours", {"train": 8, "val": 4})
+    cache = base / "cache"
+    extract(data, cache, flip_view=False)
+    run = base / "run"
+    run_cli(train_args(data, cache, run, "--lr", 0.05, "--val-fraction", 0.25, "--batch-size", 4))
+    return data, cache, run
+
+
 def step_losses(run_dir: Path) -> dict[int, float]:
     out = {}
     for line in (Path(run_dir) / "log.jsonl").read_text().splitlines():

@@ -7,18 +7,13 @@ import numpy as np
 import pytest
 
 from cache.outputs import read_outputs
-from oracle_fixtures import extract, run_cli, train_args, write_colour_tree
+from oracle_fixtures import extract, run_cli, train_args, trained_colour_run
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     base = tmp_path_factory.mktemp("predict")
-    data = write_colour_tree(base / "colours", {"train": 8, "val": 4})
-    cache = base / "cache"
-    extract(data, cache, flip_view=False)
-    run = base / "run"
-    run_cli(train_args(data, cache, run, "--lr", 0.05, "--val-fraction", 0.25, "--batch-size", 4))
-    return data, cache, run
+    return trained_colour_run(base)
 
 
 def test_predict_reproduces_the_run_outputs(trained):

@@ -16,8 +16,7 @@ from cache.integrity import file_digest
 from cache.outputs import output_paths, read_outputs, write_outputs
 from cache.reader import ClassifierCache
 from conftest import assert_error
-from oracle_fixtures import (CLASSIFIER, TINY_VIT_KWARGS, extract, run_cli, train_args,
-                             write_colour_tree)
+from oracle_fixtures import CLASSIFIER, TINY_VIT_KWARGS, run_cli, train_args, trained_colour_run
 from pipeline.data.labels import _synset_lemmas, imagenet_synsets
 
 FAST = ("--workers", 0, "--no-progress")
@@ -26,12 +25,7 @@ FAST = ("--workers", 0, "--no-progress")
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     base = tmp_path_factory.mktemp("deploy")
-    data = write_colour_tree(base / "colours", {"train": 8, "val": 4})
-    cache = base / "cache"
-    extract(data, cache, flip_view=False)
-    run = base / "run"
-    run_cli(train_args(data, cache, run, "--lr", 0.05, "--val-fraction", 0.25, "--batch-size", 4))
-    return data, cache, run
+    return trained_colour_run(base)
 
 
 def read_csv(path) -> list[dict]:
