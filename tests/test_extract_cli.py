@@ -91,7 +91,8 @@ def _bad_image(tree):
 
 
 @pytest.mark.parametrize("damage, extra, pattern", [
-    (None, ["--data", "{tmp}/nowhere"], r"--data .*nowhere: directory not found"),
+    (None, ["--data", "{tmp}/nowhere"], r"--data .*nowhere: directory not found; pass the "
+                                        r"folder that holds the split folders"),
     (_empty_split, [], r"split .*val is empty"),
     (_unknown_folder, [], r"\['n99999999'\] are not ImageNet synsets"),
     (_flat_unlabelled, [], r"labels file does not match the images .*my_photo.JPEG"),

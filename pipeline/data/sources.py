@@ -135,7 +135,9 @@ def default_artifacts(data: str | None) -> Path:
 def _root(data: str) -> Path:
     root = Path(data).expanduser()
     if not root.is_dir():
-        raise DataError(f"--data {root}: directory not found")
+        raise DataError(f"--data {root}: directory not found; pass the folder that holds the "
+                        "split folders (train/, val/, ...), or leave --data out for the embedded "
+                        "Fashion-MNIST")
     return root
 
 
