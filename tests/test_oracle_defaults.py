@@ -216,7 +216,7 @@ def test_a_run_with_few_held_out_rows_warns_and_the_report_says_what_its_baselin
 
 
 # ------------------------------------------------ hints that name --weights and --data --
-def test_errors_whose_fix_is_data_or_weights_say_so(stage1, tmp_path, monkeypatch):
+def test_errors_whose_fix_is_data_or_weights_say_so(stage1, tmp_path, monkeypatch, fmnist_dir):
     data, cache, weights = stage1
     monkeypatch.chdir(tmp_path)
     # train-oracle without --data (and --cache): it looked for the embedded dataset's caches

@@ -7,6 +7,6 @@ sampler.py  deterministic order, flips, held-out rows   loop.py  the one loop; l
 model.py    backbone + scalar head   losses.py  the losses on z   checkpoint.py  atomic saves
 finetune.py fine-tuned runs   step.py  one optimizer step   graph.py  that step as a CUDA graph
 headonly.py --head-only runs  bank.py  P heads at once on features  features.py  feature caches
-outputs.py  eval splits -> outputs/<tag>.h5   predict.py  a trained run's oracle over new data
-deploy.py   predict --images: classifier + oracle on new image files   threshold.py  trust cut
+outputs.py  eval splits -> outputs/<tag>.h5   predict.py  the run's oracle over cached splits;
+deploy.py, threshold.py  predict --images: classifier + oracle on new files, the trust cut
 """
