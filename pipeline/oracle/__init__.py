@@ -1,12 +1,10 @@
 """Stage 2, ``cli.py train-oracle`` and ``predict``: train oracles on cached classifier targets.
 
-command.py  the click commands   config.py  TrainConfig: every setting and its option, once
+command.py  the click commands   config.py  TrainConfig   defaults.py  what a run's data decides
 prepare.py  caches, rows, loss, run dir   targets.py  samples + their cache   train.py  one run
-defaults.py the defaults a run's data decides: oracle weights, SS slopes, steps, held-out
 sampler.py  deterministic order, flips, held-out rows   loop.py  the one loop; log.py its log
 model.py    backbone + scalar head   losses.py  the losses on z   checkpoint.py  atomic saves
 finetune.py fine-tuned runs   step.py  one optimizer step   graph.py  that step as a CUDA graph
 headonly.py --head-only runs  bank.py  P heads at once on features  features.py  feature caches
 outputs.py  eval splits -> outputs/<tag>.h5   predict.py  the run's oracle over cached splits;
-deploy.py, threshold.py  predict --images: classifier + oracle on new files, the trust cut
-"""
+deploy.py, threshold.py  predict --images: classifier + oracle on new files, the trust cut"""
