@@ -181,6 +181,26 @@ def test_the_small_run_rule_leaves_given_epochs_and_the_embedded_preset_alone():
     assert small_run_epochs(embedded, origin, 300) == (embedded, None)   # tuned for its data
 
 
+def test_a_preset_batch_the_rows_cannot_fill_shrinks_and_a_given_one_is_kept():
+    from pipeline.oracle.config import TrainConfig, resolve_protocol
+    from pipeline.oracle.defaults import small_run_batch
+
+    paper, origin = resolve_protocol(TrainConfig(), embedded=False)      # batch 40
+    smaller, note = small_run_batch(paper, origin, 38)                   # 38 labelled photos
+    assert smaller.batch_size == 8 and "38 training rows cannot fill the preset's batch of 40" in note
+    assert small_run_batch(paper, origin, 5)[0].batch_size == 1
+    assert small_run_batch(paper, origin, 40) == (paper, None)          # it fills one batch
+    given, origin = resolve_protocol(TrainConfig(batch_size=64), embedded=False)
+    assert small_run_batch(given, origin, 38) == (given, None)          # refused by prepare
+
+
+def test_a_given_batch_larger_than_the_training_rows_says_what_to_pass(stage1, tmp_path):
+    data, cache, _ = stage1
+    result = run_cli(train_args(data, cache, tmp_path / "r", "--batch-size", 10_000), expect=None)
+    assert_error(result, r"training rows, fewer than --batch-size 10000: pass a --batch-size of "
+                         r"at most \d+ \(or leave it out")
+
+
 def test_too_few_held_out_rows_warn_with_the_val_fraction_that_would_do():
     from pipeline.oracle.config import TrainConfig
     from pipeline.oracle.defaults import heldout_note

@@ -5,8 +5,8 @@
   weights file the classifier cache recorded (``extract --weights``), checked against the cache's
   ``weights_sha256`` by content, unless --weights, --random-init or --hub-weights say otherwise;
 * SS's slopes for a backbone the paper did not train (``presets.ss_slopes``);
-* a training split too small for the paper's protocol gets the epochs that reach
-  ``presets.MIN_TRAIN_STEPS`` optimizer steps;
+* a training split too small for the paper's protocol gets a batch it can fill
+  (``presets.MIN_STEPS_PER_EPOCH``) and the epochs that reach ``presets.MIN_TRAIN_STEPS`` steps;
 * a held-out set under ``presets.MIN_HELDOUT_ROWS`` rows warns and says which --val-fraction
   would reach it.
 """
@@ -24,7 +24,7 @@ from cache.reader import ClassifierCache
 from pipeline.core import dist
 from pipeline.core.models import ModelError, build_model, resolve_spec, weights_sha256
 from pipeline.core.presets import (MAX_AUTO_EPOCHS, MIN_HELDOUT_PER_KIND, MIN_HELDOUT_ROWS,
-                                   MIN_TRAIN_STEPS)
+                                   MIN_STEPS_PER_EPOCH, MIN_TRAIN_STEPS)
 from pipeline.oracle.config import TrainConfig
 
 _SAID: set[str] = set()
@@ -106,6 +106,19 @@ def _loaded_weights_sha256(classifier: str, cache: ClassifierCache, embedded: bo
 
 
 # --------------------------------------------------------------------- the step count --
+def small_run_batch(cfg: TrainConfig, protocol: dict, train_rows: int) -> tuple[TrainConfig,
+                                                                              str | None]:
+    """A preset's batch larger than the training rows: the largest power of two that gives
+    MIN_STEPS_PER_EPOCH steps an epoch.  A batch the user gave is left to the caller's check."""
+    if train_rows >= cfg.batch_size or "batch_size" not in protocol.get("from_preset", ()):
+        return cfg, None
+    batch = 2 ** int(math.log2(max(1, train_rows // MIN_STEPS_PER_EPOCH)))
+    note = (f"{train_rows} training rows cannot fill the preset's batch of {cfg.batch_size}: "
+            f"using batch {batch} (the rule: the largest power of two that gives at least "
+            f"{MIN_STEPS_PER_EPOCH} steps an epoch). --batch-size N sets it")
+    return replace(cfg, batch_size=batch), note
+
+
 def small_run_epochs(cfg: TrainConfig, protocol: dict, train_rows: int) -> tuple[TrainConfig,
                                                                                str | None]:
     """The paper's protocol on a split too small for it: the fewest epochs that give

@@ -29,7 +29,8 @@ from pipeline.data.images import default_workers
 from pipeline.data.sources import FMNIST_NAME, is_embedded
 from pipeline.oracle.config import (LOSS_OPTIONS, NOT_IN_GROUP, TrainConfig, as_record,
                                     group_hash, resolve_protocol)
-from pipeline.oracle.defaults import classifier_weights, heldout_note, say, small_run_epochs
+from pipeline.oracle.defaults import (classifier_weights, heldout_note, say, small_run_batch,
+                                      small_run_epochs)
 from pipeline.oracle.sampler import StepSchedule, carve_rows
 from pipeline.oracle.targets import (CLASSIFIER_KEYS, Split, check_both_classes, open_split,
                                      training_targets)
@@ -82,20 +83,24 @@ def resolve_oracle(cfg: TrainConfig, embedded: bool) -> tuple[ModelSpec, tuple[f
     return (spec, *ss_slopes(name, spec.name))
 
 
-def _schedule_rows(cfg: TrainConfig, train: Split, targets: dict) -> tuple[np.ndarray, np.ndarray]:
+def _schedule_rows(cfg: TrainConfig, train: Split, targets: dict,
+                   protocol: dict) -> tuple[TrainConfig, np.ndarray, np.ndarray, str | None]:
     usable = np.flatnonzero(targets["valid"])
     if cfg.train_limit is not None and not 0 < cfg.train_limit:
         raise RunError(f"--train-limit {cfg.train_limit}: expected a positive number of rows")
     if not 0.0 <= cfg.val_fraction < 1.0:
         raise RunError(f"--val-fraction {cfg.val_fraction}: expected 0 <= fraction < 1")
     train_rows, val_rows = carve_rows(usable, cfg.val_fraction, cfg.train_limit, cfg.split_seed)
+    cfg, batch_note = small_run_batch(cfg, protocol, len(train_rows))
     if len(train_rows) < cfg.batch_size:
         raise RunError(f"split {train.tag!r} leaves {len(train_rows)} training rows, fewer than "
-                       f"--batch-size {cfg.batch_size}")
+                       f"--batch-size {cfg.batch_size}: pass a --batch-size of at most "
+                       f"{len(train_rows)} (or leave it out: a batch the rows can fill is chosen), "
+                       "or label more images")
     warning = heldout_note(cfg, len(usable), targets["correct"][val_rows])
     if warning:
         say(warning, "warning")
-    return train_rows, val_rows
+    return cfg, train_rows, val_rows, batch_note
 
 
 def _runtime(cfg: TrainConfig, device: torch.device) -> TrainConfig:
@@ -123,12 +128,12 @@ def prepare(cfg: TrainConfig, device: torch.device) -> Prepared:
                         same_classifier_as=train.cache.identity) for tag in eval_tags]
     check_not_trained_on(train, evals, cfg.eval_splits)
     targets = training_targets(train)
-    train_rows, val_rows = _schedule_rows(cfg, train, targets)
+    cfg, train_rows, val_rows, batch_note = _schedule_rows(cfg, train, targets, protocol)
     counts = check_both_classes(targets["correct"][train_rows], f"split {train.tag!r}")
     cfg, epochs_note = small_run_epochs(cfg, protocol, len(train_rows))
     spec, alphas, why = resolve_oracle(cfg, embedded)
     loss = resolve_loss(cfg.loss, given, alphas, counts)
-    notes = {"weights": weights_note, "epochs": epochs_note,
+    notes = {"weights": weights_note, "batch_size": batch_note, "epochs": epochs_note,
              "ss_slopes": _slopes_note(cfg, spec, loss, why)}
     for note in filter(None, notes.values()):
         say(note)
