@@ -65,6 +65,11 @@ class Group(click.Group):
             click.echo("interrupted: completed work is kept; re-run the same command to resume",
                        err=True)
             sys.exit(130)
+        except click.UsageError:
+            raise       # exit 2 with click's usage text: the options themselves do not fit
+        except click.ClickException as err:   # a stage's run error (exit 1): one line, as below
+            click.echo(f"error: {err.format_message()}", err=True)
+            sys.exit(err.exit_code)
         except _user_errors() as err:
             click.echo(f"error: {_first_line_of_worker_error(err)}", err=True)
             sys.exit(1)
