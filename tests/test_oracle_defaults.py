@@ -187,9 +187,11 @@ def test_a_preset_batch_the_rows_cannot_fill_shrinks_and_a_given_one_is_kept():
 
     paper, origin = resolve_protocol(TrainConfig(), embedded=False)      # batch 40
     smaller, note = small_run_batch(paper, origin, 38)                   # 38 labelled photos
-    assert smaller.batch_size == 8 and "38 training rows cannot fill the preset's batch of 40" in note
+    assert smaller.batch_size == 8
+    assert note.startswith("38 training rows make 0 step(s) an epoch of the preset's batch of 40")
     assert small_run_batch(paper, origin, 5)[0].batch_size == 1
-    assert small_run_batch(paper, origin, 40) == (paper, None)          # it fills one batch
+    assert small_run_batch(paper, origin, 63)[0].batch_size == 8        # 1 step of 40 an epoch
+    assert small_run_batch(paper, origin, 160) == (paper, None)         # 4 steps of 40
     given, origin = resolve_protocol(TrainConfig(batch_size=64), embedded=False)
     assert small_run_batch(given, origin, 38) == (given, None)          # refused by prepare
 

@@ -122,9 +122,9 @@ EMBEDDED_ORACLE = {**PAPER_ORACLE, "lr": 1e-2, "momentum": 0.9, "batch_size": 12
 # the protocol's own warm-up, which a shorter run would never leave.
 MIN_TRAIN_STEPS = 100
 MAX_AUTO_EPOCHS = 50
-# ... and when the preset's batch is larger than the training rows (40 for ~40 labelled photos),
-# the run takes the largest power of two that gives MIN_STEPS_PER_EPOCH steps an epoch, with a
-# note; a --batch-size the user gives is kept (and refused if the rows cannot fill one batch).
+# Before that, a preset batch that gives fewer than MIN_STEPS_PER_EPOCH steps an epoch (40 for ~40
+# labelled photos: none) becomes the largest power of two that gives that many, with a note; a
+# --batch-size the user gives is kept (and refused if the rows cannot fill one batch).
 MIN_STEPS_PER_EPOCH = 4
 # Held-out rows (train-oracle --val-fraction) choose the checkpoint and fit the report's
 # temperature-scaled baselines: below MIN_HELDOUT_ROWS rows, or MIN_HELDOUT_PER_KIND correct or

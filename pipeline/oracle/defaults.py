@@ -108,14 +108,18 @@ def _loaded_weights_sha256(classifier: str, cache: ClassifierCache, embedded: bo
 # --------------------------------------------------------------------- the step count --
 def small_run_batch(cfg: TrainConfig, protocol: dict, train_rows: int) -> tuple[TrainConfig,
                                                                               str | None]:
-    """A preset's batch larger than the training rows: the largest power of two that gives
-    MIN_STEPS_PER_EPOCH steps an epoch.  A batch the user gave is left to the caller's check."""
-    if train_rows >= cfg.batch_size or "batch_size" not in protocol.get("from_preset", ()):
+    """A preset's batch that gives fewer than MIN_STEPS_PER_EPOCH steps an epoch (or none): the
+    largest power of two that gives that many.  A batch the user gave is kept (prepare refuses
+    one the rows cannot fill)."""
+    steps = train_rows // cfg.batch_size
+    if steps >= MIN_STEPS_PER_EPOCH or "batch_size" not in protocol.get("from_preset", ()):
         return cfg, None
     batch = 2 ** int(math.log2(max(1, train_rows // MIN_STEPS_PER_EPOCH)))
-    note = (f"{train_rows} training rows cannot fill the preset's batch of {cfg.batch_size}: "
-            f"using batch {batch} (the rule: the largest power of two that gives at least "
-            f"{MIN_STEPS_PER_EPOCH} steps an epoch). --batch-size N sets it")
+    if batch >= cfg.batch_size:
+        return cfg, None
+    note = (f"{train_rows} training rows make {steps} step(s) an epoch of the preset's batch of "
+            f"{cfg.batch_size}: using batch {batch} (the rule: the largest power of two that "
+            f"gives at least {MIN_STEPS_PER_EPOCH} steps an epoch). --batch-size N sets it")
     return replace(cfg, batch_size=batch), note
 
 
