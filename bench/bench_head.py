@@ -46,7 +46,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cache.manifest import MANIFEST_FILE, claim_directory, write_json_atomic  # noqa: E402
+from cache.manifest import MANIFEST_FILE, write_json_atomic  # noqa: E402
 from cache.reader import ClassifierCache  # noqa: E402
 from cache.schema import KIND_CLASSIFIER, SCHEMA_VERSION  # noqa: E402
 from cache.shards import shard_entry, shard_path, shard_ranges, write_shard  # noqa: E402
@@ -68,8 +68,8 @@ FINETUNE_IMG_S = {768: 1679.0, 2048: 1524.0}
 def write_feature_cache(path: Path, n: int, dim: int, seed: int, shard: int = 100_000) -> None:
     """A complete classifier cache with features (both views) and targets, shard by shard.
     o = [x . u + noise > 0]: a head can learn it, so validation and SS's slopes mean something.
-    Claimed and recorded as extract does (identity.json first; each shard's size, hash and column
-    hashes in the manifest), so it is read as a verified cache."""
+    Each shard recorded in the manifest as extract records it (``shard_entry``: size, hash, column
+    hashes), so it is read as a verified cache.  A reused --workdir is overwritten."""
     rng = np.random.default_rng(seed)
     u = np.random.default_rng(123).standard_normal(dim).astype(np.float32) / np.sqrt(dim)
     identity = {"schema_version": SCHEMA_VERSION, "kind": KIND_CLASSIFIER, "model": "synthetic",
@@ -78,7 +78,7 @@ def write_feature_cache(path: Path, n: int, dim: int, seed: int, shard: int = 10
                 "split": path.name, "corruption": "none", "num_rows": n, "num_classes": 1000,
                 "precision": "bf16", "flip_view": True, "features": True, "features_flip": True,
                 "shard_size": shard, "decode": "cpu"}
-    claim_directory(path, identity)
+    path.mkdir(parents=True, exist_ok=True)
     shards = []
     for s, (a, b) in enumerate(shard_ranges(n, shard)):
         m = b - a
