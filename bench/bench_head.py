@@ -46,10 +46,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cache.manifest import write_json_atomic  # noqa: E402
+from cache.manifest import MANIFEST_FILE, write_json_atomic  # noqa: E402
 from cache.reader import ClassifierCache  # noqa: E402
 from cache.schema import KIND_CLASSIFIER, SCHEMA_VERSION  # noqa: E402
-from cache.shards import shard_ranges, write_shard  # noqa: E402
+from cache.shards import shard_entry, shard_path, shard_ranges, write_shard  # noqa: E402
 from cache.runs import RunDir  # noqa: E402
 from pipeline.core.losses import resolve_loss  # noqa: E402
 from pipeline.oracle.bank import BankOptim, score, train_heads  # noqa: E402
@@ -67,7 +67,9 @@ FINETUNE_IMG_S = {768: 1679.0, 2048: 1524.0}
 
 def write_feature_cache(path: Path, n: int, dim: int, seed: int, shard: int = 100_000) -> None:
     """A complete classifier cache with features (both views) and targets, shard by shard.
-    o = [x . u + noise > 0]: a head can learn it, so validation and SS's slopes mean something."""
+    o = [x . u + noise > 0]: a head can learn it, so validation and SS's slopes mean something.
+    Each shard recorded in the manifest as extract records it (``shard_entry``: size, hash, column
+    hashes), so it is read as a verified cache.  A reused --workdir is overwritten."""
     rng = np.random.default_rng(seed)
     u = np.random.default_rng(123).standard_normal(dim).astype(np.float32) / np.sqrt(dim)
     identity = {"schema_version": SCHEMA_VERSION, "kind": KIND_CLASSIFIER, "model": "synthetic",
@@ -87,12 +89,11 @@ def write_feature_cache(path: Path, n: int, dim: int, seed: int, shard: int = 10
             cols["features" + suffix] = x.astype(np.float16)
             cols["correct" + suffix] = o.astype(np.uint8)
             cols["p_true" + suffix] = np.where(o, 0.9, 0.1).astype(np.float32)
-        name = f"shard-{s:05d}.h5"
-        write_shard(path / name, cols, {**identity, "start": a, "stop": b, "bad_rows": []})
-        shards.append({"file": name, "start": a, "stop": b})
+        write_shard(shard_path(path, s), cols, {**identity, "start": a, "stop": b, "bad_rows": []})
+        shards.append(shard_entry(shard_path(path, s), a, b))
     columns = ["index", "valid", "correct", "p_true", "correct_flip", "p_true_flip", "features",
                "features_flip"]
-    write_json_atomic(path / "manifest.json", {"identity": identity, "columns": columns,
+    write_json_atomic(path / MANIFEST_FILE, {"identity": identity, "columns": columns,
                                                "shards": shards, "summary": {}})
 
 

@@ -55,14 +55,24 @@ def _columns(logits16: np.ndarray, labels: np.ndarray, bad: np.ndarray) -> dict:
 def write_cache(cache_dir: Path, *, n: int, k: int = 10, accuracy: float = 0.8, seed: int = 0,
                 model: str = "synthetic", dataset: str = "synthetic", split: str = "test",
                 corruption: str = "none", bad_rows: tuple[int, ...] = (),
-                shard_size: int | None = None, weights_seed: int | None = None) -> Path:
+                shard_size: int | None = None, weights_seed: int | None = None,
+                per_shard: bool = False) -> Path:
     """A complete classifier cache of ``n`` rows and ``k`` classes at about ``accuracy``; caches
-    with the same ``model`` and ``weights_seed`` (default ``seed``) share a classifier."""
+    with the same ``model`` and ``weights_seed`` (default ``seed``) share a classifier.
+    ``per_shard``: the logits drawn shard by shard (other numbers, the same distribution), so an
+    ImageNet-train-sized cache (1.28M x 1,000) is written without holding it in memory."""
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, k, n)
     bad = np.zeros(n, bool)
     bad[list(bad_rows)] = True
-    cols = _columns(_logits(rng, labels, rng.random(n) < accuracy, k), labels, bad)
+    right = rng.random(n) < accuracy
+    whole = None if per_shard else _columns(_logits(rng, labels, right, k), labels, bad)
+
+    def columns(a: int, b: int) -> dict:
+        if whole is not None:
+            return {c: v[a:b] for c, v in whole.items()}
+        part = _columns(_logits(rng, labels[a:b], right[a:b], k), labels[a:b], bad[a:b])
+        return {**part, "index": part["index"] + a}
     shard_size = shard_size or n
     identity = dict(
         schema_version=SCHEMA_VERSION, kind=KIND_CLASSIFIER, model=model, model_kwargs={},
@@ -74,18 +84,19 @@ def write_cache(cache_dir: Path, *, n: int, k: int = 10, accuracy: float = 0.8, 
         flip_view=False, features=False, shard_size=shard_size)
     cache_dir = Path(cache_dir)
     mf.claim_directory(cache_dir, identity)
-    shards = []
+    shards, correct = [], np.zeros(n, np.uint8)
     for s, (a, b) in enumerate(shard_ranges(n, shard_size)):
-        part = {c: v[a:b] for c, v in cols.items()}
+        part = columns(a, b)
+        correct[a:b] = part["correct"]
         bad_here = [int(i) for i in np.flatnonzero(bad[a:b]) + a]
         write_shard(shard_path(cache_dir, s), part, {**identity, "start": a, "stop": b,
                                                      "bad_rows": bad_here})
         shards.append(shard_entry(shard_path(cache_dir, s), a, b))
     valid = ~bad
     mf.write_json_atomic(cache_dir / mf.MANIFEST_FILE, {
-        "identity": identity, "columns": list(cols), "shards": shards,
+        "identity": identity, "columns": list(part), "shards": shards,
         "summary": {"rows": n, "valid_rows": int(valid.sum()), "bad_rows": int(bad.sum()),
-                    "accuracy": float(cols["correct"][valid].mean())},
+                    "accuracy": float(correct[valid].mean())},
         "classes": [str(c) for c in range(k)], "root": "synthetic",
         "bad_rows": [{"index": int(i), "path": f"synthetic/{i}.png"} for i in np.flatnonzero(bad)],
         "config": {}, "info": {}})
@@ -131,11 +142,12 @@ def write_run(run_dir: Path, cache_dir: Path, *, oracle: str, classifier: str, l
 def write_study(root: Path, *, n: int, k: int = 10, pairs=(("vit", "vit"),),
                 losses=("ce", "focal", "tcp", "ss"), seeds=(0, 1, 2), tag: str = "test",
                 bad_rows: tuple[int, ...] = (), held_out: float | None = 0.1,
-                n_train: int | None = None) -> tuple[Path, Path]:
+                n_train: int | None = None, train_shard: int | None = None) -> tuple[Path, Path]:
     """artifacts-like tree: <root>/cache/<classifier>/<tag>, <root>/runs/<run name>; with
     ``held_out``, also each classifier's training cache <root>/cache/<classifier>/train
     (``n_train`` rows, default ``n``) whose seeded ``held_out`` fraction every run lists in its
-    val_split.json, as train-oracle does."""
+    val_split.json, as train-oracle does; ``train_shard``: those caches in shards of that many
+    rows (as extract writes them), drawn shard by shard."""
     separation = {"ce": 0.8, "focal": 0.7, "tcp": 1.2, "ss": 1.8}
     caches, train = {}, {}
     val_rows = None
@@ -146,7 +158,8 @@ def write_study(root: Path, *, n: int, k: int = 10, pairs=(("vit", "vit"),),
             m = n_train or n
             train[clf] = write_cache(root / "cache" / clf / "train", n=m, k=k, seed=100 + i,
                                      weights_seed=i, model=clf, split="train",
-                                     accuracy=0.86 - 0.15 * i)
+                                     accuracy=0.86 - 0.15 * i, shard_size=train_shard,
+                                     per_shard=train_shard is not None)
             pick = np.random.default_rng(0).permutation(m)[:max(1, int(held_out * m))]
             val_rows = np.sort(pick).tolist()
     for oracle, clf in pairs:

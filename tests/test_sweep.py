@@ -135,3 +135,34 @@ def test_resumed_fine_tune_sweep_skips_complete_points(tree, tmp_path):
         == stamps[1.0]
     assert "--alpha-neg 1: already complete" in res.output
     assert "--alpha-neg 5: complete" in res.output
+
+
+def test_a_sweep_lists_the_image_folder_once_and_the_next_sweep_sees_changed_images(
+        tree, tmp_path, monkeypatch):
+    """Every point of every stage needs the same splits: one listing and one image check per
+    split for the whole sweep (issue 19), and none kept past it."""
+    import pipeline.oracle.targets as targets
+
+    root, data = tree
+    data = Path(shutil.copytree(data, tmp_path / "data"))     # its images are edited below
+    listed, checked = [], []
+    list_split, check_sources = targets.list_split, targets.check_sources
+    monkeypatch.setattr(targets, "list_split",
+                        lambda *a, **k: listed.append(a[1]) or list_split(*a, **k))
+    monkeypatch.setattr(targets, "check_sources",
+                        lambda path, *a, **k: checked.append(path) or check_sources(path, *a, **k))
+    args = ["sweep", "--alpha-neg", "0.5,2,8", "--alpha-pos", "1,4", "--no-figures",
+            *common(root, data)]
+    run_cli([*args, "--out", tmp_path / "one"])
+    doc = json.loads((tmp_path / "one" / "sweep.json").read_text())
+    assert len(doc["points"]) == 5
+    assert sorted(listed) == ["train", "val"]          # each split of the folder listed once
+    assert len(checked) == len(set(checked)) == 2      # each cache's images checked once
+
+    image = sorted((data / "train").rglob("*.JPEG"))[3]
+    raw = bytearray(image.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    image.write_bytes(bytes(raw))
+    res = run_cli([*args, "--out", tmp_path / "two"], expect=1)
+    assert "of --data changed since it was extracted" in res.output
+    assert not list((tmp_path / "two").rglob("run.json"))      # no run of the changed images

@@ -31,7 +31,7 @@ from cache.schema import (FEATURE_COLUMN, FEATURE_FLIP_COLUMN, CacheError, Cache
 from cache.shards import read_column_into
 from pipeline.core.models import build_model, resolve_data_config, weights_sha256
 from pipeline.oracle.prepare import Prepared
-from pipeline.oracle.targets import Split, check_images
+from pipeline.oracle.targets import Split, SplitMemo, check_images
 
 # What the feature cache must share with the classifier cache it is joined with (same samples).
 SAME_SAMPLES = ("dataset", "dataset_fingerprint", "split", "corruption", "num_rows")
@@ -66,14 +66,17 @@ class Backbone:
 @dataclass
 class FeatureMemo:
     """What head-only runs load once and share: feature tables (at most ``limit``, the device
-    memory they hold is freed with the memo) and backbone identities."""
+    memory they hold is freed with the memo), backbone identities, and the splits listed from
+    --data with their images checked."""
     limit: int = 4
     tables: dict = field(default_factory=dict)
     backbones: dict = field(default_factory=dict)
+    splits: SplitMemo = field(default_factory=SplitMemo)
 
     def clear(self) -> None:
         self.tables.clear()
         self.backbones.clear()
+        self.splits.clear()
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,8 @@ def _hint(src: FeatureSource, split: Split, path: Path) -> str:
     return f"Make it with:\n  {cmd}"
 
 
-def open_features(src: FeatureSource, split: Split, need_flip: bool) -> ClassifierCache:
+def open_features(src: FeatureSource, split: Split, need_flip: bool,
+                  memo: FeatureMemo | None = None) -> ClassifierCache:
     """The complete feature cache of the oracle for ``split`` (C's cache of the same tag),
     checked; refuses (naming it, with the extract command) anything else."""
     path = cache_dir_for(src.root, src.oracle, split.tag)
@@ -135,7 +139,7 @@ def open_features(src: FeatureSource, split: Split, need_flip: bool) -> Classifi
                          "--features --flip-view:\n" + hint)
     # its own stamps: a classifier cache re-extracted after images changed must not be joined
     # with features of the old images
-    check_images(cache, split.samples)
+    check_images(cache, split.samples, memo.splits if memo else None)
     return cache
 
 

@@ -48,14 +48,14 @@ def train_head_only(cfgs: list[TrainConfig], memo: FeatureMemo | None = None) ->
         if not cfg.head_only or wrong:
             raise RunError(f"not a head-only config: head_only={cfg.head_only}, "
                            f"{', '.join(wrong)} set (they apply to fine-tuning only)")
-    preps = [prepare(cfg, device) for cfg in cfgs]
-    banks: dict[str, list[int]] = {}
-    for i, prep in enumerate(preps):
-        banks.setdefault(bank_key(prep.cfg), []).append(i)
-    summaries: dict[int, dict] = {}
     mine = memo is None
     memo = FeatureMemo() if mine else memo
+    summaries: dict[int, dict] = {}
     try:
+        preps = [prepare(cfg, device, memo.splits) for cfg in cfgs]
+        banks: dict[str, list[int]] = {}
+        for i, prep in enumerate(preps):
+            banks.setdefault(bank_key(prep.cfg), []).append(i)
         with claimed(preps, info, False, RETRAINS):
             for members in banks.values():
                 for i, summary in zip(members, run_bank([preps[i] for i in members], info,
@@ -74,8 +74,8 @@ def run_bank(preps: list[Prepared], info: dist.DistInfo, device: torch.device,
     sched = schedule_of(first, 1)
     backbone = oracle_backbone(first, memo)
     src = feature_source(first, backbone)
-    train_fc = open_features(src, first.train, need_flip=first.cfg.flip)
-    eval_fcs = {s.tag: open_features(src, s, need_flip=False) for s in first.evals}
+    train_fc = open_features(src, first.train, need_flip=first.cfg.flip, memo=memo)
+    eval_fcs = {s.tag: open_features(src, s, need_flip=False, memo=memo) for s in first.evals}
     build = {"model": first.spec.name, "model_kwargs": first.spec.kwargs,
              "data_config": backbone.identity["data_config"], "head": first.cfg.z,
              "head_only": True, "backbone": backbone.record}

@@ -32,8 +32,8 @@ from pipeline.oracle.config import (LOSS_OPTIONS, NOT_IN_GROUP, TrainConfig, as_
 from pipeline.oracle.defaults import (classifier_weights, heldout_note, say, small_run_batch,
                                       small_run_epochs)
 from pipeline.oracle.sampler import StepSchedule, carve_rows
-from pipeline.oracle.targets import (CLASSIFIER_KEYS, Split, check_both_classes, open_split,
-                                     training_targets)
+from pipeline.oracle.targets import (CLASSIFIER_KEYS, Split, SplitMemo, check_both_classes,
+                                     open_split, training_targets)
 
 
 # Settings a refusal of "holds another run" names when they differ: the run part of the config.
@@ -112,11 +112,13 @@ def _runtime(cfg: TrainConfig, device: torch.device) -> TrainConfig:
     return replace(cfg, precision=default_precision(cfg.precision, device), workers=workers)
 
 
-def prepare(cfg: TrainConfig, device: torch.device) -> Prepared:
-    """Open and check every cache, carve the rows, resolve the loss, name the run dir."""
+def prepare(cfg: TrainConfig, device: torch.device, splits: SplitMemo | None = None) -> Prepared:
+    """Open and check every cache, carve the rows, resolve the loss, name the run dir.
+    ``splits`` (a sweep's) lists the data and checks its images once for all its runs."""
     given = {k: getattr(cfg, k) for k in LOSS_OPTIONS}
     check_loss_options(cfg.loss, given)
-    train = open_split(cfg.data, Path(cfg.cache), cfg.classifier, cfg.train_split, cfg.labels_file)
+    train = open_split(cfg.data, Path(cfg.cache), cfg.classifier, cfg.train_split, cfg.labels_file,
+                       memo=splits)
     embedded = is_embedded(cfg.data) or train.samples.dataset == FMNIST_NAME
     if cfg.head_only:     # the head always trains in float32 (on fp16-stored features)
         cfg = replace(cfg, precision="fp32")
@@ -125,7 +127,8 @@ def prepare(cfg: TrainConfig, device: torch.device) -> Prepared:
     cfg, weights_note = classifier_weights(cfg, train.cache, embedded)
     eval_tags = tuple(dict.fromkeys(default_eval_splits(cfg.data, train) + tuple(cfg.eval_splits)))
     evals = [open_split(cfg.data, Path(cfg.cache), cfg.classifier, tag, cfg.labels_file,
-                        same_classifier_as=train.cache.identity) for tag in eval_tags]
+                        same_classifier_as=train.cache.identity, memo=splits)
+             for tag in eval_tags]
     check_not_trained_on(train, evals, cfg.eval_splits)
     targets = training_targets(train)
     cfg, train_rows, val_rows, batch_note = _schedule_rows(cfg, train, targets, protocol)

@@ -8,7 +8,7 @@ misaligned.  Targets are read into RAM in the calling (main) process.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -38,6 +38,25 @@ class Split:
         return make_corruption(*self.corruption)
 
 
+@dataclass
+class SplitMemo:
+    """What the runs of one sweep would otherwise redo per point: each split listed from --data
+    once, and each cache's image check (stamps, then hashes) passed once.  A sweep owns one in its
+    process and drops it when it ends, so images changed before the next sweep are caught there."""
+    listings: dict = field(default_factory=dict)
+    checked: set = field(default_factory=set)
+
+    def samples(self, data: str | None, split: str, labels_file: str | None) -> SampleList:
+        key = (data, split, labels_file)
+        if key not in self.listings:
+            self.listings[key] = list_split(data, split, labels_file)
+        return self.listings[key]
+
+    def clear(self) -> None:
+        self.listings.clear()
+        self.checked.clear()
+
+
 def parse_corruption(spec: str) -> tuple[str, int, int] | None:
     """The cache's ``corruption`` attribute "name:severity:seedN" (or "none")."""
     if not spec or spec == "none":
@@ -47,12 +66,13 @@ def parse_corruption(spec: str) -> tuple[str, int, int] | None:
 
 def open_split(data: str | None, cache_root: Path, classifier: str, tag: str,
                labels_file: str | None = None,
-               same_classifier_as: Mapping | None = None) -> Split:
+               same_classifier_as: Mapping | None = None, memo: SplitMemo | None = None) -> Split:
     """Open the complete cache of ``classifier`` for ``tag`` and list its samples from ``data``.
 
     Refuses (naming the attribute) a cache whose dataset fingerprint or row count differs from
     the samples listed now, or — with ``same_classifier_as`` (another cache's identity) — a cache
-    of a different classifier (model, weights, preprocessing).
+    of a different classifier (model, weights, preprocessing).  ``memo`` (a sweep's) lists each
+    split and checks each cache's images once for all its runs.
     """
     path = cache_dir_for(cache_root, classifier, tag)
     if not path.exists():
@@ -65,7 +85,7 @@ def open_split(data: str | None, cache_root: Path, classifier: str, tag: str,
     cache = ClassifierCache.open(path)
     ident = cache.identity
     check_classifier(cache, classifier)
-    samples = list_split(data, ident["split"], labels_file)
+    samples = (memo or SplitMemo()).samples(data, ident["split"], labels_file)
     if ident.get("dataset_fingerprint") == samples.fingerprint and \
             ident.get("num_rows") != len(samples):
         # the fingerprint hashes exactly the listed rows: the data is the same, the cache is not
@@ -84,7 +104,7 @@ def open_split(data: str | None, cache_root: Path, classifier: str, tag: str,
                        hint="It was extracted with another classifier than the training split's "
                             "cache; re-extract it with the same --classifier, --weights FILE, "
                             "--model-kwargs and --preprocess.")
-    check_images(cache, samples)
+    check_images(cache, samples, memo)
     return Split(tag, cache, samples, parse_corruption(ident.get("corruption", "none")))
 
 
@@ -101,9 +121,15 @@ def check_classifier(cache: ClassifierCache, classifier: str) -> None:
                          f"`cli.py extract --classifier {classifier}`")
 
 
-def check_images(cache: ClassifierCache, samples: SampleList) -> None:
+def check_images(cache: ClassifierCache, samples: SampleList,
+                 memo: SplitMemo | None = None) -> None:
     """Pixels read from --data meet targets read from the cache: the images must be the ones the
-    cache was computed from (stamps, then content hashes: pipeline/data/stamps.py)."""
+    cache was computed from (stamps, then content hashes: pipeline/data/stamps.py).  With ``memo``,
+    a check this cache (its shards' entries) and listing passed is not repeated."""
+    key = (str(cache.path.resolve()), json.dumps(cache.manifest["shards"], sort_keys=True),
+           samples.fingerprint)
+    if memo is not None and key in memo.checked:
+        return
     found = check_sources(cache.path, cache.manifest["shards"], samples)
     if found.changed:
         raise CacheError(f"cache {cache.path}: {found.changed_text(samples)} of --data changed "
@@ -119,6 +145,8 @@ def check_images(cache: ClassifierCache, samples: SampleList) -> None:
                   f"{len(found.restamp)} shard(s) have new sizes or modification times but the "
                   "content the cache was computed from (checked by hashing them); re-run the "
                   "same `cli.py extract` command to record their stamps and skip this check")
+    if memo is not None:
+        memo.checked.add(key)
 
 
 def training_targets(split: Split) -> dict[str, np.ndarray]:

@@ -22,6 +22,7 @@ from pipeline.oracle.loop import (LoopSettings, LoopState, TrainingDiverged, fit
 from pipeline.oracle.outputs import finish_run, image_scorer
 from pipeline.oracle.prepare import (Prepared, claimed, prepare, run_extras, versions,
                                      write_val_split)
+from pipeline.oracle.targets import SplitMemo
 
 RESUMES = "the run resumes from its last complete checkpoint"
 
@@ -42,14 +43,15 @@ def loop_settings(prep: Prepared, ckpt_every: int | None, desc: str) -> LoopSett
                         ckpt_every, cfg.stop_at_step if ckpt_every else None, cfg.progress, desc)
 
 
-def train(cfg: TrainConfig) -> dict:
+def train(cfg: TrainConfig, splits: SplitMemo | None = None) -> dict:
     """Run stage 2 for one (oracle, classifier, loss, seed); returns a summary dict.
-    (Head-only runs: ``pipeline.oracle.headonly.train_head_only``.)"""
+    (Head-only runs: ``pipeline.oracle.headonly.train_head_only``.)  ``splits``: a sweep's
+    listings and image checks, shared by its runs."""
     if cfg.head_only or cfg.features_cache:
         raise RunError("head-only runs are trained by pipeline.oracle.headonly.train_head_only "
                        "(--features-cache applies to --head-only only)")
     info, device = dist.init(cfg.device)
-    prep = prepare(cfg, device)
+    prep = prepare(cfg, device, splits)
     with claimed([prep], info, cfg.resume, RESUMES):
         return _train_claimed(prep, info, device)
 

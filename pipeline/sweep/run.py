@@ -83,7 +83,7 @@ def train_points(cfg: SweepConfig, points: list[dict], root: Path, echo,
     out = []
     for i, c in enumerate(cfgs, 1):
         try:
-            out.append(train(c))
+            out.append(train(c, memo.splits))
         except RunError as err:        # e.g. a diverged point: recorded, the sweep goes on
             out.append({"status": "failed", "error": str(err), "run_dir": None})
         state = "already complete" if out[-1].get("already_complete") else out[-1]["status"]
@@ -127,7 +127,7 @@ def run_sweep(cfg: SweepConfig, echo=print) -> dict:
     stages = plan_stages(cfg.base.loss, cfg.swept, cfg.mode)
     chosen = dict(cfg.fixed)
     t0 = time.perf_counter()
-    memo = FeatureMemo()      # the features of every stage's bank, freed with the sweep
+    memo = FeatureMemo()      # every stage's features and listings, dropped with the sweep
     try:
         return _run_stages(cfg, root, stages, chosen, memo, echo, t0)
     finally:

@@ -1,0 +1,74 @@
+"""Peak resident memory of a command and every process it starts, sampled while it runs (Linux).
+
+``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` is the largest single descendant's peak, not
+what is resident at once: `cli.py report`'s joblib workers (separate interpreters, loky) run beside
+their parent.  So the tree is sampled every ``interval`` seconds through /proc: the RSS of the
+process and all its descendants (children of children too) summed, the peak sum kept.  Pages
+shared between the processes (the same libraries) count once per process, so the sum is an upper
+bound of the memory the tree needs; a spike shorter than ``interval`` can be missed, which is why
+the exact single-process ``ru_maxrss`` is printed beside it.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+PROC = Path("/proc")
+
+
+def _children() -> dict[int, list[int]]:
+    """{parent pid: [child pids]} of every process visible now."""
+    kids: dict[int, list[int]] = {}
+    for entry in os.scandir(PROC):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (PROC / entry.name / "stat").read_bytes()
+        except OSError:          # it ended meanwhile
+            continue
+        ppid = int(stat[stat.rfind(b")") + 2:].split()[1])      # the name may hold spaces
+        kids.setdefault(ppid, []).append(int(entry.name))
+    return kids
+
+
+def tree_rss(pid: int) -> tuple[int, int]:
+    """(summed RSS in bytes, number of processes) of ``pid`` and its descendants."""
+    kids, todo, total, count = _children(), [pid], 0, 0
+    while todo:
+        p = todo.pop()
+        try:
+            total += int((PROC / str(p) / "statm").read_text().split()[1]) * PAGE
+            count += 1
+        except (OSError, IndexError, ValueError):
+            pass
+        todo += kids.get(p, [])
+    return total, count
+
+
+class PeakTreeRSS:
+    """``with PeakTreeRSS(proc.pid) as peak: proc.wait()`` -> ``peak.bytes``, ``peak.processes``."""
+
+    def __init__(self, pid: int, interval: float = 0.05):
+        self.pid, self.interval = pid, interval
+        self.bytes, self.processes, self.samples = 0, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            rss, count = tree_rss(self.pid)
+            self.bytes, self.processes = max(self.bytes, rss), max(self.processes, count)
+            self.samples += 1
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "PeakTreeRSS":
+        if not PROC.is_dir():
+            raise RuntimeError("peak memory of a process tree is sampled through /proc (Linux)")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
