@@ -8,8 +8,9 @@ The runbook's commands run unchanged, with three substitutions a CPU test machin
 * `torchrun --nproc-per-node N` becomes 2 CPU processes (gloo) under torch.distributed.run;
 * `extract` / `train-oracle` / `attack` naming a preset model without `--weights` (a hub download) get
   `--weights $RUNBOOK_TINY/<name>.pth`: a tiny project checkpoint of that name (no network);
-* `train-oracle` without `--epochs` gets `--epochs 1`, the paper's: the tiny tree's 3 steps would
-  otherwise be raised to 100 by the small-run rule (presets.MIN_TRAIN_STEPS).
+* `train-oracle` without `--epochs` gets `--epochs 1`, and without `--batch-size` gets
+  `--batch-size 40`, the paper's: the tiny tree's 3 steps would otherwise be raised to 100, and
+  its batch lowered, by the small-run rules (presets.MIN_TRAIN_STEPS, MIN_STEPS_PER_EPOCH).
 """
 from __future__ import annotations
 
@@ -51,6 +52,8 @@ def main(argv: list[str]) -> int:
     args = with_offline_weights(argv[1:])
     if args[0] == "train-oracle" and "--epochs" not in args:
         args += ["--epochs", "1"]
+    if args[0] == "train-oracle" and "--batch-size" not in args:
+        args += ["--batch-size", "40"]
     if args[0] in ("extract", "train-oracle", "predict", "attack"):
         args.append("--no-progress")
     print("+", " ".join(argv), flush=True)
