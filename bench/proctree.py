@@ -42,7 +42,7 @@ def tree_rss(pid: int) -> tuple[int, int]:
             total += int((PROC / str(p) / "statm").read_text().split()[1]) * PAGE
             count += 1
         except (OSError, IndexError, ValueError):
-            pass
+            pass                 # it ended meanwhile: nothing left to count
         todo += kids.get(p, [])
     return total, count
 

@@ -161,10 +161,19 @@ def test_cli_report_imports_no_torch_statically():
                 todo.extend(p for p in MODULES if t.startswith(p + ".") and p not in seen)
 
 
+def _last_line_of_fresh_process(code: str, tmp_path) -> str:
+    """Run ``code`` in a fresh interpreter (the project on its path, ``sys.argv[2]`` =
+    ``tmp_path``); it must succeed; returns the last line it printed."""
+    prefix = "import sys; sys.path.insert(0, sys.argv[1]);"
+    out = subprocess.run([sys.executable, "-c", prefix + code, str(ROOT), str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()[-1]
+
+
 def test_cli_report_run_loads_no_torch(tmp_path):
     """The real command on a synthetic study (the project's own writers), in a fresh process."""
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]);"
         "from pathlib import Path;"
         "from bench.synthetic_runs import write_study;"
         "runs, caches = write_study(Path(sys.argv[2]), n=200, seeds=(0,), losses=('ss',));"
@@ -174,17 +183,13 @@ def test_cli_report_run_loads_no_torch(tmp_path):
         "assert r.exit_code == 0, r.output;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision', 'timm')))"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(ROOT), str(tmp_path)], cwd=ROOT,
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+    assert _last_line_of_fresh_process(code, tmp_path) == "[]"
 
 
 def test_every_help_and_a_report_error_load_no_torch(tmp_path):
     """`--help` of every command (and a user's error in `report`) in a fresh process: torch,
     timm and torchvision take seconds to import, so none may load before a command runs."""
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]);"
         "from click.testing import CliRunner; import cli;"
         "names = [[]] + [[c] for c in sorted(cli.cli.commands)];"
         "results = [CliRunner().invoke(cli.cli, n + ['--help']) for n in names];"
@@ -194,11 +199,8 @@ def test_every_help_and_a_report_error_load_no_torch(tmp_path):
         "print(len(names), sorted(m for m in sys.modules"
         "      if m.split('.')[0] in ('torch', 'torchvision', 'timm', 'matplotlib')))"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(ROOT), str(tmp_path)], cwd=ROOT,
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    count, modules = out.stdout.strip().splitlines()[-1].split(" ", 1)
-    assert int(count) >= 10 and modules == "[]", out.stdout
+    count, modules = _last_line_of_fresh_process(code, tmp_path).split(" ", 1)
+    assert int(count) >= 10 and modules == "[]"
 
 
 # The files of a run directory, named only by cache/runs.py (docs/DATA_CONTRACT.md, Stage 2).

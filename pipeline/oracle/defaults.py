@@ -22,10 +22,11 @@ import numpy as np
 
 from cache.reader import ClassifierCache
 from pipeline.core import dist
-from pipeline.core.models import ModelError, build_model, resolve_spec, weights_sha256
+from pipeline.core.models import ModelError, resolve_spec, weights_sha256
 from pipeline.core.presets import (MAX_AUTO_EPOCHS, MIN_HELDOUT_PER_KIND, MIN_HELDOUT_ROWS,
                                    MIN_STEPS_PER_EPOCH, MIN_TRAIN_STEPS)
 from pipeline.oracle.config import TrainConfig
+from pipeline.oracle.model import cache_classifier, recorded_weights
 
 _SAID: set[str] = set()
 # weights hashes of files already checked, by (path, size, mtime, classifier): a sweep prepares
@@ -42,12 +43,6 @@ def say(text: str, kind: str = "note") -> None:
 
 
 # ------------------------------------------------------------------ the oracle's weights --
-def recorded_weights(cache: ClassifierCache) -> str | None:
-    """The weights file the cache's classifier was built from (``extract --weights``): its
-    absolute path where the manifest records one, else the path as it was given."""
-    return cache.manifest.get("weights_file") or cache.manifest.get("config", {}).get("weights")
-
-
 def same_architecture(cfg: TrainConfig, cache: ClassifierCache, embedded: bool) -> bool:
     """The oracle is the classifier's model: the same name, or a name that resolves to the
     cache's model, with no --model-kwargs that differ from the classifier's."""
@@ -78,7 +73,7 @@ def classifier_weights(cfg: TrainConfig, cache: ClassifierCache,
         raise ModelError(f"cache {cache.path} was extracted with --weights {path}, the weights an "
                          f"oracle of the classifier's architecture starts from, but {path} is "
                          f"{'a directory' if Path(path).is_dir() else 'missing'}: {fix}")
-    found = _loaded_weights_sha256(cfg.classifier, cache, embedded, path)
+    found = _loaded_weights_sha256(cache, path)
     expected = cache.identity["weights_sha256"]
     if found != expected:
         raise ModelError(f"cache {cache.path} was extracted with --weights {path}, the weights an "
@@ -91,17 +86,14 @@ def classifier_weights(cfg: TrainConfig, cache: ClassifierCache,
     return replace(cfg, weights=path), note
 
 
-def _loaded_weights_sha256(classifier: str, cache: ClassifierCache, embedded: bool,
-                           path: str) -> str:
+def _loaded_weights_sha256(cache: ClassifierCache, path: str) -> str:
     """The hash ``extract`` records (``weights_sha256`` of the model it built) of the classifier
     rebuilt from ``path`` as the cache's extract built it."""
     stat = Path(path).stat()
-    key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, classifier,
+    key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, cache.identity["model"],
            json.dumps(cache.manifest.get("config", {}).get("model_kwargs"), sort_keys=True))
     if key not in _CHECKED:
-        config = cache.manifest.get("config", {})
-        spec = resolve_spec(classifier, embedded, path, False, config.get("model_kwargs") or {})
-        _CHECKED[key] = weights_sha256(build_model(spec, seed=int(config.get("seed") or 0)))
+        _CHECKED[key] = weights_sha256(cache_classifier(cache, path))
     return _CHECKED[key]
 
 

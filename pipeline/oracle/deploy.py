@@ -27,14 +27,12 @@ from cache.predictions import table_format, write_table
 from cache.reader import ClassifierCache, slug
 from cache.runs import RunDir, RunError
 from pipeline.core import dist
-from pipeline.core.models import (DataConfig, ModelError, build_model, resolve_spec,
-                                  weights_sha256)
+from pipeline.core.models import DataConfig, ModelError, weights_sha256
 from pipeline.core.precision import autocast
 from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, Views, decode_file, make_loader
 from pipeline.data.labels import class_names
-from pipeline.data.sources import FMNIST_NAME
 from pipeline.data.unlabelled import list_images
-from pipeline.oracle.model import load_trained_oracle
+from pipeline.oracle.model import cache_classifier, load_trained_oracle, recorded_weights
 from pipeline.oracle.predict import run_precision
 from pipeline.oracle.threshold import given_threshold, pick_threshold
 
@@ -80,8 +78,7 @@ def _relative(path) -> str:
 def load_classifier(cache: ClassifierCache, weights: str | None) -> torch.nn.Module:
     """The classifier of ``cache``, built as ``extract`` built it (``weights``: another path to
     the same weights), refused unless its weights hash is the cache's."""
-    ident, config = cache.identity, cache.manifest.get("config", {})
-    recorded = config.get("weights")
+    recorded = recorded_weights(cache)
     path = weights or recorded
     source = (f"--weights {weights}" if weights else
               f"the classifier's weights file {recorded} (recorded by cache {cache.path})")
@@ -89,17 +86,15 @@ def load_classifier(cache: ClassifierCache, weights: str | None) -> torch.nn.Mod
         raise ModelError(f"{source} is not there now (moved or deleted{_relative(path)}): pass "
                          "--weights FILE, the weights the cache was extracted with (checked by "
                          "their hash)")
-    spec = resolve_spec(config.get("classifier", ident["model"]), ident["dataset"] == FMNIST_NAME,
-                        path, bool(config.get("random_init")) and not weights,
-                        config.get("model_kwargs", ident["model_kwargs"]))
-    model = build_model(spec, seed=int(config.get("seed", 0)))
+    random_init = bool(cache.manifest.get("config", {}).get("random_init")) and not weights
+    model = cache_classifier(cache, path, random_init)
     found = weights_sha256(model)
-    if found != ident["weights_sha256"]:
+    if found != cache.identity["weights_sha256"]:
         fix = ("restore that file, or pass --weights FILE with the original weights" if not weights
                else "pass --weights with the file the cache was extracted with")
         raise ModelError(f"{source} holds other weights than the classifier of cache {cache.path} "
                          f"(weights_sha256 {found[:12]}..., the cache records "
-                         f"{ident['weights_sha256'][:12]}...): {fix}")
+                         f"{cache.identity['weights_sha256'][:12]}...): {fix}")
     return model
 
 

@@ -18,10 +18,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from cache.reader import ClassifierCache
 from cache.runs import BEST, RunDir, RunError
 from pipeline.core.losses import HEADS
 from pipeline.core.models import (DataConfig, ModelError, ModelSpec, build_model,
-                                  resolve_data_config, weights_sha256)
+                                  resolve_data_config, resolve_spec, weights_sha256)
+from pipeline.data.sources import FMNIST_NAME
 from pipeline.oracle.checkpoint import load_checkpoint
 
 HYPERPLANE_EPS = 1e-7
@@ -140,3 +142,20 @@ def _head_only_oracle(run_dir: Path, info: dict, ckpt: dict) -> Oracle:
     model = attach_head(backbone, info["head"], seed=0)
     model.head.load_state_dict(ckpt["head"])
     return model
+
+
+# ------------------------------------------------------- the classifier a cache recorded --
+def recorded_weights(cache: ClassifierCache) -> str | None:
+    """The weights file the cache's classifier was built from (``extract --weights``): its
+    absolute path where the manifest records one, else the path as it was given."""
+    return cache.manifest.get("weights_file") or cache.manifest.get("config", {}).get("weights")
+
+
+def cache_classifier(cache: ClassifierCache, weights: str | None,
+                     random_init: bool = False) -> nn.Module:
+    """The classifier of ``cache`` rebuilt as its ``extract`` built it (name, model kwargs, seed),
+    from ``weights``; the caller compares its ``weights_sha256`` with the cache's."""
+    ident, config = cache.identity, cache.manifest.get("config", {})
+    spec = resolve_spec(config.get("classifier", ident["model"]), ident["dataset"] == FMNIST_NAME,
+                        weights, random_init, config.get("model_kwargs") or ident.get("model_kwargs") or {})
+    return build_model(spec, seed=int(config.get("seed") or 0))
