@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PINS)
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,recoloradv]'
 	$(PY) -m pip install -q --no-deps 'torchattacks==3.5.1'  # the attack extra without its stale requests pin
 	$(PY) -m pip install -q --no-deps 'nvidia-nvimgcodec-cu13==0.9.0.20'  # its CPU backend: tests of --decode hw's decoder path
 	touch $@

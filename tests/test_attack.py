@@ -357,3 +357,57 @@ def test_a_batchnorm_classifier_is_attacked_and_scored_frozen(fitted, tmp_path):
     np.testing.assert_array_equal(adv.load(["pred"])["pred"][order], rec["stored_pred"])
     assert adv.manifest["summary"]["accuracy"] == pytest.approx(s["stored_accuracy"])
     assert clean.manifest["summary"]["accuracy"] == pytest.approx(s["clean_accuracy"])
+
+
+# ReColorAdv past its paper budget (grid bound 0.06, Adam lr 0.001, 100-300 iterations): enough
+# to recolour the tiny classifier's colour classes in 5 iterations of one batch
+RECOLOR = ["--attack", "recoloradv", "--eps", "0.5", "--step-size", "0.1", "--steps", "5",
+           "--random-start", "--max-samples", "6", "--batch-size", "6", "--shard-size", "6"]
+
+
+def test_recoloradv_lowers_accuracy_and_is_reproducible_under_a_seed(fitted, tmp_path):
+    """The authors' package through `--attack recoloradv`: accuracy drops, the split is an
+    ordinary attacked split, and its random start is drawn under --seed (the same PNG bytes
+    again; other bytes without it, so the equality is not that of a deterministic attack)."""
+    tree, ckpt = fitted
+
+    def run(name, *extra):
+        args = attack_args(tree, ckpt, tmp_path / "adv", *RECOLOR, *extra)
+        args[args.index("--name") + 1] = name
+        for opt in STRONG[::2]:                       # PGD's budget is not this attack's
+            i = args.index(opt)
+            del args[i:i + 2]
+        ok(*args)
+        split_dir = tmp_path / "adv" / name
+        return manifest(split_dir), {p.relative_to(split_dir): p.read_bytes()
+                                     for p in sorted(split_dir.rglob("*.png"))}
+
+    doc, first = run("a")
+    s, ident = doc["summary"], doc["identity"]
+    assert s["rows"] == 6 and s["clean_accuracy"] >= 0.8
+    assert s["stored_accuracy"] <= s["clean_accuracy"] - 0.5 and s["unquantised_success"] >= 0.5
+    assert ident["library"] == "recoloradv 0.0.1" and ident["attack"] == "recoloradv"
+    assert ident["params"] == {"eps": 0.5, "alpha": 0.1, "steps": 5, "random_start": True}
+    assert doc["defaults"]["values"] == {"eps": 0.06, "alpha": 0.001, "steps": 300,
+                                         "random_start": False}
+    assert "evaluate_imagenet.py" in doc["defaults"]["source"]
+    again, fixed = run("b")[1], run("c", "--no-random-start")[1]
+    assert again == first                                  # seeded: the same pixels
+    assert fixed.keys() == first.keys() and fixed != first  # the random start is in effect
+
+
+def test_recoloradv_refuses_grey_input_and_names_its_extra_when_missing(tmp_path, monkeypatch):
+    from fmnist_subset import write_fmnist_subset
+
+    data = write_fmnist_subset(tmp_path / "fm", n_train=20, n_test=10)
+    grey = ["attack", "--classifier", "vit_tiny_patch16_224", "--random-init", "--model-kwargs",
+            json.dumps({"img_size": 28, "patch_size": 7, "in_chans": 1, "num_classes": 10,
+                        "embed_dim": 32, "depth": 1, "num_heads": 2}), "--data", data, "--split",
+            "test", "--out", tmp_path / "adv", "--attack", "recoloradv", "--workers", "0", *CPU]
+    user_error(invoke(*grey), r"--attack recoloradv recolours RGB images, but --classifier "
+               r"vit_tiny_patch16_224 reads 1-channel input.*--attack pgd_linf or pgd_l2", 1)
+    assert not (tmp_path / "adv").exists()
+    monkeypatch.setitem(sys.modules, "recoloradv", None)      # the package not installed
+    user_error(invoke(*grey), r"--attack recoloradv needs the authors' package "
+               r"recoloradv==0\.0\.1 and six .*pip install '\.\[recoloradv\]'", 1)
+    assert not (tmp_path / "adv").exists()

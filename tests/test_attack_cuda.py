@@ -46,3 +46,19 @@ def test_attack_on_cuda_and_extract_reproduces_it(tmp_path):
     assert (cols["pred"][order] == np.concatenate(pred)).mean() >= 0.97
     np.testing.assert_allclose(cols["logits"][order].astype(np.float32), np.concatenate(logits),
                                atol=0.1, rtol=0.05)
+
+
+def test_recoloradv_on_cuda_then_on_the_cpu_of_the_same_process(tmp_path):
+    """The authors' package on the GPU (bf16 classifier, its colour map in fp32 on the current
+    device), then `--device cpu` in the same process: its device flag follows each batch's
+    device (left at True after the GPU run, the CPU run would put its grid on the GPU)."""
+    tree = write_colour_tree(tmp_path / "data", {"val": 8})
+    common = ["--classifier", CLASSIFIER, "--random-init", "--model-kwargs", KW, "--data", tree,
+              "--split", "val", "--out", tmp_path / "adv", "--attack", "recoloradv", "--steps",
+              "5", "--batch-size", "12", "--no-progress"]
+    for device in ("cuda", "cpu"):
+        run_cli(["attack", *common, "--device", device, "--name", f"val-{device}"])
+        doc = json.loads((tmp_path / "adv" / f"val-{device}" / ".attack" / "manifest.json")
+                         .read_text())
+        assert doc["summary"]["rows"] == 24 and doc["identity"]["library"] == "recoloradv 0.0.1"
+        assert doc["identity"]["precision"] == ("bf16" if device == "cuda" else "fp32")

@@ -10,7 +10,8 @@ from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, LABELS,
                                    WEIGHTS, WORKERS, Opt, options)
 from pipeline.data.sources import check_splits, default_artifacts, is_embedded
 
-ATTACK_NAMES = ("pgd_linf", "pgd_l2")   # pipeline/attack/methods.py ATTACKS (torch-free here)
+# pipeline/attack/methods.py ATTACKS (torch-free here)
+ATTACK_NAMES = ("pgd_linf", "pgd_l2", "recoloradv")
 
 
 @click.command()
@@ -25,15 +26,18 @@ ATTACK_NAMES = ("pgd_linf", "pgd_l2")   # pipeline/attack/methods.py ATTACKS (to
         "extract/predict. Default: <split>-<attack>-<classifier>."),
     LABELS,
     Opt(("--attack", "attack_name"), type=click.Choice(ATTACK_NAMES), default="pgd_linf",
-        show_default=True, help="torchattacks PGD under the L-inf or L2 norm, on [0, 1] pixels "
-        "of the classifier's resized/cropped input."),
-    Opt(("--eps",), help="Perturbation budget in [0, 1] pixel units, e.g. 8/255. Default: "
-        "torchattacks' (pgd_linf 8/255, pgd_l2 1.0)."),
-    Opt(("--step-size", "alpha"), help="PGD step size (alpha). Default: torchattacks' (pgd_linf "
-        "2/255, pgd_l2 0.2)."),
-    Opt(("--steps",), type=click.IntRange(1), help="PGD iterations. Default: 10 (torchattacks)."),
+        show_default=True, help="torchattacks PGD under the L-inf or L2 norm, or ReColorAdv "
+        "(the paper's Table 2 attack; the authors' package: pip install '.[recoloradv]'), on "
+        "[0, 1] pixels of the classifier's resized/cropped input; RGB only for recoloradv."),
+    Opt(("--eps",), help="Perturbation budget: in [0, 1] pixel units for PGD, e.g. 8/255; for "
+        "recoloradv the L-inf bound of its colour map in CIELUV. Default: pgd_linf 8/255, pgd_l2 "
+        "1.0 (torchattacks'), recoloradv 0.06 (the authors')."),
+    Opt(("--step-size", "alpha"), help="PGD step size (alpha); recoloradv: Adam's learning rate. "
+        "Default: pgd_linf 2/255, pgd_l2 0.2, recoloradv 0.001."),
+    Opt(("--steps",), type=click.IntRange(1), help="Iterations. Default: 10 (torchattacks); "
+        "recoloradv: at most 300, stopping early after min(100, steps) (the authors')."),
     Opt(("--random-start/--no-random-start",), help="Start from a uniform random point in the "
-        "eps-ball (Madry et al.). Default: on."),
+        "eps-ball (Madry et al.). Default: on for PGD, off for recoloradv (the authors')."),
     Opt(("--max-samples",), type=click.IntRange(1), help="Attack a seeded subset of N rows of the "
         "split (demos, quick checks). Default: every row."),
     BATCH_SIZE.but(default=64, help="Rows per attack batch (the backward pass keeps activations: "

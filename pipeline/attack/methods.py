@@ -1,4 +1,5 @@
-"""The attacks, their defaults and checks: torchattacks' PGD (L-inf, L2) on [0, 1] pixels.
+"""The attacks, their defaults and checks: torchattacks' PGD (L-inf, L2) and the authors'
+ReColorAdv (``recolor.py``) on [0, 1] pixels.
 
 The classifier is attacked in the space it reads: the uint8 image after its own resize/crop, as
 floats in [0, 1], behind the same normalisation ``extract`` applies (``PixelClassifier``).  So a
@@ -6,7 +7,8 @@ perturbation of eps = 8/255 is 8 grey levels of the stored PNG, whatever the mod
 
 Defaults (``ATTACKS``) are torchattacks 3.5.1's own constructor defaults, which are Madry et al.
 (ICLR 2018)'s CIFAR-10 L-inf budget (eps 8/255, step 2/255) with 10 steps, and for L2 eps 1.0,
-step 0.2, 10 steps; random start on, as in Madry et al.  docs/IMAGENET.md says why not ReColorAdv.
+step 0.2, 10 steps; random start on, as in Madry et al.  ``recoloradv``'s are the settings Luo et
+al. attacked with (``recolor.py``); its --eps is a bound on its colour map, not on pixels.
 """
 from __future__ import annotations
 
@@ -16,15 +18,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pipeline.attack import recolor
 from pipeline.core.models import DataConfig
 from pipeline.core.precision import autocast
 
 LIBRARY = "torchattacks"
-# name -> (torchattacks class, defaults).  eps and alpha are in [0, 1] pixel units.
+# name -> (library, its class, defaults).  PGD's eps and alpha are in [0, 1] pixel units.
 ATTACKS = {
-    "pgd_linf": ("PGD", dict(eps=8 / 255, alpha=2 / 255, steps=10, random_start=True)),
-    "pgd_l2": ("PGDL2", dict(eps=1.0, alpha=0.2, steps=10, random_start=True)),
+    "pgd_linf": (LIBRARY, "PGD", dict(eps=8 / 255, alpha=2 / 255, steps=10, random_start=True)),
+    "pgd_l2": (LIBRARY, "PGDL2", dict(eps=1.0, alpha=0.2, steps=10, random_start=True)),
+    "recoloradv": (recolor.LIBRARY, "ReColorAdv", recolor.DEFAULTS),
 }
+DEFAULTS_SOURCE = {LIBRARY: "torchattacks constructor defaults (pipeline/attack/methods.py)",
+                   recolor.LIBRARY: recolor.SOURCE}
 
 
 class AttackError(ValueError):
@@ -46,7 +52,7 @@ def resolve_params(attack: str, eps=None, alpha=None, steps=None, random_start=N
     option: eps >= 0, step size > 0, steps >= 1)."""
     if attack not in ATTACKS:
         raise AttackError(f"--attack {attack!r}: expected one of {', '.join(ATTACKS)}")
-    p = dict(ATTACKS[attack][1])
+    p = dict(ATTACKS[attack][2])
     given = dict(eps=eps, alpha=alpha, steps=steps, random_start=random_start)
     p.update({k: v for k, v in given.items() if v is not None})
     p["eps"], p["alpha"] = parse_amount(p["eps"], "--eps"), parse_amount(p["alpha"], "--step-size")
@@ -60,7 +66,13 @@ def resolve_params(attack: str, eps=None, alpha=None, steps=None, random_start=N
     return p
 
 
-def library_version() -> str:
+def library_version(attack: str) -> str:
+    """'<library> <version>' of the attack's library, or an AttackError saying how to install it."""
+    if ATTACKS[attack][0] == recolor.LIBRARY:
+        try:
+            return recolor.version()
+        except recolor.MissingLibrary as err:
+            raise AttackError(str(err)) from None
     try:
         import torchattacks
     except ImportError:
@@ -68,6 +80,15 @@ def library_version() -> str:
                           "--no-deps torchattacks==3.5.1` (its pinned requests~=2.25.1 is unused "
                           "by its code; see the attack extra in pyproject.toml)") from None
     return f"{LIBRARY} {torchattacks.__version__}"
+
+
+def check_channels(attack: str, channels: int, name: str) -> None:
+    """ReColorAdv maps colours through CIELUV: it needs RGB input (mister_ed's colour spaces
+    unpack exactly 3 channels; a grey image would fail deep inside the package)."""
+    if ATTACKS[attack][0] == recolor.LIBRARY and channels != 3:
+        raise AttackError(f"--attack {attack} recolours RGB images, but --classifier {name} reads "
+                          f"{channels}-channel input (grey images such as Fashion-MNIST's): "
+                          "attack it with --attack pgd_linf or pgd_l2")
 
 
 class PixelClassifier(nn.Module):
@@ -94,11 +115,14 @@ class PixelClassifier(nn.Module):
 
 
 def build_attack(attack: str, model: PixelClassifier, params: dict):
-    """The torchattacks object; its random start draws from torch's global generator, which the
-    caller seeds per batch (so a row's perturbation does not depend on the number of processes)."""
-    library_version()
+    """``atk(x, labels) -> adversarial x``; its random start draws from torch's global generator,
+    which the caller seeds per batch (so a row's perturbation does not depend on the number of
+    processes)."""
+    library_version(attack)
+    if ATTACKS[attack][0] == recolor.LIBRARY:
+        return recolor.ReColorAdvAttack(model, params)
     import torchattacks
-    cls = getattr(torchattacks, ATTACKS[attack][0])
+    cls = getattr(torchattacks, ATTACKS[attack][1])
     return cls(model, eps=params["eps"], alpha=params["alpha"], steps=params["steps"],
                random_start=params["random_start"])
 

@@ -27,8 +27,9 @@ from tqdm import tqdm
 from cache.manifest import write_json_atomic
 from cache.shards import shard_ranges
 from pipeline.attack import store
-from pipeline.attack.methods import (ATTACKS, AttackError, PixelClassifier, build_attack,
-                                     check_differentiable, library_version, resolve_params)
+from pipeline.attack.methods import (ATTACKS, DEFAULTS_SOURCE, AttackError, PixelClassifier,
+                                     build_attack, check_channels, check_differentiable,
+                                     library_version, resolve_params)
 from pipeline.core import dist
 from pipeline.core.models import build_model, resolve_data_config, resolve_spec, weights_sha256
 from pipeline.core.precision import autocast, default_precision
@@ -82,7 +83,7 @@ def build_identity(cfg, params, samples: SampleList, spec, model, data_cfg, rows
                           "a classifier trained on this dataset's classes")
     return dict(
         format=fmt.FORMAT, format_version=fmt.FORMAT_VERSION, attack=cfg.attack, params=params,
-        library=library_version(), seed=cfg.seed, batch_size=cfg.batch_size,
+        library=library_version(cfg.attack), seed=cfg.seed, batch_size=cfg.batch_size,
         shard_size=cfg.shard_size, precision=cfg.precision, input_size=list(data_cfg.input_size),
         classifier=dict(name=cfg.classifier, model=spec.name, model_kwargs=spec.kwargs,
                         weights_sha256=weights_sha256(model), preprocess=cfg.preprocess,
@@ -95,6 +96,7 @@ def build_identity(cfg, params, samples: SampleList, spec, model, data_cfg, rows
 def attack(cfg: AttackConfig) -> dict:
     """Write (or finish) one adversarial split; returns the manifest's summary."""
     params = resolve_params(cfg.attack, cfg.eps, cfg.alpha, cfg.steps, cfg.random_start)
+    library_version(cfg.attack)          # a missing library fails before any model or file
     info, device = dist.init(cfg.device)
     # resolved before the identity is built: the split records the precision it was attacked in
     cfg = replace(cfg, precision=default_precision(cfg.precision, device))
@@ -106,6 +108,7 @@ def attack(cfg: AttackConfig) -> dict:
                         cfg.weights, cfg.random_init, cfg.model_kwargs)
     model = build_model(spec, seed=cfg.seed)
     data_cfg = resolve_data_config(model, spec, cfg.preprocess)
+    check_channels(cfg.attack, data_cfg.input_size[0], cfg.classifier)
     rows = plan_rows(len(samples), cfg.max_samples, cfg.seed)
     identity = build_identity(cfg, params, samples, spec, model, data_cfg, rows)
     dirnames = fmt.class_dirnames(samples.classes)
@@ -243,8 +246,8 @@ def _write_manifest(cfg, samples, identity, split_dir, files, ranges, dirnames, 
         "shards": [{"record": fmt.shard_record(split_dir, s).name, "start": a, "stop": b}
                    for s, (a, b) in enumerate(ranges)],
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
-        "defaults": {"source": "torchattacks constructor defaults (pipeline/attack/methods.py)",
-                     "values": ATTACKS[cfg.attack][1]},
+        "defaults": {"source": DEFAULTS_SOURCE[ATTACKS[cfg.attack][0]],
+                     "values": ATTACKS[cfg.attack][2]},
         "info": {"torch": torch.__version__, "timm": timm.__version__,
                  "host": socket.gethostname(), "python": platform.python_version(),
                  "world_size": info.world, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}})
