@@ -71,7 +71,27 @@ def test_passes_are_reproducible_under_the_seed_and_leave_the_rest_unchanged(tre
     assert {k: v for k, v in record.items() if k != "mc_dropout"} == ident
     assert record["mc_dropout"] | {"masks": None} == {
         "passes": 4, "rates": {"head_drop": 0.3}, "rate_option": 0.3, "test_time_only": True,
-        "seed": 0, "batch_size": 4, "masks": None}
+        "head_only": True, "seed": 0, "batch_size": 4, "masks": None}
+
+
+def test_head_only_passes_equal_full_passes():
+    """Dropout before the head only: the backbone once and the head T times gives the numbers of
+    T full passes; dropout inside the backbone makes every pass a full one."""
+    spec = resolve_spec(TINY_VIT[0], False, None, True, TINY_VIT[1])
+    model, _ = mc.mc_model(spec, 0, 0.3, "--classifier vit")
+    assert mc.head_only(model, (3, 32, 32))
+    x = torch.randn(5, 3, 32, 32)
+    with torch.inference_mode():
+        head = mc.mc_columns(model, x, 4, 3, 10, torch.device("cpu"), head=True)
+        full = mc.mc_columns(model, x, 4, 3, 10, torch.device("cpu"), head=False)
+        other = mc.mc_columns(model, x, 4, 3, 11, torch.device("cpu"), head=True)
+    for name in MC:
+        torch.testing.assert_close(head[name], full[name], rtol=0, atol=1e-6)
+    assert not torch.equal(head["mcd_msp"], other["mcd_msp"])   # masks seeded by the first row
+    inner = resolve_spec(TINY_VIT[0], False, None, True, {**TINY_VIT[1], "proj_drop_rate": 0.1})
+    assert not mc.head_only(mc.mc_model(inner, 0, None, "--classifier vit")[0], (3, 32, 32))
+    resnet = resolve_spec(TINY_RESNET[0], False, None, True, TINY_RESNET[1])
+    assert mc.head_only(mc.mc_model(resnet, 0, 0.2, "--classifier resnet")[0], (3, 64, 64))
 
 
 def test_rate_0_equals_the_deterministic_output_and_batchnorm_stays_in_eval(tree, tiny_extract,
@@ -150,7 +170,7 @@ def test_bad_options_and_a_model_without_dropout_are_refused(tree, tmp_path):
                                         str(tmp_path / "c"), *map(str, args)])
     for t in (0, 1):
         assert_error(run("--mc-dropout", t), r"Invalid value for '--mc-dropout': .* x>=2", 2)
-    for rate in (1, -0.1, 1.5):
+    for rate in (1, -0.1, 1.5, "nan"):
         assert_error(run("--mc-dropout", 2, "--mc-dropout-rate", rate),
                      r"Invalid value for '--mc-dropout-rate'", 2)
     assert_error(run("--mc-dropout-rate", 0.1), r"--mc-dropout-rate sets the rate of "

@@ -7,9 +7,9 @@ import click
 
 from cache.manifest import check_cache_root
 from cache.reader import cache_dir_for, split_tag
-from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, LABELS, MODEL_KWARGS,
-                                   NO_PROGRESS, PRECISION, PREPROCESS, RANDOM_INIT, SEED_OPT,
-                                   WEIGHTS, WORKERS, Opt, check_device, options)
+from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
+                                   MODEL_KWARGS, NO_PROGRESS, PRECISION, PREPROCESS, RANDOM_INIT,
+                                   SEED_OPT, WEIGHTS, WORKERS, Opt, check_device, options)
 from pipeline.core.presets import EMBEDDED_EXTRACT
 from pipeline.data.imagenet_c import CORRUPTIONS
 from pipeline.data.sources import check_splits, default_artifacts, default_splits, embedded_data
@@ -63,7 +63,7 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
         "per batch with the classifier's dropout layers (only them) active and store the mean "
         "softmax's max, its entropy and the mutual information (mcd_* columns, for the report's "
         "MC-Dropout rows); the deterministic outputs are unchanged. Off by default."),
-    Opt(("--mc-dropout-rate",), type=click.FloatRange(0, 1, max_open=True), help="With "
+    Opt(("--mc-dropout-rate",), type=FRACTION, help="With "
         "--mc-dropout: rebuild the classifier with timm's drop_rate=R (dropout before its head), "
         "for a classifier without dropout of its own (the report then says the rate was applied "
         "at test time only)."),

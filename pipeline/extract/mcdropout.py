@@ -19,11 +19,12 @@ branches or tokens: another approximate posterior than the dropout the method is
 Masks come from the global RNG seeded per batch by (``--seed``, the batch's first global row):
 batches never straddle shards and depend only on ``--shard-size`` and ``--batch-size`` (recorded in
 the identity), so a resumed run and any number of torchrun ranks draw the same masks.  The T passes
-run one after the other on the same batch (measured against one pass on the batch repeated T times
-in docs/PERFORMANCE.md).
+run one after the other on the same batch; where every dropout site lies in the head (timm's
+``drop_rate``), the backbone runs once and only the head T times (``head_only``, recorded).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 from contextlib import contextmanager
@@ -38,12 +39,13 @@ MASKS = "global RNG seeded per batch by sha256(seed, first global row of the bat
 _FORWARDS = ("forward", "forward_features", "forward_head")
 
 
-def _gates_only_dropout(module: nn.Module) -> bool:
-    """True if every line of the module's forward methods that reads ``self.training`` is about
+@functools.lru_cache(maxsize=None)   # per class: dropout_on asks for every batch
+def _gates_only_dropout(cls: type) -> bool:
+    """True if every line of the class's forward methods that reads ``self.training`` is about
     dropout (so switching the flag on switches dropout on and nothing else)."""
     lines = []
     for name in _FORWARDS:
-        method = getattr(type(module), name, None)
+        method = getattr(cls, name, None)
         if method is None or method is getattr(nn.Module, name, None):
             continue
         try:
@@ -69,7 +71,7 @@ def dropout_sites(model: nn.Module) -> dict[str, tuple[nn.Module, float]]:
         if isinstance(module, nn.modules.dropout._DropoutNd):
             if module.p > 0:
                 sites[name] = (module, float(module.p))
-        elif _rate_of(module) > 0 and _gates_only_dropout(module):
+        elif _rate_of(module) > 0 and _gates_only_dropout(type(module)):
             sites[name] = (module, _rate_of(module))
     return sites
 
@@ -103,6 +105,31 @@ def mc_model(spec: ModelSpec, seed: int, rate: float | None, text: str) -> tuple
     return model, {"rates": rates, "rate_option": rate, "test_time_only": not own}
 
 
+def head_only(model: nn.Module, input_size: tuple) -> bool:
+    """True when no dropout site acts inside ``forward_features`` (and the model's forward is
+    ``forward_head(forward_features(x))``): the backbone's output is then the same in every pass,
+    so it is computed once per batch and only the head runs T times -- the numbers of T full
+    passes at a fraction of the cost (timm's ``drop_rate`` is dropout before the head)."""
+    if not all(hasattr(model, f) for f in _FORWARDS[1:]):
+        return False
+    sites = dropout_sites(model)
+    if "" in sites and "self.training" in inspect.getsource(type(model).forward_features):
+        return False
+    fired = []
+    hooks = [m.register_forward_hook(lambda *_: fired.append(1)) for n, (m, _) in sites.items()
+             if n]
+    x = torch.zeros(1, *input_size)
+    try:
+        with torch.inference_mode():
+            feats = model.forward_features(x)
+            in_backbone = bool(fired)
+            same = torch.equal(model.forward_head(feats), model(x))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return same and not in_backbone
+
+
 def record(passes: int, rates: dict, seed: int, batch_size: int) -> dict:
     """The identity attribute ``mc_dropout`` (cache/schema.py)."""
     return {"passes": passes, **rates, "seed": seed, "batch_size": batch_size, "masks": MASKS}
@@ -128,16 +155,17 @@ def dropout_on(model: nn.Module):
 
 
 def mc_columns(model: nn.Module, x: torch.Tensor, passes: int, seed: int, first_row: int,
-               device: torch.device) -> dict[str, torch.Tensor]:
-    """T passes over ``x`` -> the MC columns (float32) and their finite flag."""
+               device: torch.device, head: bool = False) -> dict[str, torch.Tensor]:
+    """T passes over ``x`` (``head``: of the head alone, on features computed once) -> the MC
+    columns (float32) and their finite flag."""
     mean, expected_entropy, finite = None, None, None
     cuda = [device.index if device.index is not None else torch.cuda.current_device()] \
         if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=cuda), \
-            dropout_on(model):
+    feats = model.forward_features(x) if head else None   # no dropout there (``head_only``)
+    with torch.random.fork_rng(devices=cuda), dropout_on(model):
         torch.manual_seed(batch_seed(seed, first_row))
         for _ in range(passes):
-            logits = model(x).float()
+            logits = (model(x) if feats is None else model.forward_head(feats)).float()
             probs = logits.softmax(dim=-1)
             entropy = -torch.special.xlogy(probs, probs).sum(dim=-1)
             ok = torch.isfinite(logits).all(dim=-1)

@@ -145,6 +145,8 @@ def extract(cfg: ExtractConfig) -> dict:
         else (build_model(spec, seed=cfg.seed), None)
     check_finite_parameters(model, text)
     data_cfg = resolve_data_config(model, spec, cfg.preprocess)
+    if mc_rates is not None:   # the backbone once per batch where no dropout acts in it
+        mc_rates = {**mc_rates, "head_only": mc.head_only(model, data_cfg.input_size)}
     dataset = make_dataset(samples, transform_for(samples, data_cfg), cfg.decode,
                            make_corruption(cfg), cfg.skip_bad)
     # --decode gpu/mixed: decoded in the main process; built (and self-tested) before the cache
@@ -226,6 +228,9 @@ def _classify_batches(cfg, batches, sink, stop, model, labels_all, bar, device):
     classified batches complete."""
     fn, normalize, timer, model = model
     first, t_first = 0, None
+    # backbone passes per row (MC-Dropout: one where all its dropout is in the head)
+    head = bool(cfg.mc_dropout) and sink.identity[MC_DROPOUT]["head_only"]
+    views = (2 if cfg.flip_view else 1) + (1 if head else cfg.mc_dropout)
     with torch.inference_mode(), closing_loop(sink, batches):
         for images, rows, valid in batches:
             if stop.requested:
@@ -233,7 +238,7 @@ def _classify_batches(cfg, batches, sink, stop, model, labels_all, bar, device):
             if t_first is None and first:  # the second batch: start-up (workers, compile) is over
                 t_first = time.perf_counter()
             labels = labels_all[rows].to(device, non_blocking=True)
-            with timer.time(len(rows), views=(2 if cfg.flip_view else 1) + cfg.mc_dropout), \
+            with timer.time(len(rows), views=views), \
                     autocast(cfg.precision, device):
                 x = normalize(images)
                 outputs = classify(fn, x, labels)
@@ -242,7 +247,7 @@ def _classify_batches(cfg, batches, sink, stop, model, labels_all, bar, device):
                     outputs.update({f"{k}_flip": v for k, v in flipped.items()})
                 if cfg.mc_dropout:   # after the deterministic passes, which it leaves unchanged
                     outputs.update(mc.mc_columns(model, x, cfg.mc_dropout, cfg.seed,
-                                                 int(rows.min()), device))
+                                                 int(rows.min()), device, head))
             sink.push(rows, valid, outputs)
             first = first or len(rows)
             bar.update(len(rows))
