@@ -9,6 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
+import timm
 import torch
 from click.testing import CliRunner
 
@@ -49,14 +50,20 @@ def same(a, b, columns):
 
 def test_passes_are_reproducible_under_the_seed_and_leave_the_rest_unchanged(tree, tiny_extract,
                                                                             tmp_path):
-    plain = tiny_extract(tree, out=tmp_path / "plain", workers=0)
+    # a weights file: --seed then changes the masks alone (with --random-init, the weights too)
+    torch.manual_seed(0)
+    weights = tmp_path / "w.pth"
+    torch.save(timm.create_model(TINY_VIT[0], **TINY_VIT[1]).state_dict(), weights)
+    fixed = dict(workers=0, weights=str(weights), random_init=False)
+    plain = tiny_extract(tree, out=tmp_path / "plain", **fixed)
     extract(plain)
-    runs = [tiny_extract(tree, out=tmp_path / name, workers=0, mc_dropout=4, mc_dropout_rate=0.3,
-                         seed=seed) for name, seed in (("a", 0), ("b", 0), ("c", 1))]
+    runs = [tiny_extract(tree, out=tmp_path / name, mc_dropout=4, mc_dropout_rate=0.3, seed=seed,
+                         **fixed) for name, seed in (("a", 0), ("b", 0), ("c", 1))]
     for cfg in runs:
         extract(cfg)
     a, b, c = (load(cfg, BASE + MC) for cfg in runs)
     same(a, b, MC)                                     # the same masks under the same seed
+    same(a, c, BASE)
     assert not np.array_equal(a["mcd_msp"], c["mcd_msp"])   # other masks under another seed
     assert (a["mcd_msp"] != a["p_max"]).all() and (a["mcd_mi"] > 0).all()  # dropout was active
     assert a["mcd_msp"].dtype == np.float32 and a["mcd_mi"].dtype == np.float32
