@@ -239,3 +239,19 @@ def test_baseline_scores_read_the_mc_columns():
     np.testing.assert_array_equal(s["mcd_entropy"], -cols["mcd_entropy"])
     assert set(B.baseline_scores(logits)) == {"mcp", "entropy", "maxlogit", "energy", "doctor"}
     assert B.available(B.BASELINES, ["logits"]) == B.BASELINES[:7]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_passes_are_reproducible_and_leave_the_rest_unchanged(tree, tiny_extract, tmp_path):
+    """On the GPU the masks come from the device's generator, forked and seeded per batch too."""
+    on = dict(workers=0, device="cuda", precision="bf16")
+    plain = tiny_extract(tree, out=tmp_path / "plain", **on)
+    extract(plain)
+    runs = [tiny_extract(tree, out=tmp_path / n, mc_dropout=4, mc_dropout_rate=0.3, **on)
+            for n in ("a", "b")]
+    for cfg in runs:
+        extract(cfg)
+    a, b = (load(cfg, BASE + MC) for cfg in runs)
+    same(a, b, MC)
+    same(load(plain, BASE), a, BASE)
+    assert (a["mcd_mi"] > 0).all()
