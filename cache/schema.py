@@ -51,6 +51,30 @@ FEATURE_FLIP_COLUMN = "features_flip"
 SOURCE_HASH_COLUMN = "source_xxh3"
 SOURCE_STAMP = "source_stamp"
 
+# MC-Dropout (``extract --mc-dropout T``): per-row summaries of T stochastic passes with the
+# classifier's dropout active, beside the deterministic columns (which stay bit-identical).  An
+# addition like ``features``: caches without it keep their identity and schema version.  Caches
+# that have it carry the identity attribute ``mc_dropout`` (absent otherwise):
+# {"passes": T, "rates": {dropout site: p}, "rate_option": R | None (--mc-dropout-rate),
+#  "test_time_only": bool (the rate was set by the option on a classifier without active
+#  dropout), "seed", "batch_size" (masks are drawn per batch), "masks": how they are seeded}.
+MC_DROPOUT = "mc_dropout"
+MC_COLUMNS: dict[str, str] = {
+    "mcd_msp": "float32",      # max of the mean softmax over the T passes
+    "mcd_entropy": "float32",  # entropy (nats) of that mean softmax: the predictive entropy
+    "mcd_mi": "float32",       # mutual information = predictive entropy - mean per-pass entropy
+}
+
+
+
+def cache_columns(flip_view: bool, features: bool, mc_dropout: bool) -> list[str]:
+    """The columns of a classifier cache extracted with these options (its manifest lists them)."""
+    return (list(CLASSIFIER_COLUMNS) + ([f"{c}_flip" for c in FLIP_COLUMNS] if flip_view else [])
+            + ([FEATURE_COLUMN] if features else [])
+            + ([FEATURE_FLIP_COLUMN] if features and flip_view else [])
+            + (list(MC_COLUMNS) if mc_dropout else []) + [SOURCE_HASH_COLUMN])
+
+
 # Per-row columns of an oracle output file.
 ORACLE_COLUMNS: dict[str, str] = {
     "index": "int64",
@@ -74,6 +98,7 @@ CLASSIFIER_IDENTITY = (
     "schema_version", "kind", "model", "model_kwargs", "weights_sha256", "preprocess",
     "data_config", "dataset", "dataset_fingerprint", "split", "corruption", "num_rows",
     "num_classes", "precision", "flip_view", "features", "features_flip", "shard_size", "decode",
+    MC_DROPOUT,
 )
 
 ORACLE_IDENTITY = (

@@ -19,16 +19,19 @@ from pipeline.data.labels import imagenet_synsets
 
 COLUMNS = ["index", "label", "valid", "logits", "pred", "correct", "p_true", "p_max",
            "logits_flip", "pred_flip", "correct_flip", "p_true_flip", "p_max_flip"]
+MC = ["mcd_msp", "mcd_entropy", "mcd_mi"]
 
 
-@pytest.mark.slow  # ~20 s: three interpreters import torch + timm on 2 cores
-def test_torchrun_two_processes_equal_one(tmp_path):
+@pytest.mark.slow  # ~20 s each: three interpreters import torch + timm on 2 cores
+@pytest.mark.parametrize("mc", [[], ["--mc-dropout", "3", "--mc-dropout-rate", "0.3"]],
+                         ids=["plain", "mc-dropout"])   # MC-Dropout's masks: seeded per batch
+def test_torchrun_two_processes_equal_one(tmp_path, mc):
     tree = make_imagenet_tree(tmp_path / "inet", list(imagenet_synsets()[:4]), per_class=5,
                               splits=("val",))  # 20 rows -> shards of 6, 6, 6, 2
     args = ["extract", "--classifier", TINY_VIT[0], "--model-kwargs", json.dumps(TINY_VIT[1]),
             "--random-init", "--data", str(tree), "--split", "val", "--device", "cpu",
             "--precision", "fp32", "--workers", "1", "--batch-size", "4", "--shard-size", "6",
-            "--flip-view", "--no-progress"]
+            "--flip-view", "--no-progress", *mc]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as torchrun's OMP_NUM_THREADS=1 per process: the same kernels
     try:
@@ -48,7 +51,8 @@ def test_torchrun_two_processes_equal_one(tmp_path):
     assert a.manifest["info"]["world_size"] == 1 and b.manifest["info"]["world_size"] == 2
     assert a.identity == b.identity and a.manifest["shards"] == b.manifest["shards"]
     assert b.manifest["summary"]["computed_rows"] == 20  # every row once, none padded
-    ca, cb = a.load(COLUMNS), b.load(COLUMNS)
+    columns = COLUMNS + (MC if mc else [])
+    ca, cb = a.load(columns), b.load(columns)
     np.testing.assert_array_equal(cb["index"], np.arange(20))
-    for name in COLUMNS:
+    for name in columns:
         np.testing.assert_array_equal(ca[name], cb[name], err_msg=name)

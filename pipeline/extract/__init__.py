@@ -6,5 +6,5 @@ claim.py    the cache directory locked and claimed; shards already there checked
             the images' stamps (damaged ones and those of changed images removed: recomputed)
 sink.py     per-shard buffers filled by global index (non-finite logits refused), written as
             HDF5 shards with the images' hashes when full
-The files written are ``cache``'s classifier caches (docs/DATA_CONTRACT.md).
+mcdropout.py  --mc-dropout: T seeded passes with only the dropout active, summarised per row
 """

@@ -7,9 +7,9 @@ import click
 
 from cache.manifest import check_cache_root
 from cache.reader import cache_dir_for, split_tag
-from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, LABELS, MODEL_KWARGS,
-                                   NO_PROGRESS, PRECISION, PREPROCESS, RANDOM_INIT, SEED_OPT,
-                                   WEIGHTS, WORKERS, Opt, check_device, options)
+from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
+                                   MODEL_KWARGS, NO_PROGRESS, PRECISION, PREPROCESS, RANDOM_INIT,
+                                   SEED_OPT, WEIGHTS, WORKERS, Opt, check_device, options)
 from pipeline.core.presets import EMBEDDED_EXTRACT
 from pipeline.data.imagenet_c import CORRUPTIONS
 from pipeline.data.sources import check_splits, default_artifacts, default_splits, embedded_data
@@ -59,7 +59,15 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
         "corruptions, applied to every image before resizing, seeded per row by --seed "
         "(pipeline/data/corruptions.py; docs/DEMO_DATA.md)."),
     Opt(("--severity",), default=3, show_default=True, type=click.IntRange(1, 5)),
-    SEED_OPT.but(help="Seed for random init and corruptions."),
+    Opt(("--mc-dropout",), type=click.IntRange(2), help="MC-Dropout: also run T >= 2 passes "
+        "per batch with the classifier's dropout layers (only them) active and store the mean "
+        "softmax's max, its entropy and the mutual information (mcd_* columns, for the report's "
+        "MC-Dropout rows); the deterministic outputs are unchanged. Off by default."),
+    Opt(("--mc-dropout-rate",), type=FRACTION, help="With "
+        "--mc-dropout: rebuild the classifier with timm's drop_rate=R (dropout before its head), "
+        "for a classifier without dropout of its own (the report then says the rate was applied "
+        "at test time only)."),
+    SEED_OPT.but(help="Seed for random init, corruptions and MC-Dropout's masks."),
     Opt(("--verify",), is_flag=True, help="On a cache already there, re-read every shard and "
         "compare it with the XXH3-128 hash its manifest records (without --verify: sizes, "
         "identity and row ranges only). Damaged shards are recomputed."),
@@ -67,7 +75,8 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
 )
 def extract(classifier, data, splits, out, labels_file, batch_size, workers, precision, device,
             weights, random_init, model_kwargs, preprocess, features, flip_view, skip_bad,
-            shard_size, compile_, decode, corruption, severity, seed, verify, no_progress):
+            shard_size, compile_, decode, corruption, severity, mc_dropout, mc_dropout_rate,
+            seed, verify, no_progress):
     """Stage 1: run a frozen classifier over dataset split(s) once; cache logits and targets."""
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
     # stays free of torch.
@@ -76,6 +85,9 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
 
     if weights and random_init:
         raise click.UsageError("--weights and --random-init exclude each other")
+    if mc_dropout_rate is not None and not mc_dropout:
+        raise click.UsageError("--mc-dropout-rate sets the rate of --mc-dropout T's passes: give "
+                               "--mc-dropout T (e.g. 10) too, or leave it out")
     if decode.startswith("hw"):
         # asked for explicitly: refused (not switched to another decoder) where not installed
         from pipeline.data.errors import DataError
@@ -109,7 +121,8 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
             flip_view=flip_view,
             skip_bad=skip_bad, shard_size=shard_size, compile=compile_, decode=decode,
             corruption=corruption, severity=severity if corruption else 0, seed=seed,
-            verify=verify, progress=not no_progress)
+            verify=verify, mc_dropout=mc_dropout or 0, mc_dropout_rate=mc_dropout_rate,
+            progress=not no_progress)
         existed = cfg.out.exists()
         try:
             summary = run_extract(cfg)

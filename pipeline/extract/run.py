@@ -20,8 +20,8 @@ import torch
 from tqdm import tqdm
 
 from cache import manifest as mf
-from cache.schema import (FEATURE_COLUMN, FEATURE_FLIP_COLUMN, FLIP_COLUMNS, KIND_CLASSIFIER,
-                          SCHEMA_VERSION, SOURCE_HASH_COLUMN, CacheError)
+from cache.schema import (FEATURE_COLUMN, KIND_CLASSIFIER, MC_DROPOUT, SCHEMA_VERSION, CacheError,
+                          cache_columns)
 from cache.shards import (read_attrs, read_columns, shard_entry, shard_is_complete, shard_path,
                           shard_ranges)
 from pipeline.core import dist
@@ -37,6 +37,7 @@ from pipeline.data.images import (GpuNormalize, chunk_batches, default_workers, 
                                   transform_for)
 from pipeline.data.prefetch import StagedPrefetch
 from pipeline.data.sources import SampleList, is_embedded, list_split
+from pipeline.extract import mcdropout as mc
 from pipeline.extract.claim import claim, locked
 from pipeline.data.stamps import SourceRecorder
 from pipeline.extract.sink import (FINITE, ShardSink, check_finite_parameters, closing_loop,
@@ -68,6 +69,8 @@ class ExtractConfig:
     severity: int = 0
     seed: int = 0
     verify: bool = False              # re-read every shard of a complete cache (XXH3-128 hash)
+    mc_dropout: int = 0               # T >= 2 MC-Dropout passes (pipeline/extract/mcdropout.py)
+    mc_dropout_rate: float | None = None   # timm drop_rate to rebuild the classifier with
     shuffle_seed: int | None = None   # tests: permute rows inside shards to prove index placement
     progress: bool = True
 
@@ -82,11 +85,14 @@ def make_corruption(cfg: ExtractConfig):
     return corruption_fn(cfg.corruption, cfg.severity, cfg.seed)
 
 
-def build_identity(cfg: ExtractConfig, samples: SampleList, spec, model, data_cfg) -> dict:
+def build_identity(cfg: ExtractConfig, samples: SampleList, spec, model, data_cfg,
+                   mc_rates: dict | None = None) -> dict:
     num_classes = int(model.num_classes)   # checked against the classes by check_num_classes
     # features_flip only where both views' features are stored: older caches keep their identity,
     # and an older partial cache with --features --flip-view (no flipped features) is refused
     both = {"features_flip": True} if cfg.features and cfg.flip_view else {}
+    if cfg.mc_dropout:   # absent without it, so caches extracted without it keep their identity
+        both[MC_DROPOUT] = mc.record(cfg.mc_dropout, mc_rates, cfg.seed, cfg.batch_size)
     return dict(schema_version=SCHEMA_VERSION, kind=KIND_CLASSIFIER, model=spec.name,
                 model_kwargs=spec.kwargs, weights_sha256=weights_sha256(model),
                 preprocess=cfg.preprocess, data_config=data_cfg.to_dict(), dataset=samples.dataset,
@@ -134,10 +140,13 @@ def extract(cfg: ExtractConfig) -> dict:
                       else default_workers(dist.local_world()))
     spec = resolve_spec(cfg.classifier, is_embedded(cfg.data) or samples.dataset == "fashion-mnist",
                         cfg.weights, cfg.random_init, cfg.model_kwargs)
-    model = build_model(spec, seed=cfg.seed)
     text = model_text(cfg, spec)
+    model, mc_rates = mc.mc_model(spec, cfg.seed, cfg.mc_dropout_rate, text) if cfg.mc_dropout \
+        else (build_model(spec, seed=cfg.seed), None)
     check_finite_parameters(model, text)
     data_cfg = resolve_data_config(model, spec, cfg.preprocess)
+    if mc_rates is not None:   # the backbone once per batch where no dropout acts in it
+        mc_rates = {**mc_rates, "head_only": mc.head_only(model, data_cfg.input_size)}
     dataset = make_dataset(samples, transform_for(samples, data_cfg), cfg.decode,
                            make_corruption(cfg), cfg.skip_bad)
     # --decode gpu/mixed: decoded in the main process; built (and self-tested) before the cache
@@ -147,7 +156,7 @@ def extract(cfg: ExtractConfig) -> dict:
     if samples.idx_images is None:   # files: stamped and hashed where the workers read them
         dataset.recorder = SourceRecorder(len(samples))
     class_notes = check_num_classes(int(model.num_classes), samples, cfg.classifier)
-    identity = build_identity(cfg, samples, spec, model, data_cfg)
+    identity = build_identity(cfg, samples, spec, model, data_cfg, mc_rates)
     ranges = shard_ranges(len(samples), cfg.shard_size)
     with locked(cfg.out, info) as writable:
         complete, claim_notes = claim(cfg.out, identity, ranges, cfg.verify, info, samples,
@@ -205,8 +214,8 @@ def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, 
     with StopSignals() as stop:   # before iter(loader) forks the workers: they inherit it
         batches = iter(loader) if decoder is None else StagedPrefetch(iter(loader),
                                                                       decoder.stages, device)
-        first, t_first = _classify_batches(cfg, batches, sink, stop, (fn, normalize, timer),
-                                           labels_all, bar, device)
+        first, t_first = _classify_batches(cfg, batches, sink, stop,
+                                           (fn, normalize, timer, model), labels_all, bar, device)
     bar.close()
     steady = time.perf_counter() - t_first if t_first else None
     return {"rows": total, "steady_rows": total - first, "steady_s": steady,
@@ -217,8 +226,11 @@ def _classify_batches(cfg, batches, sink, stop, model, labels_all, bar, device):
     """The loop of ``_run_shards``; returns the first batch's rows and when the second began.
     Ctrl-C stops it between batches (``StopSignals``); ``closing_loop`` keeps every shard the
     classified batches complete."""
-    fn, normalize, timer = model
+    fn, normalize, timer, model = model
     first, t_first = 0, None
+    # backbone passes per row (MC-Dropout: one where all its dropout is in the head)
+    head = bool(cfg.mc_dropout) and sink.identity[MC_DROPOUT]["head_only"]
+    views = (2 if cfg.flip_view else 1) + (1 if head else cfg.mc_dropout)
     with torch.inference_mode(), closing_loop(sink, batches):
         for images, rows, valid in batches:
             if stop.requested:
@@ -226,13 +238,16 @@ def _classify_batches(cfg, batches, sink, stop, model, labels_all, bar, device):
             if t_first is None and first:  # the second batch: start-up (workers, compile) is over
                 t_first = time.perf_counter()
             labels = labels_all[rows].to(device, non_blocking=True)
-            with timer.time(len(rows), views=2 if cfg.flip_view else 1), \
+            with timer.time(len(rows), views=views), \
                     autocast(cfg.precision, device):
                 x = normalize(images)
                 outputs = classify(fn, x, labels)
                 if cfg.flip_view:
                     flipped = classify(fn, x.flip(-1), labels)   # features -> features_flip
                     outputs.update({f"{k}_flip": v for k, v in flipped.items()})
+                if cfg.mc_dropout:   # after the deterministic passes, which it leaves unchanged
+                    outputs.update(mc.mc_columns(model, x, cfg.mc_dropout, cfg.seed,
+                                                 int(rows.min()), device, head))
             sink.push(rows, valid, outputs)
             first = first or len(rows)
             bar.update(len(rows))
@@ -279,11 +294,7 @@ def _write_manifest(cfg, samples, identity, ranges, timing, info) -> None:
         correct += int(cols["correct"][cols["valid"] == 1].sum())
         bad.extend(read_attrs(path)["bad_rows"])
         shards.append(shard_entry(path, a, b))
-    columns = ["index", "label", "valid", "logits", "pred", "correct", "p_true", "p_max"]
-    columns += [f"{c}_flip" for c in FLIP_COLUMNS] if cfg.flip_view else []
-    columns += [FEATURE_COLUMN] if cfg.features else []
-    columns += [FEATURE_FLIP_COLUMN] if cfg.features and cfg.flip_view else []
-    columns += [SOURCE_HASH_COLUMN]
+    columns = cache_columns(cfg.flip_view, cfg.features, bool(cfg.mc_dropout))
     mf.write_json_atomic(Path(cfg.out) / mf.MANIFEST_FILE, {
         "identity": identity, "columns": columns, "shards": shards,
         "summary": _summary(samples, (valid, correct, bad), timing),

@@ -15,6 +15,10 @@ Every score is "higher = more likely correct", so the trust metrics apply unchan
   stage has no model in memory.
 * ``ts``       temperature-scaled MSP (Guo et al., ICML 2017): MSP of logits / T
 * ``pnorm``    MaxLogit-pNorm (Cattelan & Silva, UAI 2024): max_k (z_k - mean z) / ||z - mean z||_p
+* ``mcd_msp`` / ``mcd_entropy``  MC-Dropout (Gal & Ghahramani, ICML 2016): the max and the negative
+  entropy of the mean softmax over T dropout passes, read from the cache's ``mcd_*`` columns
+  (``extract --mc-dropout T``); rows only for caches that have them.  They score the
+  DETERMINISTIC prediction's correctness (the cache's ``correct``), as every row here does.
   T and p are fitted on held-out rows of the classifier's training cache (``calibrate.py``, on
   the rows ``heldout.py`` chooses), never on the evaluated split; they arrive here as
   ``params = {name: value}``.
@@ -54,11 +58,13 @@ class Softmax:
 
 
 class Chunk:
-    """One chunk of logits (m, K); its softmax passes are computed on first use and kept, so
-    one exp pass serves every score of a temperature."""
+    """One chunk of logits (m, K) and of the cache columns the scores read (``columns``); its
+    softmax passes are computed on first use and kept, so one exp pass serves every score of a
+    temperature."""
 
-    def __init__(self, logits: np.ndarray):
+    def __init__(self, logits: np.ndarray, columns: dict[str, np.ndarray] | None = None):
         self.logits = logits
+        self.columns = columns or {}
         self._softmax: dict[float, Softmax] = {}
 
     def softmax(self, temperature: float = 1.0) -> Softmax:
@@ -111,6 +117,21 @@ class Fit:
         return (record or {}).get(self.key)
 
 
+def _mc_rate(identity: dict) -> str:
+    """An MC-Dropout row's label says how its rate came about (the cache's ``mc_dropout``)."""
+    mc = identity.get("mc_dropout") or {}
+    rate = mc.get("rate_option")
+    if rate is None:
+        return ""
+    return f" (rate {rate:g}" + (" at test time only)" if mc.get("test_time_only") else ")")
+
+
+def baseline_label(name: str, identity: dict) -> str:
+    """The row label of baseline ``name`` on a cache of this identity."""
+    b = TABLE[name]
+    return b.label + (b.suffix(identity) if b.suffix else "")
+
+
 @dataclass(frozen=True)
 class Baseline:
     label: str                                  # display label (table rows)
@@ -121,6 +142,9 @@ class Baseline:
     fitted: Fit | None = None
     worker: int = 0           # which of the two worker tasks computes it (<= 32 classes)
     prose: str = ""           # its name in sentences, when not the label
+    columns: tuple[str, ...] = ()   # cache columns it reads besides the logits: a cache without
+    #                                 them has no row of it (no error)
+    suffix: Callable[[dict], str] | None = None   # cache identity -> what its label adds
 
 
 # Evaluation order (report.json); ``order`` is the display order.
@@ -137,6 +161,13 @@ TABLE = {
                               "Temperature T (NLL)", "{:.4f}")),
     "pnorm": Baseline("MaxLogit-pNorm", 4, _pnorm, worker=1,
                       fitted=Fit(fit_pnorm, "p", "p", "MaxLogit-pNorm", "p (AURC, MSP fallback)")),
+    # a probability, but of the mean softmax's own argmax being right, not of the deterministic
+    # prediction the rows score: TPR/TNR at 0.5, no ECE
+    "mcd_msp": Baseline("MC-Dropout MSP", 7, lambda c, _: c.columns["mcd_msp"], probability=True,
+                        worker=1, columns=("mcd_msp",), suffix=_mc_rate),
+    "mcd_entropy": Baseline("MC-Dropout entropy", 8, lambda c, _: -c.columns["mcd_entropy"],
+                            columns=("mcd_entropy",), suffix=_mc_rate,
+                            prose="MC-Dropout negative predictive entropy"),
 }
 BASELINES = tuple(TABLE)
 FITTED = tuple(n for n, b in TABLE.items() if b.fitted)
@@ -183,15 +214,22 @@ def _power(a: np.ndarray, p: int) -> np.ndarray:
     return out
 
 
+def available(names: tuple[str, ...], cache_columns: list[str]) -> tuple[str, ...]:
+    """``names`` less those reading a column the cache does not have."""
+    return tuple(n for n in names if set(TABLE[n].columns) <= set(cache_columns))
+
+
 def baseline_scores(logits: np.ndarray, chunk_rows: int | None = None,
-                    names: tuple[str, ...] | None = None,
-                    params: dict | None = None) -> dict[str, np.ndarray]:
-    """Scores ``names`` for ``logits`` (N, K) -> {name: (N,)}; the fitted ones need their
-    parameter in ``params`` ({name: value}, e.g. {"ts": T, "pnorm": p}).  Default: every score
-    that can be computed (the fitted ones only with their parameter)."""
-    params = params or {}
+                    names: tuple[str, ...] | None = None, params: dict | None = None,
+                    columns: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Scores ``names`` for ``logits`` (N, K) and the cache ``columns`` some read -> {name: (N,)};
+    the fitted ones need their parameter in ``params`` ({name: value}, e.g. {"ts": T, "pnorm":
+    p}).  Default: every score that can be computed (the fitted ones only with their parameter,
+    the column ones only with their columns)."""
+    params, columns = params or {}, columns or {}
     if names is None:
-        names = tuple(n for n in BASELINES if n not in FITTED or params.get(n) is not None)
+        names = tuple(n for n in available(BASELINES, list(columns))
+                      if n not in FITTED or params.get(n) is not None)
     logits = np.asarray(logits)
     if logits.ndim != 2 or logits.shape[1] < 2:
         raise ValueError(f"expected logits of shape (N, K) with K >= 2, got {logits.shape}")
@@ -201,6 +239,9 @@ def baseline_scores(logits: np.ndarray, chunk_rows: int | None = None,
     missing = [n for n in names if n in FITTED and params.get(n) is None]
     if missing:
         raise ValueError(f"baseline(s) {missing} need their fitted parameter")
+    missing = [n for n in names if n not in available((n,), list(columns))]
+    if missing:
+        raise ValueError(f"baseline(s) {missing} need their cache columns")
     out = {name: np.empty(len(logits), np.float32) for name in names}
     chunk_rows = chunk_rows or max(1024, CHUNK_ELEMENTS // logits.shape[1])
     for start in range(0, len(logits), chunk_rows):
@@ -210,7 +251,7 @@ def baseline_scores(logits: np.ndarray, chunk_rows: int | None = None,
             row = start + int(np.flatnonzero(~finite)[0])
             raise ValueError(f"logits hold inf/NaN ({int((~finite).sum())} row(s) in rows "
                              f"{start}..{start + len(chunk) - 1}, first at row {row})")
-        shared = Chunk(chunk)
+        shared = Chunk(chunk, {c: v[start:start + len(chunk)] for c, v in columns.items()})
         for name in names:
             out[name][start:start + len(chunk)] = TABLE[name].score(shared, params.get(name))
     return out

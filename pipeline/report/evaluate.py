@@ -13,7 +13,8 @@ from cache.reader import ClassifierCache, UnverifiedCacheWarning
 from cache.runs import RunDir
 from cache.schema import CacheMismatch
 from pipeline.core.losses import tnr_threshold
-from pipeline.report.baselines import BASELINES, FITTED, TABLE, baseline_scores
+from pipeline.report.baselines import (BASELINES, FITTED, TABLE, available, baseline_label,
+                                       baseline_scores)
 from pipeline.report.heldout import FitTask, fit_heldout
 from pipeline.report.inputs import CacheTask, OutputTask, ReportError, eval_identity
 from pipeline.report.scoring import score_summary, undefined_summary
@@ -73,11 +74,12 @@ def evaluate_output(task: OutputTask) -> dict:
 def evaluate_baselines(task: CacheTask) -> list[dict]:
     """Worker: post-hoc baseline rows (``task.names``, default all, in the table's order) of
     one classifier cache; a fitted baseline whose parameter could not be fitted is a row of n/a
-    with the reason."""
-    names = task.names or BASELINES
+    with the reason; one reading cache columns the cache lacks (MC-Dropout's) has no row."""
     warnings.simplefilter("ignore", UnverifiedCacheWarning)  # noted once by the main process
     cache = ClassifierCache.open(Path(task.cache))
-    cols = cache.load(["valid", "correct", "logits"])
+    names = available(task.names or BASELINES, cache.manifest["columns"])
+    extra = sorted({c for n in names for c in TABLE[n].columns})
+    cols = cache.load(["valid", "correct", "logits", *extra])
     wanted = tuple(n for n in FITTED if n in names)
     fit = (fit_heldout(task.fit, wanted) if isinstance(task.fit, FitTask) and wanted
            else {"reason": task.fit or "not fitted"})
@@ -86,7 +88,7 @@ def evaluate_baselines(task: CacheTask) -> list[dict]:
              if n in names and params[n] is None}
     try:
         scores = baseline_scores(cols["logits"], names=tuple(n for n in names if n not in unfit),
-                                 params=params)
+                                 params=params, columns={c: cols[c] for c in extra})
     except ValueError as err:
         raise ReportError(f"classifier cache {task.cache}: {err}") from None
     evaluated = eval_identity(classifier_ref(cache.path, cache.identity))
@@ -105,7 +107,7 @@ def evaluate_baselines(task: CacheTask) -> list[dict]:
             result["fit"] = {**{k: v for k, v in fit.items() if k not in FITTED},
                              "value": fit.get(name), "parameter": params[name]}
         labels = {**dict.fromkeys(LABEL_KEYS), "oracle": "post-hoc", "classifier": task.classifier,
-                  "loss": name, "variant": "", "loss_label": TABLE[name].label,
+                  "loss": name, "variant": "", "loss_label": baseline_label(name, cache.identity),
                   "group": "posthoc", "dataset": cache.identity["dataset"],
                   "num_classes": cache.identity["num_classes"]}
         result.update(kind="baseline", source=task.cache, run_dir=None, cache=task.cache,
