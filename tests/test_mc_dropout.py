@@ -157,13 +157,30 @@ def test_another_t_rate_or_no_mc_on_an_mc_cache_is_refused_naming_the_attribute(
                                                                                 tiny_extract):
     cfg = tiny_extract(tree, workers=0, mc_dropout=2, mc_dropout_rate=0.2)
     extract(cfg)
-    for change in (dict(mc_dropout=3), dict(mc_dropout_rate=0.1), dict(mc_dropout=0,
-                                                                       mc_dropout_rate=None)):
+    for change in (dict(mc_dropout=3), dict(mc_dropout_rate=0.1)):
         other = tiny_extract(tree, workers=0, **{**dict(mc_dropout=2, mc_dropout_rate=0.2),
                                                  **change})
         with pytest.raises(CacheMismatch, match=r"mc_dropout: cache has"):
             extract(other)
     assert extract(cfg)["already_complete"]
+
+
+def test_a_plain_extract_takes_a_complete_mc_cache_and_refuses_an_incomplete_one(tree,
+                                                                                tiny_extract):
+    """Without --mc-dropout, a complete cache extracted with it is complete (the deterministic
+    outputs are the same; the demo's bare `extract` finds its MC caches so); an incomplete one is
+    refused, since the shards still to write would lack the columns."""
+    mc = tiny_extract(tree, workers=0, mc_dropout=2, mc_dropout_rate=0.2)
+    extract(mc)
+    manifest = (mc.out / MANIFEST_FILE).read_bytes()
+    plain = tiny_extract(tree, workers=0)
+    result = extract(plain)
+    assert result["already_complete"] and "MC-Dropout columns are kept" in result["notes"][0]
+    assert (mc.out / MANIFEST_FILE).read_bytes() == manifest
+    assert ClassifierCache.open(mc.out).identity["mc_dropout"]["passes"] == 2
+    (mc.out / MANIFEST_FILE).unlink()          # as if the MC extract had stopped midway
+    with pytest.raises(CacheMismatch, match=r"mc_dropout: cache has"):
+        extract(plain)
 
 
 TINY = ["--classifier", TINY_VIT[0], "--model-kwargs", json.dumps(TINY_VIT[1]), "--random-init",

@@ -17,7 +17,8 @@ from cache import manifest as mf
 from cache.integrity import NotWritable, column_hash
 from cache.lock import DirLock
 from cache.reader import ClassifierCache
-from cache.schema import SOURCE_HASH_COLUMN, SOURCE_STAMP, CacheError
+from cache.schema import (CLASSIFIER_IDENTITY, MC_DROPOUT, SOURCE_HASH_COLUMN, SOURCE_STAMP,
+                          CacheError, identity_diff)
 from cache.shards import add_to_shard, shard_path
 from pipeline.core import dist
 from pipeline.data.sources import SampleList
@@ -54,10 +55,11 @@ def claim(out: Path, identity: dict, ranges: list, verify: bool, info: dist.Dist
     err, notes = None, []
     if info.is_main:
         try:
+            identity, kept = kept_mc_dropout(out, identity)
             complete = mf.claim_directory(out, identity)
             damaged = mf.find_damage(out, identity, ranges, full=verify)
             _writing(writable, out, "has damaged shards", damaged)
-            notes = mf.discard(out, damaged)
+            notes = kept + mf.discard(out, damaged)
             complete = complete and not damaged
             if complete and not ClassifierCache(Path(out), mf.load_manifest(out)).has_checksums:
                 _writing(writable, out, "predates per-shard checksums", True)
@@ -72,6 +74,25 @@ def claim(out: Path, identity: dict, ranges: list, verify: bool, info: dist.Dist
     if not info.is_main:
         complete = (Path(out) / mf.MANIFEST_FILE).exists()
     return complete, notes
+
+
+def kept_mc_dropout(out: Path, identity: dict) -> tuple[dict, list[str]]:
+    """An extract without --mc-dropout that finds a COMPLETE cache extracted with it, identical
+    in every other attribute, takes it as complete: its deterministic outputs are exactly those
+    this extract would write (the MC passes run after them and leave them unchanged), the MC
+    columns are extra.  Returns the identity to claim with (the cache's) and a note.  An
+    incomplete one is still refused by the claim (its missing shards would lack the columns)."""
+    path = Path(out) / mf.IDENTITY_FILE
+    if MC_DROPOUT in identity or not (Path(out) / mf.MANIFEST_FILE).exists():
+        return identity, []
+    found = mf.read_json(path, "cache identity") if path.exists() else {}
+    if MC_DROPOUT not in found or identity_diff({k: v for k, v in found.items()
+                                                 if k != MC_DROPOUT}, identity,
+                                                CLASSIFIER_IDENTITY):
+        return identity, []
+    return {**identity, MC_DROPOUT: found[MC_DROPOUT]}, [
+        f"{out} was extracted with --mc-dropout {found[MC_DROPOUT]['passes']} too: its "
+        "deterministic outputs are this extract's, the MC-Dropout columns are kept"]
 
 
 def _writing(writable: bool, out: Path, why: str, needed) -> None:
