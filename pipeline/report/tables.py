@@ -8,6 +8,7 @@ import io
 import json
 
 from pipeline.core.catalog import CATALOG, DEFINITIONS, columns
+from pipeline.report import smallscale
 from pipeline.report.baselines import CALIBRATED_SCORES, TABLE
 
 # (metric, header, unit) of each table, from pipeline/core/catalog.py; "%" = x100 like the
@@ -56,6 +57,10 @@ def build_tables(split: dict, choice: str, ci: bool = False) -> list[dict]:
         cols = [(d, m, head, unit) for m, head, unit in COLUMNS[d]]
         tables.append(_table(split, d, f"Trust metrics — {d} definitions (paper Table 1 layout)",
                              DEFINITION_TEXT[d], cols, ci))
+    if smallscale.has_rows(split):
+        for d in defs:
+            cols = [c for c in COLUMNS[d] if c[0] in smallscale.METRICS]
+            tables.append(smallscale.small_scale_table(split, d, cols, DEFINITION_TEXT[d], ci))
     standard = "standard" in defs        # working points, ECE and AURC belong to that set
     if standard:
         tables.append(_table(split, "working_points", "Working points and calibration",
