@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-# (label, which report row) -- a baseline by its key in baselines.TABLE, or an oracle on the
+from pipeline.report.baselines import SMALL_SCALE
+
+# (label, which report row) -- a post-hoc baseline (baselines.SMALL_SCALE), or an oracle on the
 # classifier's own features (O = C) with ConfidNet's head (not the stacked inputs) and a loss
 ROWS: tuple[tuple[str, Callable[[dict, str], bool]], ...] = (
-    ("MCP", lambda r, c: _baseline(r, c, "mcp")),
-    ("MC-Dropout", lambda r, c: _baseline(r, c, "mcd_msp")),
-    ("TrustScore", lambda r, c: _baseline(r, c, "trustscore")),
+    *((label, lambda r, c, key=key: _baseline(r, c, key)) for label, key in SMALL_SCALE.items()),
     ("TCP (ConfidNet head)", lambda r, c: _confidnet(r, c, "tcp")),
     ("SS (ConfidNet head)", lambda r, c: _confidnet(r, c, "ss")),
 )
