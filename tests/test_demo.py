@@ -25,19 +25,33 @@ def test_plan_is_the_documented_grid():
     default = run_cli(["demo", "--dry-run"]).output.splitlines()
     full = run_cli(["demo", "--dry-run", "--full"]).output.splitlines()
     trains = [l for l in full if " train-oracle " in l and "--head-only" not in l]
-    heads = [l for l in full if " train-oracle --head-only " in l]
+    heads = [l for l in full if " train-oracle --head-only --classifier " in l]
+    scorers = [l for l in full if " train-oracle --head-only --head-arch confidnet " in l]
     per_seed = len(DEMO["classifiers"]) * len(DEMO["oracles"]) * (
         len(DEMO["losses"]) + len(DEMO["broadcast_losses"]))
     assert per_seed == 24 and len(trains) == len(heads) == 3 * per_seed
     assert [h.replace(" --head-only", "") for h in heads] == trains    # the same grid, head-only
-    assert len(default) == len(full) - 4 * per_seed and DEMO["seeds"] == 1
-    assert all("--eval-split test-gaussian_noise-5" in l for l in trains + heads)
+    # ConfidNet's head on each classifier's own features, plain and stacked, every loss, 3 seeds
+    assert len(scorers) == 3 * 2 * 2 * len(DEMO["losses"]) and DEMO["head_seeds"] == 3
+    assert all("--classifier vit --oracle vit" in l or "--classifier resnet --oracle resnet" in l
+               for l in scorers)
+    assert sum("--head-inputs stacked" in l for l in scorers) == len(scorers) // 2
+    # the default: fine-tuned pairs with O = C only, one seed; head-only as --full but one seed
+    # of the linear grid; the scorers' three seeds either way
+    default_trains = [l for l in default if " train-oracle " in l and "--head-only" not in l]
+    assert len(default_trains) == 2 * (len(DEMO["losses"]) + len(DEMO["broadcast_losses"]))
+    assert all("--classifier vit --oracle vit" in l or "--classifier resnet --oracle resnet" in l
+               for l in default_trains) and DEMO["seeds"] == 1
+    assert len(default) == len(full) - 3 * per_seed + len(default_trains) - 2 * per_seed
+    assert all("--eval-split test-gaussian_noise-5" in l for l in trains + heads + scorers)
     assert sum("--authors-broadcast" in l for l in trains) == 3 * 8
-    assert len(set(trains)) == len(trains)                      # no run twice
+    assert len(set(trains)) == len(trains) and len(set(scorers)) == len(scorers)   # no run twice
     assert full[-2] == ("python cli.py sweep --classifier vit --oracle vit --cache "
                         "artifacts/fashion-mnist/cache")
+    assert [l.split(" --split ")[0] for l in full[-4:-2]] == [
+        "python cli.py predict --run RUN_DIR --data artifacts/fashion-mnist/adversarial"] * 2
     no_head = run_cli(["demo", "--dry-run", "--no-head-only"]).output.splitlines()
-    assert len(no_head) == len(default) - per_seed - 1
+    assert len(no_head) == len(default) - per_seed - len(scorers) - 1
     assert not any("--head-only" in l or " sweep " in l or " --features" in l for l in no_head)
     assert full[:2] == ["python cli.py fit-classifier --classifier vit",
                         "python cli.py fit-classifier --classifier resnet"]
@@ -47,6 +61,7 @@ def test_plan_is_the_documented_grid():
     # commands carry no hyperparameters: they come from presets.py, as for the bare commands
     assert not any(opt in l for l in full for opt in ("--lr", "--batch-size", "--epochs"))
     assert run_cli(["demo", "--dry-run", "--seeds", "2", "--full"], expect=2).exit_code == 2
+    assert run_cli(["demo", "--dry-run", "--pairs", "same", "--full"], expect=2).exit_code == 2
     assert "not one of" in run_cli(["demo", "--dry-run", "--losses", "ce,bce"], expect=2).output
 
 

@@ -102,16 +102,24 @@ def _check_tables(out: Path, rows: list[dict]) -> None:
         assert title in md
     tables, runs = md.split("## Runs")
     tables = tables.split("\n## Shifted splits (paper appendix")[0]   # its own test file
-    # first row of the block: paper, standard, working points, separability, paired; 2 splits
-    assert tables.count("| ⟨vit, vit⟩ |") == 2 * 5
+    # first row of the block: paper, standard, working points, separability, paired, learned
+    # scorers - MCP, - the strongest post-hoc baseline; 2 splits
+    assert tables.count("| ⟨vit, vit⟩ |") == 2 * 7
     assert runs.count("| ⟨vit, vit⟩ |") == 4 * 2 * 2  # 4 losses x 2 seeds x 2 splits
     tex = (out / "report.tex").read_text()
-    assert tex.count(r"\toprule") == tex.count(r"\bottomrule") == 10
+    assert tex.count(r"\toprule") == tex.count(r"\bottomrule") == 14
     assert r"\multirow{4}{*}{\textlangle vit, vit\textrangle}" in tex and r"$\pm$" in tex
     lines = list(csv.DictReader(io.StringIO((out / "report.csv").read_text())))
     per_row = 7 + 11 + 7 + 3  # paper + standard + working points + separability columns
     paired = (3 * 4 + 4) * 2  # SS vs 3 losses + MCP per <O,C> (3 on test, 1 shifted), AUC + AURC
-    assert len(lines) == per_row * (len(rows) + 4 + 7) + paired  # + shifted oracle + baselines
+    # every learned scorer (oracle row) against MCP and against the strongest post-hoc baseline
+    learned = 3 * 4 + 4                       # oracle rows of test (3 pairs) and of the shifted split
+    versus = 2 * learned * 3                  # 2 tables, AUC + AURC + AUGRC
+    assert len(lines) == per_row * (len(rows) + 4 + 7) + paired + versus
+    mcp = [l for l in lines if l["table"] == "versus_mcp" and l["metric"] == "auc"]
+    assert len(mcp) == learned and all(l["loss_label"] == "MCP" for l in mcp)
+    strongest = [l for l in lines if l["table"] == "versus_strongest" and l["metric"] == "auc"]
+    assert {l["loss_label"] for l in strongest} <= {"MCP", "MSP (temp. scaled)", "MaxLogit-pNorm"}
     ss = [l for l in lines if l["split"] == "test" and l["oracle"] == "vit" and
           l["classifier"] == "vit" and l["loss"] == "ss" and l["table"] == "standard"]
     assert {l["metric"] for l in ss} >= {"fpr95", "aurc", "eaurc", "augrc", "eaugrc"}

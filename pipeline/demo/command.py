@@ -13,8 +13,15 @@ from pipeline.data.sources import default_artifacts
 @click.command()
 @click.option("--seeds", type=click.IntRange(1), default=None, help="Seeds 0..N-1 of every "
               "run. Default: presets.DEMO (1, to stay within ~15 minutes on 2 CPU cores).")
-@click.option("--full", is_flag=True, help="The paper's 3-seed grid (same as --seeds 3); seeds "
-              "already trained are skipped.")
+@click.option("--full", is_flag=True, help="The grid of docs/RESULTS.md: 3 seeds of every run "
+              "and every fine-tuned <oracle, classifier> pair (same as --seeds 3 --pairs all); "
+              "runs already trained are skipped.")
+@click.option("--pairs", type=click.Choice(["same", "all"]), default=None, help="Fine-tuned "
+              "<oracle, classifier> pairs: 'same' (O = C; the default, to stay within ~12 "
+              "minutes on 2 CPU cores) or 'all'. Head-only runs cover every pair either way.")
+@click.option("--head-seeds", type=click.IntRange(1), default=None, help="At least this many "
+              "seeds of the learned head scorers on the classifier's own features (ConfidNet's "
+              "head, stacked). Default: presets.DEMO (3; seconds a run).")
 @options(DATA.but(help="The four Fashion-MNIST idx files, if the embedded copy (Debian package "
                       "dataset-fashion-mnist) is not installed."))
 @click.option("--corruption", type=click.Choice(CORRUPTIONS), default=None, help="Shifted "
@@ -42,7 +49,7 @@ from pipeline.data.sources import default_artifacts
 @click.option("--report-args", callback=args_option, help="Extra options for report.")
 @click.option("--dry-run", is_flag=True, help="Print the commands and stop.")
 @options(NO_PROGRESS.but(help="No progress bars in the steps."))
-def demo(seeds, full, data, corruption, severity, classifiers, oracles, losses, broadcast_losses,
+def demo(seeds, full, pairs, head_seeds, data, corruption, severity, classifiers, oracles, losses, broadcast_losses,
          fit_args, extract_args, train_args, head_args, no_head_only, report_args, dry_run,
          no_progress):
     """The whole pipeline on the embedded Fashion-MNIST through the cli.py commands a user would
@@ -55,15 +62,20 @@ def demo(seeds, full, data, corruption, severity, classifiers, oracles, losses, 
 
     if full and seeds is not None and seeds != DEMO["full_seeds"]:
         raise click.UsageError(f"--full means --seeds {DEMO['full_seeds']}; give one of them")
+    if full and pairs is not None and pairs != DEMO["full_pairs"]:
+        raise click.UsageError(f"--full means --pairs {DEMO['full_pairs']}; give one of them")
     pick = lambda value, key: DEMO[key] if value is None else value  # noqa: E731
     cfg = DemoConfig(
         artifacts=default_artifacts(data), data=data,
         seeds=DEMO["full_seeds"] if full else pick(seeds, "seeds"),
+        pairs=DEMO["full_pairs"] if full else pick(pairs, "pairs"),
+        head_seeds=pick(head_seeds, "head_seeds"),
         corruption=pick(corruption, "corruption"), severity=pick(severity, "severity"),
         classifiers=pick(classifiers, "classifiers"), oracles=pick(oracles, "oracles"),
         losses=pick(losses, "losses"), broadcast_losses=pick(broadcast_losses, "broadcast_losses"),
         fit_args=fit_args, extract_args=extract_args, train_args=train_args,
-        head_args=head_args, head_only=not no_head_only, report_args=report_args, progress=not no_progress, dry_run=dry_run)
+        head_args=head_args, head_only=not no_head_only, report_args=report_args,
+        progress=not no_progress, dry_run=dry_run)
     if not cfg.classifiers or not cfg.oracles:
         raise click.UsageError("--classifiers and --oracles need at least one name each")
     try:

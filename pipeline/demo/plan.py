@@ -15,6 +15,11 @@ from pipeline.core.presets import DEMO, DEMO_ATTACK
 CLI = Path(__file__).resolve().parents[2] / "cli.py"     # pipeline/demo/plan.py -> cli.py
 BROADCAST = "--authors-broadcast"
 RUN_DIR = "RUN_DIR"        # a predict step's placeholder: one command per matching run
+# The learned scorers on the classifier's own features (O = C), beside the linear head-only grid:
+# ConfidNet's head (the paper's small-scale setup) and the same head fed with the features plus
+# the per-row logit statistics ("stacked").  Every loss, at least DemoConfig.head_seeds seeds.
+HEAD_SCORERS = {"ConfidNet head": ("--head-arch", "confidnet"),
+                "stacked ConfidNet head": ("--head-arch", "confidnet", "--head-inputs", "stacked")}
 
 
 
@@ -30,6 +35,8 @@ class DemoConfig:
     oracles: tuple[str, ...] = DEMO["oracles"]
     losses: tuple[str, ...] = DEMO["losses"]
     broadcast_losses: tuple[str, ...] = DEMO["broadcast_losses"]
+    pairs: str = DEMO["pairs"]              # fine-tuned pairs: "same" (O = C) or "all"
+    head_seeds: int = DEMO["head_seeds"]    # at least this many seeds of the learned head scorers
     fit_args: tuple[str, ...] = ()          # appended to every fit-classifier command (tests)
     extract_args: tuple[str, ...] = ()
     train_args: tuple[str, ...] = ()
@@ -78,27 +85,44 @@ def plan(cfg: DemoConfig) -> list[Step]:
     steps += adversarial_steps(cfg, data, quiet, adv_root, cache_root)
     variants = [(loss, ()) for loss in cfg.losses]
     variants += [(loss, (BROADCAST,)) for loss in cfg.broadcast_losses]
-    for seed in range(cfg.seeds):
-        for clf in cfg.classifiers:
-            for oracle in cfg.oracles:
-                for loss, extra in variants:
-                    label = f"<{oracle}, {clf}> {loss}{' (broadcast)' if extra else ''} seed {seed}"
-                    steps.append(Step("train", (
-                        "train-oracle", "--classifier", clf, "--oracle", oracle, "--loss", loss,
-                        *extra, "--seed", str(seed), *data, "--eval-split", shifted, *quiet,
-                        *cfg.train_args), label))
+    steps += fine_tuned_steps(cfg, variants, data, quiet, shifted)
+    if cfg.head_only:
+        steps += head_only_steps(cfg, variants, data, quiet, shifted)
+    # every run, fine-tuned and head-only, on its classifier's adversarial split (from images:
+    # a head-only run's frozen backbone computes the features)
     for clf in cfg.classifiers:
         steps.append(Step("predict", (
             "predict", "--run", RUN_DIR, "--data", str(adv_root), "--split",
             adversarial_split(clf), "--cache", str(cache_root), "--name", DEMO_ATTACK["tag"],
             "--precision", DEMO["predict_precision"], *quiet),
             f"every run of {clf} on {adversarial_split(clf)}", each_run_of=clf))
-    if cfg.head_only:
-        steps += head_only_steps(cfg, variants, data, quiet, shifted)
+    if cfg.head_only and "vit" in cfg.classifiers and "vit" in cfg.oracles and "ss" in cfg.losses:
+        # named, as the report's runs: a sweep without --data refuses when ./artifacts holds
+        # caches of another dataset too
+        where = data or ("--cache", str(Path(cfg.artifacts) / "cache"))
+        steps.append(Step("sweep", ("sweep", "--classifier", "vit", "--oracle", "vit", *where,
+                                    *quiet, *cfg.head_args), "<vit, vit> SS alpha-/alpha+ sweep"))
     # named: a bare `report` refuses when ./artifacts holds runs of another dataset too; the
     # report goes to the runs' artifacts root (<artifacts>/report)
     where = ("--runs-root", str(Path(cfg.artifacts) / "runs"))
     steps.append(Step("report", ("report", *where, *cfg.report_args), "tables and figures"))
+    return steps
+
+
+def fine_tuned_steps(cfg: DemoConfig, variants: list, data: tuple, quiet: tuple,
+                     shifted: str) -> list[Step]:
+    """train-oracle for every pair of ``cfg.pairs``, loss variant and seed (seed-major)."""
+    steps = []
+    for seed in range(cfg.seeds):
+        for clf in cfg.classifiers:
+            for oracle in cfg.oracles if cfg.pairs == "all" else [o for o in cfg.oracles
+                                                                   if o == clf]:
+                for loss, extra in variants:
+                    label = f"<{oracle}, {clf}> {loss}{' (broadcast)' if extra else ''} seed {seed}"
+                    steps.append(Step("train", (
+                        "train-oracle", "--classifier", clf, "--oracle", oracle, "--loss", loss,
+                        *extra, "--seed", str(seed), *data, "--eval-split", shifted, *quiet,
+                        *cfg.train_args), label))
     return steps
 
 
@@ -132,8 +156,7 @@ def expand(step: Step, runs_root: Path) -> list[Step]:
     runs, root = [], Path(runs_root)
     for path in find_runs(root) if root.is_dir() else []:
         doc = RunDir(path).read_if_any()
-        if doc.get("status") == "complete" and doc["run"]["classifier"] == step.each_run_of \
-                and not doc.get("head_only"):   # fine-tuned runs only, whatever exists
+        if doc.get("status") == "complete" and doc["run"]["classifier"] == step.each_run_of:
             runs.append(root / path.relative_to(root.resolve()))
     return [replace(step, args=tuple(str(r) if a == RUN_DIR else a for a in step.args),
                     label=f"{step.label}: {r.name}", each_run_of=None) for r in runs]
@@ -141,7 +164,8 @@ def expand(step: Step, runs_root: Path) -> list[Step]:
 
 def head_only_steps(cfg: DemoConfig, variants: list, data: tuple, quiet: tuple,
                     shifted: str) -> list[Step]:
-    """The fine-tuned grid again with --head-only, then the <vit, vit> SS alpha sweep."""
+    """The fine-tuned grid again with --head-only (every pair), the learned head scorers of
+    HEAD_SCORERS on each classifier's own features."""
     steps = []
     for seed in range(cfg.seeds):
         for clf in cfg.classifiers:
@@ -153,10 +177,12 @@ def head_only_steps(cfg: DemoConfig, variants: list, data: tuple, quiet: tuple,
                         "train-oracle", "--head-only", "--classifier", clf, "--oracle", oracle,
                         "--loss", loss, *extra, "--seed", str(seed), *data, "--eval-split",
                         shifted, *quiet, *cfg.head_args), label))
-    if "vit" in cfg.classifiers and "vit" in cfg.oracles and "ss" in cfg.losses:
-        # named, as the report's runs: a sweep without --data refuses when ./artifacts holds
-        # caches of another dataset too
-        where = data or ("--cache", str(Path(cfg.artifacts) / "cache"))
-        steps.append(Step("sweep", ("sweep", "--classifier", "vit", "--oracle", "vit", *where,
-                                    *quiet, *cfg.head_args), "<vit, vit> SS alpha-/alpha+ sweep"))
+    for seed in range(max(cfg.seeds, cfg.head_seeds)):
+        for clf in [c for c in cfg.classifiers if c in cfg.oracles]:
+            for scorer, extra in HEAD_SCORERS.items():
+                for loss in cfg.losses:
+                    steps.append(Step("head-only", (
+                        "train-oracle", "--head-only", *extra, "--classifier", clf, "--oracle",
+                        clf, "--loss", loss, "--seed", str(seed), *data, "--eval-split", shifted,
+                        *quiet, *cfg.head_args), f"<{clf}, {clf}> {loss} {scorer} seed {seed}"))
     return steps

@@ -179,6 +179,11 @@ CALIBRATED_SCORES = tuple(n for n, b in TABLE.items() if b.calibrated)
 WORKER_SPLIT = tuple(g for g in (tuple(n for n, b in TABLE.items() if b.worker == w)
                                  for w in (0, 1)) if g)
 REFERENCE = "mcp"         # the baseline the SS rows are compared with (report/compare.py)
+# "Does anything learned beat the softmax?": the baselines every learned scorer is compared with
+# (report/compare.py ``versus_baselines``; those a report has), and the post-hoc rows of the
+# paper's small-scale table (report/smallscale.py), by their labels there
+VERSUS = ("mcp", "ts", "pnorm", "relu", "trustscore", "mcd_msp")
+SMALL_SCALE = {"MCP": "mcp", "MC-Dropout": "mcd_msp", "TrustScore": "trustscore"}
 
 
 def fit_methods() -> str:

@@ -1,5 +1,6 @@
 """Intervals of seed means and paired comparisons (SS against the other losses and the reference
-post-hoc baseline), from the per-resample values of the workers.
+post-hoc baseline; every learned scorer against the post-hoc baselines), from the per-resample
+values of the workers.
 
 Every score evaluated on the same rows (one classifier cache and split) saw the same resamples
 (pipeline/report/bootstrap.py), so per resample b:
@@ -13,12 +14,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.report.baselines import REFERENCE
+from pipeline.report.baselines import REFERENCE, VERSUS
 from pipeline.report.bootstrap import interval
 
 # (metric, definition, higher is better)
 COMPARED = (("auc", "standard", True), ("aurc", "standard", False))
 SS = "ss"
+# "Does anything learned beat the softmax?": every oracle row against the post-hoc baselines
+# baselines.VERSUS of its classifier (those the report has), on AUC, AURC and AUGRC
+VERSUS_METRICS = COMPARED + (("augrc", "standard", False),)
 
 
 def _same_rows(members: list[dict]) -> str | None:
@@ -66,13 +70,35 @@ def comparisons(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _compare(a: dict, b: dict) -> dict:
+def versus_baselines(rows: list[dict]) -> list[dict]:
+    """Every oracle row (a learned scorer) against each post-hoc baseline of ``VERSUS`` of its
+    classifier on the same evaluated cache: the difference learned - baseline of each metric of
+    ``VERSUS_METRICS``, its paired interval and verdict; plus, per learned row, which of those
+    baselines has the best AURC here (``strongest``)."""
+    out = []
+    for learned in (r for r in rows if r["kind"] == "oracle"):
+        bases = [r for r in rows if r["eval"] == learned["eval"] and r["kind"] == "baseline"
+                 and r["loss"] in VERSUS and r["classifier"] == learned["classifier"]]
+        aurc = {r["loss"]: r["agg"]["standard"]["aurc"]["mean"] for r in bases}
+        ranked = sorted((v, k) for k, v in aurc.items() if v is not None)
+        for base in bases:
+            entry = _compare(learned, base, VERSUS_METRICS, "learned")
+            entry.update(learned=entry.pop("ss"), n_learned=entry.pop("n_ss"),
+                         learned_key={k: learned[k] for k in ("oracle", "classifier", "loss",
+                                                              "variant", "group")},
+                         other_key=base["loss"],
+                         strongest=bool(ranked) and base["loss"] == ranked[0][1])
+            out.append(entry)
+    return out
+
+
+def _compare(a: dict, b: dict, metrics: tuple = COMPARED, subject: str = "SS") -> dict:
     members = a["_members"] + b["_members"]
     why = _same_rows(members)
     entry = {"oc": a["oc"], "ss": a["display_loss"], "other": b["display_loss"],
              "other_kind": b["kind"], "other_oc": b["oc"], "n_ss": a["n"], "n_other": b["n"],
              "metrics": {}}
-    for name, d, higher in COMPARED:
+    for name, d, higher in metrics:
         ma, mb = a["agg"][d][name]["mean"], b["agg"][d][name]["mean"]
         delta = None if ma is None or mb is None else ma - mb
         sa, sb = _samples(a["_members"], d, name), _samples(b["_members"], d, name)
@@ -84,7 +110,8 @@ def _compare(a: dict, b: dict) -> dict:
         if ci["undefined"] is None:
             better = ci["low"] > 0 if higher else ci["high"] < 0
             worse = ci["high"] < 0 if higher else ci["low"] > 0
-            verdict = "SS better" if better else "SS worse" if worse else "no clear difference"
+            verdict = (f"{subject} better" if better else f"{subject} worse" if worse
+                       else "no clear difference")
         entry["metrics"][name] = {"definition": d, "delta": delta, "ci": ci, "verdict": verdict,
                                   "higher_is_better": higher}
     return entry

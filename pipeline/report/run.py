@@ -23,7 +23,7 @@ from pipeline.report import appendix, tables as T
 from pipeline.report.aggregate import aggregate
 from pipeline.report.baselines import WORKER_SPLIT
 from pipeline.report.bootstrap import BootstrapSpec
-from pipeline.report.compare import comparisons
+from pipeline.report.compare import comparisons, versus_baselines
 from pipeline.report.export import export_fd_shifts
 from pipeline.report.heldout import plan_fits
 from pipeline.report.evaluate import evaluate_baselines, evaluate_output
@@ -91,7 +91,7 @@ def report(cfg: ReportConfig) -> dict:
     results.sort(key=lambda r: r["kind"] != "oracle")     # report.json: runs, then baselines
     lap("evaluate")
     splits = aggregate(results)
-    compared = {tag: comparisons(rows) for tag, rows in splits.items()}
+    compared = {tag: (comparisons(rows), versus_baselines(rows)) for tag, rows in splits.items()}
     figures = draw_figures(splits, out, cfg.jobs, cfg.rc_full_range) if cfg.figures else {}
     lap("figures")
     for r in results:
@@ -185,7 +185,8 @@ def build_doc(cfg, splits, results, skipped, figures, out: Path, compared: dict,
         fig = figures.get(tag, {"histograms": [], "risk_coverage": {}, "list": []})
         doc_splits.append({
             "split": tag, "rows": [{k: v for k, v in r.items() if k != "_members"} for r in rows],
-            "comparisons": compared.get(tag, []),
+            "comparisons": compared.get(tag, ([], []))[0],
+            "versus_baselines": compared.get(tag, ([], []))[1],
             "figures": relative(fig, rel)})
     return {"schema": "trust-oracles-report/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "metrics": cfg.metrics, "definitions": T.DEFINITION_TEXT, "exclusion": EXCLUSION_NOTE,

@@ -8,7 +8,8 @@ import io
 import json
 
 from pipeline.core.catalog import CATALOG, DEFINITIONS, columns
-from pipeline.report.baselines import CALIBRATED_SCORES, TABLE
+from pipeline.report import smallscale
+from pipeline.report.baselines import CALIBRATED_SCORES, REFERENCE, TABLE
 
 # (metric, header, unit) of each table, from pipeline/core/catalog.py; "%" = x100 like the
 # paper, "e3" = x1000 (fd-shifts' AURC scale).
@@ -35,6 +36,11 @@ DEFINITION_TEXT = {
     "paired": "SS minus the other row, mean over seeds, with the 95% paired bootstrap interval "
               "over test rows (the same resamples for both rows). AUC in points (higher is "
               "better for SS when positive), AURC ×10³ (better when negative).",
+    "versus": "The learned scorer (an oracle run; mean over its seeds) minus the post-hoc "
+              "baseline, with the 95% paired bootstrap interval over test rows (the same "
+              "resamples for both rows). AUC in points (the learned scorer is better when "
+              "positive), AURC and AUGRC ×10³ (better when negative); 'learned better/worse' "
+              "only where the interval excludes 0.",
     "separability": "Gaussian fits (unbiased std) to the confidences of correct vs incorrect "
                     "predictions; KL̄ = KL averaged over both directions — the paper formula "
                     "(authors' code, factor 2 missing: identical Gaussians give 0.5) and/or the "
@@ -56,6 +62,10 @@ def build_tables(split: dict, choice: str, ci: bool = False) -> list[dict]:
         cols = [(d, m, head, unit) for m, head, unit in COLUMNS[d]]
         tables.append(_table(split, d, f"Trust metrics — {d} definitions (paper Table 1 layout)",
                              DEFINITION_TEXT[d], cols, ci))
+    if smallscale.has_rows(split):
+        for d in defs:
+            cols = [c for c in COLUMNS[d] if c[0] in smallscale.METRICS]
+            tables.append(smallscale.small_scale_table(split, d, cols, DEFINITION_TEXT[d], ci))
     standard = "standard" in defs        # working points, ECE and AURC belong to that set
     if standard:
         tables.append(_table(split, "working_points", "Working points and calibration",
@@ -67,6 +77,8 @@ def build_tables(split: dict, choice: str, ci: bool = False) -> list[dict]:
                          DEFINITION_TEXT["separability"], sep, ci))
     if standard and split.get("comparisons"):
         tables.append(paired_table(split))
+    if standard:
+        tables += versus_tables(split)
     return tables
 
 
@@ -79,25 +91,53 @@ def _table(split: dict, tid: str, title: str, text: str, columns: list, ci: bool
             "columns": columns, "rows": rows, "ci": ci}
 
 
+PAIRED_COLUMNS = [("standard", "auc", "ΔAUC", "%"), ("standard", "aurc", "ΔAURC ×10³", "e3")]
+VERSUS_COLUMNS = PAIRED_COLUMNS + [("standard", "augrc", "ΔAUGRC ×10³", "e3")]
+
+
+def _delta_cells(c: dict, columns: list) -> list[dict]:
+    cells = []
+    for _, m, _, _ in columns:
+        e = c["metrics"][m]
+        cells.append({"mean": e["delta"], "std": None, "ci": e["ci"], "verdict": e["verdict"],
+                      "undefined": e["ci"]["undefined"] if e["delta"] is not None else
+                      "undefined for one of the rows", "notes": []})
+    return cells
+
+
 def paired_table(split: dict) -> dict:
     """SS against each other row: one row per pair, cells = differences with their interval."""
-    columns = [("standard", "auc", "ΔAUC", "%"), ("standard", "aurc", "ΔAURC ×10³", "e3")]
     rows = []
     for c in split["comparisons"]:
-        cells = []
-        for _, m, _, _ in columns:
-            e = c["metrics"][m]
-            cells.append({"mean": e["delta"], "std": None, "ci": e["ci"], "verdict": e["verdict"],
-                          "undefined": e["ci"]["undefined"] if e["delta"] is not None else
-                          "undefined for one of the rows", "notes": []})
         rows.append({"oc": c["oc"], "loss": f"{c['ss']} − {c['other']}"
                      + (" (post-hoc)" if c["other_kind"] == "baseline" else ""),
                      "kind": "paired", "n": f"{c['n_ss']}/{c['n_other']}",
                      "keys": {"oracle": c["oc"], "classifier": "", "loss": c["ss"], "variant": "",
-                              "loss_label": c["other"], "group": ""}, "cells": cells})
+                              "loss_label": c["other"], "group": ""},
+                     "cells": _delta_cells(c, PAIRED_COLUMNS)})
     return {"id": "paired", "split": split["split"], "title": "Paired comparisons: SS − other",
-            "definition": DEFINITION_TEXT["paired"], "columns": columns, "rows": rows,
+            "definition": DEFINITION_TEXT["paired"], "columns": PAIRED_COLUMNS, "rows": rows,
             "ci": True}
+
+
+def versus_tables(split: dict) -> list[dict]:
+    """Every learned scorer against MCP, and against the post-hoc baseline with the best AURC on
+    this split (of those compare.VERSUS lists that the report has)."""
+    picks = {"versus_mcp": ("Learned scorers − MCP", lambda c: c["other_key"] == REFERENCE),
+             "versus_strongest": ("Learned scorers − the strongest post-hoc baseline (best AURC)",
+                                  lambda c: c["strongest"])}
+    tables = []
+    for tid, (title, pick) in picks.items():
+        rows = [{"oc": c["oc"], "loss": f"{c['learned']} − {c['other']}", "kind": "versus",
+                 "n": f"{c['n_learned']}/{c['n_other']}",
+                 "keys": {**c["learned_key"], "loss_label": c["other"]},
+                 "cells": _delta_cells(c, VERSUS_COLUMNS)}
+                for c in split.get("versus_baselines", []) if pick(c)]
+        if rows:
+            tables.append({"id": tid, "split": split["split"], "title": title,
+                           "definition": DEFINITION_TEXT["versus"], "columns": VERSUS_COLUMNS,
+                           "rows": rows, "ci": True})
+    return tables
 
 
 def cell_text(cell: dict, unit: str, pm: str = " ± ", metric: str = "", ci: bool = False) -> str:
