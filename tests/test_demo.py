@@ -55,8 +55,12 @@ def test_plan_is_the_documented_grid():
     assert not any("--head-only" in l or " sweep " in l or " --features" in l for l in no_head)
     assert full[:2] == ["python cli.py fit-classifier --classifier vit",
                         "python cli.py fit-classifier --classifier resnet"]
-    assert ("python cli.py extract --classifier vit --split train --split test --flip-view "
+    assert ("python cli.py extract --classifier resnet --split train --split test --flip-view "
             "--features") in full
+    # MC-Dropout passes on the vit's evaluated splits only (presets.DEMO["mc_dropout"])
+    mc = [l for l in full if "--mc-dropout 10 --mc-dropout-rate 0.1" in l]
+    assert len(mc) == 3 and all(" extract --classifier vit " in l for l in mc)
+    assert "python cli.py extract --classifier vit --split train --flip-view --features" in full
     assert full[-1] == "python cli.py report --runs-root artifacts/fashion-mnist/runs"
     # commands carry no hyperparameters: they come from presets.py, as for the bare commands
     assert not any(opt in l for l in full for opt in ("--lr", "--batch-size", "--epochs"))

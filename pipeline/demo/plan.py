@@ -75,12 +75,16 @@ def plan(cfg: DemoConfig) -> list[Step]:
     feats = ("--features",) if cfg.head_only else ("--no-features",)
     for name in dict.fromkeys(extracted):
         common = ("extract", "--classifier", name, *data)
-        steps.append(Step("extract", (*common, "--split", "train", "--split", "test",
-                                      "--flip-view", *feats, *quiet, *cfg.extract_args),
-                          f"{name}: cache train + test"))
+        mc = mc_dropout_args(name)
+        splits = (("--split", "train", "--split", "test"),) if not mc else (
+            ("--split", "train"), ("--split", "test", *mc))
+        for split in splits:
+            steps.append(Step("extract", (*common, *split, "--flip-view", *feats, *quiet,
+                                          *cfg.extract_args),
+                              f"{name}: cache {' + '.join(split[1::2][:2])}"))
         steps.append(Step("extract", (*common, "--split", "test", "--corruption", cfg.corruption,
                                       "--severity", str(cfg.severity), "--flip-view", *feats,
-                                      *quiet, *cfg.extract_args), f"{name}: cache {shifted}"))
+                                      *mc, *quiet, *cfg.extract_args), f"{name}: cache {shifted}"))
     adv_root, cache_root = Path(cfg.artifacts) / "adversarial", Path(cfg.artifacts) / "cache"
     steps += adversarial_steps(cfg, data, quiet, adv_root, cache_root)
     variants = [(loss, ()) for loss in cfg.losses]
@@ -126,6 +130,15 @@ def fine_tuned_steps(cfg: DemoConfig, variants: list, data: tuple, quiet: tuple,
     return steps
 
 
+def mc_dropout_args(classifier: str) -> tuple[str, ...]:
+    """extract's MC-Dropout options for the evaluated splits of presets.DEMO's mc_dropout
+    classifier (none for the others)."""
+    mc = DEMO["mc_dropout"]
+    if classifier != mc["classifier"]:
+        return ()
+    return ("--mc-dropout", str(mc["passes"]), "--mc-dropout-rate", str(mc["rate"]))
+
+
 def adversarial_split(classifier: str) -> str:
     return f"test-{DEMO_ATTACK['attack']}-{classifier}"
 
@@ -144,8 +157,8 @@ def adversarial_steps(cfg: DemoConfig, data: tuple, quiet: tuple, adv_root: Path
             *quiet), f"{name}: adversarial copy of test ({DEMO_ATTACK['attack']})"))
         steps.append(Step("extract", (
             "extract", "--classifier", name, "--data", str(adv_root), "--split", split,
-            "--precision", DEMO_ATTACK["precision"], "--out", str(cache_root), *quiet,
-            *cfg.extract_args), f"{name}: cache {split}"))
+            "--precision", DEMO_ATTACK["precision"], "--out", str(cache_root),
+            *mc_dropout_args(name), *quiet, *cfg.extract_args), f"{name}: cache {split}"))
     return steps
 
 
