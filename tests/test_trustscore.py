@@ -84,6 +84,21 @@ def test_float16_features_with_duplicates_match_the_definition():
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def test_far_from_the_origin_duplicates_stay_at_distance_zero():
+    """Features far from the origin (|x|^2 ~ 1e5): |q|^2 - 2 q.x + |x|^2 cancels to a residue
+    where q and x coincide, and its root would divide the score; the definition has 0 there."""
+    rng = np.random.default_rng(8)
+    x = 100.0 + rng.normal(size=(80, 10))
+    x[40:50] = x[:10]
+    y = rng.integers(0, 2, 80)
+    q = np.concatenate([100.0 + rng.normal(size=(20, 10)), x[:10], x[40:45]])
+    pred = np.concatenate([rng.integers(0, 2, 20), y[:10], y[40:45]])    # on their own class
+    want, _ = direct(x, y, q, pred, 3, 0.1, 2)
+    got = knn.trust_ratio(q, pred, *knn.kept_sets(x, y, 2, 3, 0.1))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert (want[20:] > 1e9).sum() >= 5       # queries on kept rows of their class: d = 0
+
+
 # ---------------------------------------------------------------------------- the report --
 def cli(*args, cwd=None):
     return subprocess.run([sys.executable, str(ROOT / "cli.py"), *map(str, args)],
