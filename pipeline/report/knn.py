@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 MIN_DIST = 1e-12            # the reference's min_dist: a query on a kept row of its class
-CPU_BLOCK_BYTES = 256 << 20  # one float64 distance block (query chunk x class rows)
+CPU_BLOCK_BYTES = 32 << 20   # one float64 distance block (query chunk x class rows)
 DEVICE_BLOCK_BYTES = 2 << 30
 
 
@@ -44,10 +44,10 @@ class _Numpy:
     def sqnorm(self, a):
         return np.einsum("ij,ij->i", a, a)
 
-    def partial(self, q, x, xn):
-        """|x|^2 - 2 q.x: the squared distance less |q|^2, which no row minimum needs."""
-        g = q @ x.T
-        g *= -2.0
+    def partial(self, q2, x, xn):
+        """|x|^2 - 2 q.x from q2 = -2 q (exact: a power of 2): the squared distance less
+        |q|^2, which no row minimum needs."""
+        g = q2 @ x.T
         g += xn[None, :]
         return g
 
@@ -90,8 +90,8 @@ class _Torch:
     def sqnorm(self, a):
         return (a * a).sum(1)
 
-    def partial(self, q, x, xn):
-        return self.torch.addmm(xn[None, :], q, x.T, alpha=-2.0)
+    def partial(self, q2, x, xn):
+        return self.torch.addmm(xn[None, :], q2, x.T)
 
     def itself_first(self, d, start: int) -> None:
         rows = self.torch.arange(len(d), device=self.device)
@@ -132,11 +132,11 @@ def knn_radii(x: np.ndarray, k: int, xp=None) -> np.ndarray:
     if not 1 <= k <= n:
         raise ValueError(f"k = {k} with {n} row(s)")
     dev = xp.put(x)
-    xn = xp.sqnorm(dev)
+    xn, q2 = xp.sqnorm(dev), -2.0 * dev
     picked = np.empty(n, np.int64)
     step = _chunk_rows(xp, n)
     for s in range(0, n, step):
-        d = xp.partial(dev[s:s + step], dev, xn)
+        d = xp.partial(q2[s:s + step], dev, xn)
         xp.itself_first(d, s)     # as the reference's query of the class's own tree
         picked[s:s + step] = xp.host(xp.row_kth(d, k))
     return exact_distances(x, x[picked])
@@ -157,7 +157,7 @@ def nearest_per_class(queries: np.ndarray, pred: np.ndarray, kept: np.ndarray,
     ``offsets[c]:offsets[c + 1]``.  A tie of two classes goes to the first (same distance)."""
     xp = xp or _Numpy()
     nq = len(queries)
-    q = xp.put(queries)
+    q2 = -2.0 * xp.put(queries)
     own = np.full(nq, -1, np.int64)
     other = np.full(nq, -1, np.int64)
     best = np.full(nq, np.inf)
@@ -166,7 +166,7 @@ def nearest_per_class(queries: np.ndarray, pred: np.ndarray, kept: np.ndarray,
         xn = xp.sqnorm(x)
         step = _chunk_rows(xp, len(x))
         for s in range(0, nq, step):
-            value, index = xp.row_min(xp.partial(q[s:s + step], x, xn))
+            value, index = xp.row_min(xp.partial(q2[s:s + step], x, xn))
             value, index = xp.host(value), xp.host(index) + offsets[c]
             mine = pred[s:s + step] == c
             own[s:s + step][mine] = index[mine]
