@@ -219,3 +219,22 @@ def test_an_unusable_device_is_refused_before_any_work(featured, tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "error: TrustScore: --knn-device nosuchdevice:" in proc.stderr
     assert "use --knn-device cpu" in proc.stderr and not (tmp_path / "r").exists()
+
+
+def test_an_unasked_search_too_large_for_the_cpu_is_a_note(featured, tmp_path, monkeypatch):
+    """Caches with features of ImageNet's size would make a default report run for hours on the
+    CPU: unasked, it is left out with a note (here the limit is lowered to the study's size)."""
+    from pipeline.report import trustscore
+    from pipeline.report.run import ReportConfig, report
+    monkeypatch.setattr(trustscore, "AUTO_CPU_PAIRS", 1500 * 600 - 1)
+    report(ReportConfig(runs_root=str(featured / "runs"), out=str(tmp_path / "r"), figures=False,
+                        jobs=1, resamples=0))
+    doc = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert "TrustScore" not in baseline_labels(doc) and not doc["trust_score"]["fits"]
+    assert "(900,000 training-row x query pairs" in doc["trust_score"]["notes"][0]
+    assert "pass --knn-device cuda, or --trust-score" in doc["trust_score"]["notes"][0]
+    monkeypatch.setattr(trustscore, "AUTO_CPU_PAIRS", 1500 * 600)
+    report(ReportConfig(runs_root=str(featured / "runs"), out=str(tmp_path / "r"), figures=False,
+                        jobs=1, resamples=0))
+    doc = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert "TrustScore" in baseline_labels(doc)

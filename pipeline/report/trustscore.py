@@ -25,6 +25,10 @@ from pipeline.report.heldout import FitTask, training_cache
 from pipeline.report.calibrate import FitError
 
 TRAIN_SPLIT = "train"
+# Unasked, TrustScore runs on the CPU only below this many (training row, query) pairs: the
+# embedded demo's 60,000 x 20,000 take ~10 s there; ImageNet's 1.28M x 50,000 per split would
+# take hours (docs/PERFORMANCE.md), so there it needs --knn-device cuda or --trust-score.
+AUTO_CPU_PAIRS = 2_000_000_000
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,18 @@ def plan_trust(cache_tasks: list, fits: dict, known: list[Path], spec: TrustSpec
             if spec.requested:
                 raise
             notes.append(f"TrustScore left out for {task.cache}: {err}")
-    return [TrustTask(train, tuple(tasks), spec) for train, tasks in groups.items()], notes
+    out = []
+    for train, tasks in groups.items():
+        pairs = ClassifierCache.open(Path(train)).num_rows * sum(
+            ClassifierCache.open(Path(t.cache)).num_rows for t in tasks)
+        if spec.device == "cpu" and not spec.requested and pairs > AUTO_CPU_PAIRS:
+            notes += [f"TrustScore left out for {t.cache}: its exact search on the CPU "
+                      f"({pairs:,} training-row x query pairs with its training cache {train}) "
+                      "would take long; pass --knn-device cuda, or --trust-score to run it on "
+                      "the CPU" for t in tasks]
+            continue
+        out.append(TrustTask(train, tuple(tasks), spec))
+    return out, notes
 
 
 def _train_cache_of(path: str, fit, known: list[Path]) -> str:
