@@ -238,3 +238,15 @@ def test_an_unasked_search_too_large_for_the_cpu_is_a_note(featured, tmp_path, m
                         jobs=1, resamples=0))
     doc = json.loads((tmp_path / "r" / "report.json").read_text())
     assert "TrustScore" in baseline_labels(doc)
+
+
+def test_the_training_cache_itself_gets_no_trust_score_row(tmp_path):
+    """Its rows would be their own nearest neighbours (distance 0): a note, never a number."""
+    train = write_cache(tmp_path / "cache" / "vit" / "train", n=300, k=3, model="vit",
+                        split="train", features=4)
+    proc = cli("report", "--cache", train, "--out", tmp_path / "r", "--no-figures", "--no-ci")
+    assert proc.returncode == 0, proc.stderr
+    assert (f"note: TrustScore left out for {train.resolve()}: {train.resolve()} is the "
+            "training cache TrustScore is fitted on") in proc.stderr
+    doc = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert "TrustScore" not in baseline_labels(doc)
