@@ -250,3 +250,17 @@ def test_the_training_cache_itself_gets_no_trust_score_row(tmp_path):
             "training cache TrustScore is fitted on") in proc.stderr
     doc = json.loads((tmp_path / "r" / "report.json").read_text())
     assert "TrustScore" not in baseline_labels(doc)
+
+
+def test_features_of_another_width_than_the_training_caches_are_refused(tmp_path):
+    test = write_cache(tmp_path / "s" / "cache" / "vit" / "test", n=300, k=3, model="vit",
+                       features=6)
+    train = write_cache(tmp_path / "s" / "cache" / "vit" / "train", n=200, k=3, seed=9,
+                        weights_seed=0, model="vit", split="train", features=4)
+    write_run(tmp_path / "s" / "runs" / "a", test, oracle="vit", classifier="vit", loss="ss",
+              seed=0, group="g", train_cache=train, val_rows=list(range(0, 200, 2)))
+    proc = cli("report", "--runs-root", tmp_path / "s" / "runs", "--out", tmp_path / "r",
+               "--no-figures", "--no-ci")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert (f"error: TrustScore: the features of {test.resolve()} have 6 dimensions, those of "
+            f"its training cache {train.resolve()} 4; re-extract one of them") in proc.stderr
