@@ -129,13 +129,16 @@ def direct_relu(logits, labels, lbd=0.5):
     return d, np.array(scores)
 
 
-def test_relu_matrix_and_scores_equal_the_closed_form():
+def test_relu_matrix_and_scores_equal_the_closed_form(monkeypatch):
+    from pipeline.report import calibrate
     rng = np.random.default_rng(5)
     logits = (rng.normal(size=(300, 4)) * 2).astype(np.float16)
     labels = rng.integers(0, 4, 300)
     record = fit_relu(logits, labels)
     want_d, want_scores = direct_relu(logits, labels)
     np.testing.assert_allclose(record["matrix"], want_d, rtol=1e-12, atol=1e-15)
+    monkeypatch.setattr(calibrate, "CHUNK", 64)          # the sums accumulated over chunks
+    np.testing.assert_allclose(fit_relu(logits, labels)["matrix"], want_d, rtol=1e-12, atol=1e-15)
     assert record["lambda"] == 0.5 and not record["gini"]
     got = B.baseline_scores(logits, names=("relu",), params={"relu": record["matrix"]})["relu"]
     np.testing.assert_allclose(got, want_scores, rtol=1e-5, atol=1e-7)    # float32 chunks

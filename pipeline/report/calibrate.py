@@ -164,22 +164,23 @@ def fit_pnorm(logits: np.ndarray, labels: np.ndarray, what: str = "fit rows") ->
     return {"p": best_p, "aurc": best, "aurc_grid": grid, "rows": int(len(labels))}
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """softmax(z), (m, K) -> (m, K) float64."""
-    def one(z):
-        e = np.exp(z - z.max(1, keepdims=True))
-        return e / e.sum(1, keepdims=True)
-    return np.concatenate([one(np.asarray(logits[a:a + CHUNK], dtype=np.float64))
-                           for a in range(0, len(logits), CHUNK)])
-
-
 def fit_relu(logits: np.ndarray, labels: np.ndarray, what: str = "fit rows",
              lbd: float = RELU_LAMBDA) -> dict:
-    """REL-U's matrix D (K, K) float64 on the rows -> {"matrix", "lambda", "gini", "rows"}."""
+    """REL-U's matrix D (K, K) float64 on the rows -> {"matrix", "lambda", "gini", "rows"}.
+    The sums of p p^T are accumulated chunk by chunk: ImageNet's 64,058 held-out rows x 1,000
+    classes would be 0.5 GB of float64 softmax at once."""
     correct = check_fit_rows(logits, labels, what)
-    p = softmax(logits)
-    right, wrong = p[correct], p[~correct]
-    d = -(1.0 - lbd) * (right.T @ right) / len(right) + lbd * (wrong.T @ wrong) / len(wrong)
+    k = logits.shape[1]
+    right, wrong = np.zeros((k, k)), np.zeros((k, k))
+    for a in range(0, len(logits), CHUNK):
+        z = np.asarray(logits[a:a + CHUNK], dtype=np.float64)
+        e = np.exp(z - z.max(1, keepdims=True))
+        p = e / e.sum(1, keepdims=True)
+        ok = correct[a:a + CHUNK]
+        right += p[ok].T @ p[ok]
+        wrong += p[~ok].T @ p[~ok]
+    n_right = int(correct.sum())
+    d = -(1.0 - lbd) * right / n_right + lbd * wrong / (len(correct) - n_right)
     d = np.tril(d, -1)
     d = np.maximum(d + d.T, 0.0)
     gini = not (d > 0).any()
