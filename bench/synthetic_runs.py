@@ -56,17 +56,29 @@ def write_cache(cache_dir: Path, *, n: int, k: int = 10, accuracy: float = 0.8, 
                 model: str = "synthetic", dataset: str = "synthetic", split: str = "test",
                 corruption: str = "none", bad_rows: tuple[int, ...] = (),
                 shard_size: int | None = None, weights_seed: int | None = None,
-                per_shard: bool = False) -> Path:
+                per_shard: bool = False, features: int = 0) -> Path:
     """A complete classifier cache of ``n`` rows and ``k`` classes at about ``accuracy``; caches
     with the same ``model`` and ``weights_seed`` (default ``seed``) share a classifier.
     ``per_shard``: the logits drawn shard by shard (other numbers, the same distribution), so an
-    ImageNet-train-sized cache (1.28M x 1,000) is written without holding it in memory."""
+    ImageNet-train-sized cache (1.28M x 1,000) is written without holding it in memory.
+    ``features``: a features column of that many dimensions (0: none), around the centre of the
+    predicted class (the caches of one classifier share the centres), halfway to the true
+    class's centre where the prediction is wrong."""
+    if features and per_shard:
+        raise ValueError("features are written with whole caches only")
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, k, n)
     bad = np.zeros(n, bool)
     bad[list(bad_rows)] = True
     right = rng.random(n) < accuracy
     whole = None if per_shard else _columns(_logits(rng, labels, right, k), labels, bad)
+    if features:
+        centres = 3.0 * np.random.default_rng(
+            [seed if weights_seed is None else weights_seed, 7]).normal(size=(k, features))
+        # a wrong prediction's features lie between its predicted and its true class
+        feats = (centres[whole["pred"]] + centres[labels]) / 2 + rng.normal(size=(n, features))
+        feats[bad] = 0.0
+        whole["features"] = feats.astype(np.float16)
 
     def columns(a: int, b: int) -> dict:
         if whole is not None:
@@ -81,7 +93,7 @@ def write_cache(cache_dir: Path, *, n: int, k: int = 10, accuracy: float = 0.8, 
         data_config={"input_size": [3, 28, 28]}, dataset=dataset,
         dataset_fingerprint=hashlib.sha256(f"{dataset}-{split}-{n}".encode()).hexdigest(),
         split=split, corruption=corruption, num_rows=n, num_classes=k, precision="fp32",
-        flip_view=False, features=False, shard_size=shard_size)
+        flip_view=False, features=bool(features), shard_size=shard_size)
     cache_dir = Path(cache_dir)
     mf.claim_directory(cache_dir, identity)
     shards, correct = [], np.zeros(n, np.uint8)
@@ -142,24 +154,27 @@ def write_run(run_dir: Path, cache_dir: Path, *, oracle: str, classifier: str, l
 def write_study(root: Path, *, n: int, k: int = 10, pairs=(("vit", "vit"),),
                 losses=("ce", "focal", "tcp", "ss"), seeds=(0, 1, 2), tag: str = "test",
                 bad_rows: tuple[int, ...] = (), held_out: float | None = 0.1,
-                n_train: int | None = None, train_shard: int | None = None) -> tuple[Path, Path]:
+                n_train: int | None = None, train_shard: int | None = None,
+                features: int = 0) -> tuple[Path, Path]:
     """artifacts-like tree: <root>/cache/<classifier>/<tag>, <root>/runs/<run name>; with
     ``held_out``, also each classifier's training cache <root>/cache/<classifier>/train
     (``n_train`` rows, default ``n``) whose seeded ``held_out`` fraction every run lists in its
     val_split.json, as train-oracle does; ``train_shard``: those caches in shards of that many
-    rows (as extract writes them), drawn shard by shard."""
+    rows (as extract writes them), drawn shard by shard; ``features``: every cache with a
+    features column of that many dimensions."""
     separation = {"ce": 0.8, "focal": 0.7, "tcp": 1.2, "ss": 1.8}
     caches, train = {}, {}
     val_rows = None
     for i, clf in enumerate(sorted({c for _, c in pairs})):
         caches[clf] = write_cache(root / "cache" / clf / tag, n=n, k=k, seed=i, model=clf,
-                                  split=tag, accuracy=0.84 - 0.15 * i, bad_rows=bad_rows)
+                                  split=tag, accuracy=0.84 - 0.15 * i, bad_rows=bad_rows,
+                                  features=features)
         if held_out:
             m = n_train or n
             train[clf] = write_cache(root / "cache" / clf / "train", n=m, k=k, seed=100 + i,
                                      weights_seed=i, model=clf, split="train",
                                      accuracy=0.86 - 0.15 * i, shard_size=train_shard,
-                                     per_shard=train_shard is not None)
+                                     per_shard=train_shard is not None, features=features)
             pick = np.random.default_rng(0).permutation(m)[:max(1, int(held_out * m))]
             val_rows = np.sort(pick).tolist()
     for oracle, clf in pairs:

@@ -77,10 +77,11 @@ def test_end_to_end_all_formats_and_figures(study, tmp_path):
     assert {(r["oracle"], r["classifier"], r["loss_label"]) for r in rows if r["kind"] == "oracle"} == expected
     assert all(r["n"] == 2 and r["seeds"] == [0, 1] for r in rows if r["kind"] == "oracle")
     baselines = [r for r in rows if r["kind"] == "baseline"]
+    # no features in these caches: no TrustScore row (tests/test_trustscore.py)
     assert sorted(r["loss"] for r in baselines) == sorted(["mcp", "entropy", "maxlogit", "energy",
-                                                           "doctor", "ts", "pnorm"] * 2)
+                                                           "doctor", "ts", "pnorm", "relu"] * 2)
     assert {r["loss"] for r in splits[SHIFT]["rows"]} == set(LOSSES) | {
-        "mcp", "entropy", "maxlogit", "energy", "doctor", "ts", "pnorm"}
+        "mcp", "entropy", "maxlogit", "energy", "doctor", "ts", "pnorm", "relu"}
     for row in rows:
         assert row["excluded_rows"] == [2] * row["n"]
         for definition in ("paper", "standard"):
@@ -115,11 +116,11 @@ def _check_tables(out: Path, rows: list[dict]) -> None:
     # every learned scorer (oracle row) against MCP and against the strongest post-hoc baseline
     learned = 3 * 4 + 4                       # oracle rows of test (3 pairs) and of the shifted split
     versus = 2 * learned * 3                  # 2 tables, AUC + AURC + AUGRC
-    assert len(lines) == per_row * (len(rows) + 4 + 7) + paired + versus
+    assert len(lines) == per_row * (len(rows) + 4 + 8) + paired + versus
     mcp = [l for l in lines if l["table"] == "versus_mcp" and l["metric"] == "auc"]
     assert len(mcp) == learned and all(l["loss_label"] == "MCP" for l in mcp)
     strongest = [l for l in lines if l["table"] == "versus_strongest" and l["metric"] == "auc"]
-    assert {l["loss_label"] for l in strongest} <= {"MCP", "MSP (temp. scaled)", "MaxLogit-pNorm"}
+    assert {l["loss_label"] for l in strongest} <= {"MCP", "MSP (temp. scaled)", "MaxLogit-pNorm", "REL-U"}
     ss = [l for l in lines if l["split"] == "test" and l["oracle"] == "vit" and
           l["classifier"] == "vit" and l["loss"] == "ss" and l["table"] == "standard"]
     assert {l["metric"] for l in ss} >= {"fpr95", "aurc", "eaurc", "augrc", "eaugrc"}
@@ -178,9 +179,10 @@ def test_single_run_and_bare_cache(study, tmp_path):
     assert result.exit_code == 0, result.output
     doc = strict_json(tmp_path / "bare" / "report.json")
     rows = doc["splits"][0]["rows"]
-    assert [r["kind"] for r in rows] == ["baseline"] * 7
+    assert [r["kind"] for r in rows] == ["baseline"] * 8
     # no run names held-out rows: the fitted baselines say so instead of showing numbers
-    unfit = [r for r in rows if r["loss"] in ("ts", "pnorm")]
+    unfit = [r for r in rows if r["loss"] in ("ts", "pnorm", "relu")]
+    assert len(unfit) == 3
     assert all(r["agg"]["standard"]["auc"]["mean"] is None and "held-out rows" in
                r["agg"]["standard"]["auc"]["undefined"] for r in unfit)
     assert (tmp_path / "bare" / "figures" / "risk_coverage_post-hoc-resnet_test.png").exists()
@@ -249,7 +251,7 @@ def test_real_extracted_cache(tmp_path):
     assert result.exit_code == 0, result.output
     doc = strict_json(tmp_path / "o" / "report.json")
     rows = doc["splits"][0]["rows"]
-    assert doc["splits"][0]["split"] == "val" and len(rows) == 8 and rows[0]["n"] == 2
+    assert doc["splits"][0]["split"] == "val" and len(rows) == 9 and rows[0]["n"] == 2
     assert rows[0]["agg"]["paper"]["acc"]["mean"] == pytest.approx(
         json.loads((cache / "manifest.json").read_text())["summary"]["accuracy"])
     assert doc["evaluations"][0]["tnr_threshold"]["paper"] == pytest.approx(1 / 3)

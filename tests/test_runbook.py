@@ -187,11 +187,11 @@ def test_runbook_runs_as_written(world):
     assert set(splits) == {"val", "val-defocus_blur-5", "defocus_blur_5", "stylized-val",
                            "val-pgd_linf"}
     # the last report (section 7) has all 5 runs (section 4's predictions predate section 5's
-    # run) + 7 baselines x 2 classifiers
+    # run) + 8 baselines x 2 classifiers (no TrustScore: the runbook extracts no features)
     runs_in = {"val": 5, "val-defocus_blur-5": 5, "defocus_blur_5": 4, "val-pgd_linf": 5,
                "stylized-val": 5}
     for name, split in splits.items():
-        assert len(split["rows"]) == runs_in[name] + 2 * 7, name
+        assert len(split["rows"]) == runs_in[name] + 2 * 8, name
     oracle_rows = [r for r in splits["val"]["rows"] if r["kind"] == "oracle"]
     assert {r["loss_label"] for r in oracle_rows} == {"SS", "CE (broadcast)"}
     md = (prep / "report" / "report.md").read_text()

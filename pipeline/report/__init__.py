@@ -1,11 +1,11 @@
 """Stage 3, ``cli.py report``: tables, separability, figures and baselines from run directories
 and classifier caches.  Imports only ``cache``, core's torch-free modules and itself.
 command.py  the click command    run.py  plan -> evaluate in workers -> aggregate -> write
-inputs.py   find and check runs and caches, plan   evaluate.py  the workers: one output or cache
+inputs.py   find/check runs and caches, plan   evaluate.py  workers: an output or a cache
 scoring.py  every number of one split of one score   bootstrap.py  paired bootstrap intervals
 aggregate.py  seeds -> rows   compare.py  seed-mean intervals, paired deltas   separability.py  A4
-baselines.py  the post-hoc baselines' table   calibrate.py  fit T and p   heldout.py  on which rows
-tables.py   md/csv/tex/json writers   markdown.py  report.md   export.py  fd-shifts input files
-figplan.py  which figures, what each shows   figures.py  draws histograms (Fig. 3), risk-coverage
-appendix.py  ImageNet-C, gradients, inference time   smallscale.py  the paper's small-scale table
+baselines.py  post-hoc baselines' table   calibrate.py  fit T, p, REL-U   heldout.py  which rows
+tables.py  md/csv/tex/json   markdown.py  report.md   export.py  fd-shifts   smallscale.py  paper's
+small-scale table   figplan.py  which figures   figures.py  histograms (Fig. 3), risk-coverage
+appendix.py  ImageNet-C, gradients, time   trustscore.py  TrustScore rows (knn.py: its search)
 """

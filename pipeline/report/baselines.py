@@ -22,6 +22,10 @@ Every score is "higher = more likely correct", so the trust metrics apply unchan
   T and p are fitted on held-out rows of the classifier's training cache (``calibrate.py``, on
   the rows ``heldout.py`` chooses), never on the evaluated split; they arrive here as
   ``params = {name: value}``.
+* ``relu``     REL-U (Dadalto et al. 2023): -p^T D p, D the C x C matrix fitted in closed form on
+  the same held-out rows (calibrate.fit_relu); negated, as REL-U is an uncertainty.
+* ``trustscore`` TrustScore (Jiang et al., NeurIPS 2018): not from the logits but from the
+  classifier's cached features (``source="features"``): its own worker task, trustscore.py.
 
 A table entry says the display label and order, how the score is computed from a ``Chunk``,
 whether it is a probability (TPR/TNR at 0.5) and calibrated (ECE), its fitted parameter (``Fit``:
@@ -40,7 +44,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pipeline.report.calibrate import fit_pnorm, fit_temperature
+from pipeline.report.calibrate import fit_pnorm, fit_relu, fit_temperature
 
 CHUNK_ELEMENTS = 8_388_608   # logits per float32 chunk (32 MB): 8,192 rows at K = 1,000
 
@@ -102,6 +106,12 @@ def _pnorm(c: Chunk, p) -> np.ndarray:
     return c.msp() if p == "MSP" else pnorm_chunk(c.logits, p)
 
 
+def _relu(c: Chunk, matrix: np.ndarray) -> np.ndarray:
+    s = c.softmax()
+    p = s.e / s.total[:, None]
+    return -np.einsum("ij,ij->i", p @ matrix.astype(np.float32), p)
+
+
 @dataclass(frozen=True)
 class Fit:
     """A baseline's parameter: ``fit(logits, labels, what)`` (calibrate.py) returns a record
@@ -112,9 +122,20 @@ class Fit:
     method: str              # what is fitted, in a sentence
     how: str                 # how it is chosen (report.md)
     fmt: str = "{}"          # how report.md prints it
+    shown: str = ""          # the record's entry report.md prints, when not ``key`` (a matrix)
 
     def parameter(self, record: dict | None) -> Any:
         return (record or {}).get(self.key)
+
+    def display(self, record: dict) -> str:
+        return self.fmt.format(record[self.shown or self.key])
+
+
+def public(record: dict | None) -> dict | None:
+    """A fit record without its arrays (REL-U's matrix): what report.json keeps of it."""
+    if record is None:
+        return None
+    return {k: v for k, v in record.items() if not isinstance(v, np.ndarray)}
 
 
 def _mc_rate(identity: dict) -> str:
@@ -136,7 +157,7 @@ def baseline_label(name: str, identity: dict) -> str:
 class Baseline:
     label: str                                  # display label (table rows)
     order: int                                  # display order among the baselines
-    score: Callable[[Chunk, Any], np.ndarray]   # (chunk, fitted parameter or None) -> (m,) f32
+    score: Callable[[Chunk, Any], np.ndarray] | None   # (chunk, fitted parameter or None) -> (m,)
     probability: bool = False                   # in [0, 1]: TPR/TNR at 0.5 apply
     calibrated: bool = False                    # estimates P(correct): ECE applies
     fitted: Fit | None = None
@@ -145,6 +166,7 @@ class Baseline:
     columns: tuple[str, ...] = ()   # cache columns it reads besides the logits: a cache without
     #                                 them has no row of it (no error)
     suffix: Callable[[dict], str] | None = None   # cache identity -> what its label adds
+    source: str = "logits"    # "features": not from logits (TrustScore, trustscore.py)
 
 
 # Evaluation order (report.json); ``order`` is the display order.
@@ -161,22 +183,28 @@ TABLE = {
                               "Temperature T (NLL)", "{:.4f}")),
     "pnorm": Baseline("MaxLogit-pNorm", 4, _pnorm, worker=1,
                       fitted=Fit(fit_pnorm, "p", "p", "MaxLogit-pNorm", "p (AURC, MSP fallback)")),
+    "relu": Baseline("REL-U", 7, _relu, worker=1,
+                     fitted=Fit(fit_relu, "matrix", "λ (REL-U)", "REL-U's matrix",
+                                "REL-U's matrix (closed form, λ)", shown="lambda")),
+    "trustscore": Baseline("TrustScore", 8, None, source="features"),
     # a probability, but of the mean softmax's own argmax being right, not of the deterministic
     # prediction the rows score: TPR/TNR at 0.5, no ECE
-    "mcd_msp": Baseline("MC-Dropout MSP", 7, lambda c, _: c.columns["mcd_msp"], probability=True,
+    "mcd_msp": Baseline("MC-Dropout MSP", 9, lambda c, _: c.columns["mcd_msp"], probability=True,
                         worker=1, columns=("mcd_msp",), suffix=_mc_rate),
-    "mcd_entropy": Baseline("MC-Dropout entropy", 8, lambda c, _: -c.columns["mcd_entropy"],
+    "mcd_entropy": Baseline("MC-Dropout entropy", 10, lambda c, _: -c.columns["mcd_entropy"],
                             columns=("mcd_entropy",), suffix=_mc_rate,
                             prose="MC-Dropout negative predictive entropy"),
 }
 BASELINES = tuple(TABLE)
+LOGIT_BASELINES = tuple(n for n, b in TABLE.items() if b.source == "logits")
+TRUST_SCORE = next(n for n, b in TABLE.items() if b.source == "features")
 FITTED = tuple(n for n, b in TABLE.items() if b.fitted)
 BASELINE_LABELS = {n: b.label for n, b in TABLE.items()}
 DISPLAY_ORDER = {n: b.order for n, b in TABLE.items()}
 PROBABILITY_SCORES = tuple(n for n, b in TABLE.items() if b.probability)
 CALIBRATED_SCORES = tuple(n for n, b in TABLE.items() if b.calibrated)
 # Small-class datasets: the baselines split over two worker tasks (report/run.py says why).
-WORKER_SPLIT = tuple(g for g in (tuple(n for n, b in TABLE.items() if b.worker == w)
+WORKER_SPLIT = tuple(g for g in (tuple(n for n in LOGIT_BASELINES if TABLE[n].worker == w)
                                  for w in (0, 1)) if g)
 REFERENCE = "mcp"         # the baseline the SS rows are compared with (report/compare.py)
 # "Does anything learned beat the softmax?": the baselines every learned scorer is compared with
@@ -187,8 +215,13 @@ SMALL_SCALE = {"MCP": "mcp", "MC-Dropout": "mcd_msp", "TrustScore": "trustscore"
 
 
 def fit_methods() -> str:
-    """'temperature scaling and MaxLogit-pNorm': what the fitted baselines fit, in a sentence."""
-    return " and ".join(TABLE[n].fitted.method for n in FITTED)
+    """'temperature scaling, MaxLogit-pNorm and REL-U's matrix': what the fitted baselines fit."""
+    return and_join([TABLE[n].fitted.method for n in FITTED])
+
+
+def and_join(words: list[str]) -> str:
+    """'a, b and c'."""
+    return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
 
 
 def pnorm_chunk(logits: np.ndarray, p) -> np.ndarray:
@@ -233,14 +266,14 @@ def baseline_scores(logits: np.ndarray, chunk_rows: int | None = None,
     the column ones only with their columns)."""
     params, columns = params or {}, columns or {}
     if names is None:
-        names = tuple(n for n in available(BASELINES, list(columns))
+        names = tuple(n for n in available(LOGIT_BASELINES, list(columns))
                       if n not in FITTED or params.get(n) is not None)
     logits = np.asarray(logits)
     if logits.ndim != 2 or logits.shape[1] < 2:
         raise ValueError(f"expected logits of shape (N, K) with K >= 2, got {logits.shape}")
-    unknown = sorted(set(names) - set(BASELINES))
+    unknown = sorted(set(names) - set(LOGIT_BASELINES))
     if unknown:
-        raise ValueError(f"unknown baseline(s) {unknown}; known: {BASELINES}")
+        raise ValueError(f"unknown baseline(s) {unknown}; from logits: {LOGIT_BASELINES}")
     missing = [n for n in names if n in FITTED and params.get(n) is None]
     if missing:
         raise ValueError(f"baseline(s) {missing} need their fitted parameter")

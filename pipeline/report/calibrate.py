@@ -10,6 +10,14 @@
   their ``optimize.p``).  p = 0 divides by the number of non-zero centred logits, as torch's
   0-"norm" does in their code: the ranking of the centred max logit.
 
+* REL-U (Dadalto et al., arXiv 2306.01710; their code edadaltocg/relative-uncertainty): a C x C
+  matrix D learned in closed form from the softmax outputs p of the correct (+) and incorrect (-)
+  rows, D = -(1 - lambda) mean_+ p p^T + lambda mean_- p p^T, kept below its diagonal and
+  mirrored (zero diagonal, symmetric), negative entries set to 0, all-zero replaced by the Gini
+  matrix (ones off the diagonal), divided by its Frobenius norm; the uncertainty of a row is
+  p^T D p.  lambda = 0.5, softmax temperature 1 and no input perturbation (their defaults; they
+  also grid-search T and a perturbation on their validation rows).
+
 Too few rows, or rows of one kind only (every prediction right, or every one wrong), raise
 ``FitError`` with the counts; the report records the reason instead of a number.
 """
@@ -21,6 +29,7 @@ from pipeline.core.metrics import aurc
 from pipeline.core.presets import MIN_HELDOUT_PER_KIND, MIN_HELDOUT_ROWS
 
 P_GRID = tuple(range(10))
+RELU_LAMBDA = 0.5
 # the minimum train-oracle warns about (one number for both: presets.MIN_HELDOUT_ROWS)
 MIN_FIT_ROWS = MIN_HELDOUT_ROWS
 MIN_PER_KIND = MIN_HELDOUT_PER_KIND      # correct and incorrect fit rows each
@@ -153,3 +162,29 @@ def fit_pnorm(logits: np.ndarray, labels: np.ndarray, what: str = "fit rows") ->
         if value < best:             # strictly lower, as their optimize.p
             best_p, best = p, value
     return {"p": best_p, "aurc": best, "aurc_grid": grid, "rows": int(len(labels))}
+
+
+def fit_relu(logits: np.ndarray, labels: np.ndarray, what: str = "fit rows",
+             lbd: float = RELU_LAMBDA) -> dict:
+    """REL-U's matrix D (K, K) float64 on the rows -> {"matrix", "lambda", "gini", "rows"}.
+    The sums of p p^T are accumulated chunk by chunk: ImageNet's 64,058 held-out rows x 1,000
+    classes would be 0.5 GB of float64 softmax at once."""
+    correct = check_fit_rows(logits, labels, what)
+    k = logits.shape[1]
+    right, wrong = np.zeros((k, k)), np.zeros((k, k))
+    for a in range(0, len(logits), CHUNK):
+        z = np.asarray(logits[a:a + CHUNK], dtype=np.float64)
+        e = np.exp(z - z.max(1, keepdims=True))
+        p = e / e.sum(1, keepdims=True)
+        ok = correct[a:a + CHUNK]
+        right += p[ok].T @ p[ok]
+        wrong += p[~ok].T @ p[~ok]
+    n_right = int(correct.sum())
+    d = -(1.0 - lbd) * right / n_right + lbd * wrong / (len(correct) - n_right)
+    d = np.tril(d, -1)
+    d = np.maximum(d + d.T, 0.0)
+    gini = not (d > 0).any()
+    if gini:                     # their fallback: every off-diagonal pair weighs the same
+        d = 1.0 - np.eye(len(d))
+    return {"matrix": d / np.linalg.norm(d), "lambda": lbd, "gini": gini,
+            "rows": int(len(labels))}

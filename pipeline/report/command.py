@@ -18,8 +18,9 @@ import click
               "root the runs recorded (for caches only: the root they lie in).")
 @click.option("--cache", "caches", multiple=True, help="Classifier cache directory or cache root "
               "(repeatable): post-hoc baseline rows (MCP, temperature-scaled MSP, entropy, max logit, "
-              "MaxLogit-pNorm, energy, DOCTOR; T and p are fitted on the training cache's "
-              "held-out rows, so pass its cache too if it moved) and "
+              "MaxLogit-pNorm, energy, DOCTOR, REL-U, TrustScore; T, p and REL-U's matrix are "
+              "fitted on the training cache's held-out rows, TrustScore on its features, so "
+              "pass its cache too if it moved) and "
               "where to find caches that moved since the runs were trained.")
 @click.option("--split", "splits", multiple=True, help="Only these split tags (repeatable).")
 @click.option("--jobs", default=0, show_default=True, type=click.IntRange(0),
@@ -37,8 +38,23 @@ import click
 @click.option("--export", "export", multiple=True, type=click.Choice(["fd-shifts"]),
               help="Also write the inputs of another tool's analysis: fd-shifts = one experiment "
               "per run (its held-out rows + evaluated splits, <out>/fd-shifts; docs/METRICS.md).")
+@click.option("--trust-score/--no-trust-score", "trust_score", default=None,
+              help="TrustScore (Jiang et al. 2018) rows from the classifier's features of its "
+              "training split. Default: computed where the caches have features (extract "
+              "--features), else left out with a note; --trust-score: required (an error "
+              "where it cannot be computed).")
+@click.option("--trust-score-k", type=click.IntRange(1), default=None, help="TrustScore's k: a "
+              "training row's density is the distance to its k-th neighbour in its class "
+              "[default: 10]. Giving it requires TrustScore.")
+@click.option("--trust-score-alpha", type=click.FloatRange(0.0, 1.0), default=None,
+              help="TrustScore's alpha: the fraction of each class's training rows of lowest "
+              "density left out [default: 0, none]. Giving it requires TrustScore.")
+@click.option("--knn-device", default=None, help="Where TrustScore's exact nearest-neighbour "
+              "search runs: cpu (numpy) or a torch device such as cuda (loads torch; for "
+              "ImageNet-sized training splits) [default: cpu]. Giving it requires TrustScore.")
 def report(paths, runs_root, metrics, formats, out, caches, splits, jobs, no_figures, resamples,
-           no_ci, ci_seed, ci_in_tables, rc_full_range, export):
+           no_ci, ci_seed, ci_in_tables, rc_full_range, export, trust_score, trust_score_k,
+           trust_score_alpha, knn_device):
     """Stage 3: tables (paper Table 1 / A4), figures and post-hoc baselines from run directories
     (RUN_DIR ... or a directory of runs) and classifier caches; no model is loaded.
 
@@ -51,13 +67,23 @@ def report(paths, runs_root, metrics, formats, out, caches, splits, jobs, no_fig
     none does, it says so. The report goes to the runs' root: <root>/report."""
     # Imported on call: a command loads only its own stage.
     from pipeline.report.run import FORMATS, ReportConfig, report as run_report
+    from pipeline.report.trustscore import TrustSpec
+
+    given = [f"--{n}" for n, v in (("trust-score-k", trust_score_k), ("knn-device", knn_device),
+                                   ("trust-score-alpha", trust_score_alpha)) if v is not None]
+    if trust_score is False and given:
+        raise click.UsageError(f"{', '.join(given)} given with --no-trust-score: drop one")
+    chosen = {k: v for k, v in (("k", trust_score_k), ("alpha", trust_score_alpha),
+                                ("device", knn_device)) if v is not None}
+    spec = None if trust_score is False else TrustSpec(**chosen,
+                                                       requested=bool(trust_score or given))
 
     cfg = ReportConfig(paths=tuple(paths), runs_root=runs_root, caches=tuple(caches),
                        metrics=metrics, formats=tuple(formats) or FORMATS, out=out,
                        splits=tuple(splits), jobs=jobs, figures=not no_figures,
                        resamples=0 if no_ci else resamples, ci_seed=ci_seed,
                        ci_in_tables=ci_in_tables, rc_full_range=rc_full_range,
-                       export=tuple(export))
+                       export=tuple(export), trust_score=spec)
     s = run_report(cfg)
     if s["found_runs_root"]:
         click.echo(f"report: read {s['found_runs_root']}, the only artifacts root's runs/ under "

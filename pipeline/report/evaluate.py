@@ -4,6 +4,7 @@ small dicts back to the main process."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,11 +14,12 @@ from cache.reader import ClassifierCache, UnverifiedCacheWarning
 from cache.runs import RunDir
 from cache.schema import CacheMismatch
 from pipeline.core.losses import tnr_threshold
-from pipeline.report.baselines import (BASELINES, FITTED, TABLE, available, baseline_label,
-                                       baseline_scores)
+from pipeline.report.baselines import (FITTED, LOGIT_BASELINES, TABLE, TRUST_SCORE, available,
+                                       baseline_label, baseline_scores, public)
 from pipeline.report.heldout import FitTask, fit_heldout
 from pipeline.report.inputs import CacheTask, OutputTask, ReportError, eval_identity
 from pipeline.report.scoring import score_summary, undefined_summary
+from pipeline.report.trustscore import TrustTask, fit_and_score
 
 LABEL_KEYS = ("oracle", "oracle_model", "classifier", "loss", "variant", "loss_label", "seed",
               "group", "dataset", "num_classes")
@@ -77,7 +79,7 @@ def evaluate_baselines(task: CacheTask) -> list[dict]:
     with the reason; one reading cache columns the cache lacks (MC-Dropout's) has no row."""
     warnings.simplefilter("ignore", UnverifiedCacheWarning)  # noted once by the main process
     cache = ClassifierCache.open(Path(task.cache))
-    names = available(task.names or BASELINES, cache.manifest["columns"])
+    names = available(task.names or LOGIT_BASELINES, cache.manifest["columns"])
     extra = sorted({c for n in names for c in TABLE[n].columns})
     cols = cache.load(["valid", "correct", "logits", *extra])
     wanted = tuple(n for n in FITTED if n in names)
@@ -91,7 +93,6 @@ def evaluate_baselines(task: CacheTask) -> list[dict]:
                                  params=params, columns={c: cols[c] for c in extra})
     except ValueError as err:
         raise ReportError(f"classifier cache {task.cache}: {err}") from None
-    evaluated = eval_identity(classifier_ref(cache.path, cache.identity))
     results = []
     for name in names:
         if name in unfit:
@@ -99,19 +100,48 @@ def evaluate_baselines(task: CacheTask) -> list[dict]:
                                        f"not fitted: {unfit[name]}")
             excluded = cols["index"][cols["valid"] != 1]
         else:
-            conf, correct, excluded = valid_rows(task.cache, {**cols, name: scores[name]}, name)
-            result = score_summary(conf, correct, {"paper": 0.5, "standard": 0.5},
-                                   histogram=False, rates=TABLE[name].probability,
-                                   probability=TABLE[name].calibrated, bootstrap=task.bootstrap)
+            result, excluded = _summary(task, cols, name, scores[name])
         if name in FITTED:     # how it was fitted: the parameter, rows, training cache, runs
+            value = public(fit.get(name))
             result["fit"] = {**{k: v for k, v in fit.items() if k not in FITTED},
-                             "value": fit.get(name), "parameter": params[name]}
-        labels = {**dict.fromkeys(LABEL_KEYS), "oracle": "post-hoc", "classifier": task.classifier,
-                  "loss": name, "variant": "", "loss_label": baseline_label(name, cache.identity),
-                  "group": "posthoc", "dataset": cache.identity["dataset"],
-                  "num_classes": cache.identity["num_classes"]}
-        result.update(kind="baseline", source=task.cache, run_dir=None, cache=task.cache,
-                      rows=int(len(cols["index"])), labels=labels, eval=evaluated,
-                      excluded_rows=int(len(excluded)), excluded_indices=excluded[:20].tolist())
-        results += [{**result, "split": tag} for tag in task.tags]
+                             "value": value, "parameter": params[name]
+                             if value and TABLE[name].fitted.key in value else None}
+        results += _rows(task, cache, cols, name, result, excluded)
+    return results
+
+
+def _summary(task: CacheTask, cols: dict, name: str, scores) -> tuple[dict, np.ndarray]:
+    conf, correct, excluded = valid_rows(task.cache, {**cols, name: scores}, name)
+    return score_summary(conf, correct, {"paper": 0.5, "standard": 0.5}, histogram=False,
+                         rates=TABLE[name].probability, probability=TABLE[name].calibrated,
+                         bootstrap=task.bootstrap), excluded
+
+
+def _rows(task: CacheTask, cache: ClassifierCache, cols: dict, name: str, result: dict,
+          excluded: np.ndarray) -> list[dict]:
+    """A baseline's result as one row per split tag of its cache."""
+    labels = {**dict.fromkeys(LABEL_KEYS), "oracle": "post-hoc", "classifier": task.classifier,
+              "loss": name, "variant": "", "loss_label": baseline_label(name, cache.identity),
+              "group": "posthoc", "dataset": cache.identity["dataset"],
+              "num_classes": cache.identity["num_classes"]}
+    result.update(kind="baseline", source=task.cache, run_dir=None, cache=task.cache,
+                  rows=int(len(cols["index"])), labels=labels,
+                  eval=eval_identity(classifier_ref(cache.path, cache.identity)),
+                  excluded_rows=int(len(excluded)), excluded_indices=excluded[:20].tolist())
+    return [{**result, "split": tag} for tag in task.tags]
+
+
+def evaluate_trust_score(task: TrustTask) -> list[dict]:
+    """Worker: TrustScore fitted on one training cache's features, a row per evaluated cache
+    (and split tag) it scores; its fit record (k, alpha, rows kept, times) in ``trust_fit``."""
+    warnings.simplefilter("ignore", UnverifiedCacheWarning)  # noted once by the main process
+    record, scored = fit_and_score(task)
+    results = []
+    for cache_task in task.evaluated:
+        cols = scored[cache_task.cache]
+        cache_task = replace(cache_task, bootstrap=task.bootstrap)
+        result, excluded = _summary(cache_task, cols, TRUST_SCORE, cols["score"])
+        result["trust_fit"] = record
+        results += _rows(cache_task, ClassifierCache.open(Path(cache_task.cache)), cols,
+                         TRUST_SCORE, result, excluded)
     return results

@@ -64,8 +64,8 @@ def _fit_task(path: str, runs: dict[str, dict], known: list[Path]) -> FitTask:
                            "rows of the training cache are needed")
         held = set(int(i) for i in val.get("val_rows", []))
         rows = held if rows is None else rows & held
-        found = _training_cache(run_json.get("train_cache"), val.get("split", "train"), identity,
-                                path, known)
+        found = training_cache(run_json.get("train_cache"), val.get("split", "train"), identity,
+                               path, known)
         if train is not None and found != train:
             raise FitError(f"the runs evaluated on {path} were trained on different caches "
                            f"({train} and {found})")
@@ -76,8 +76,11 @@ def _fit_task(path: str, runs: dict[str, dict], known: list[Path]) -> FitTask:
     return FitTask(train, tuple(sorted(rows)), tuple(runs))
 
 
-def _training_cache(recorded: str | None, split: str, identity: dict, path: str,
-                    known: list[Path]) -> str:
+def training_cache(recorded: str | None, split: str, identity: dict, path: str,
+                   known: list[Path]) -> str:
+    """The cache of ``split`` (uncorrupted) of the classifier of ``path``: the path recorded,
+    else among the --cache inputs, else beside ``path``; FitError when none is found.  Also
+    where TrustScore (trustscore.py) finds its training features."""
     candidates = ([Path(recorded)] if recorded else []) + list(known) + [Path(path).parent / split]
     for cand in candidates:
         if not (cand / MANIFEST_FILE).exists():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.report import appendix, tables as T
-from pipeline.report.baselines import FITTED, TABLE
+from pipeline.report.baselines import FITTED, TABLE, and_join
 
 
 def markdown_document(doc: dict, tables: list[dict]) -> str:
@@ -18,11 +18,13 @@ def markdown_document(doc: dict, tables: list[dict]) -> str:
              "seeds (n = number of runs; no ± with one run); percentages like the paper.", "",
              f"Sources: {n_out} oracle output file(s) from {n_runs} run(s); post-hoc baselines "
              f"(MCP, temperature-scaled MSP, negative entropy, max logit, MaxLogit-pNorm, energy, "
-             f"DOCTOR) from {len(caches)} classifier cache(s). Every number, with the runs it "
+             f"DOCTOR, REL-U; TrustScore where the caches have features) from {len(caches)} "
+             "classifier cache(s). Every number, with the runs it "
              "came from, is in report.json; bootstrap intervals of every number are in "
              "report.csv and report.json.", "",
              f"Uncertainty: {doc.get('bootstrap', '')}.", "", doc["exclusion"], ""]
     lines += _fits_section(doc.get("fits", {}))
+    lines += _trust_section(doc.get("trust_score", {}))
     for skipped in doc["skipped"]:
         lines.append(f"- skipped run {skipped['run_dir']}: {skipped['reason']}")
     for split in doc["splits"]:
@@ -38,7 +40,7 @@ def _fits_section(fits: dict) -> list[str]:
         return []
     specs = {n: TABLE[n].fitted for n in FITTED}
     lines = ["## Fitted post-hoc baselines", "",
-             " and ".join(s.how for s in specs.values()) + " fitted on held-out rows of the "
+             and_join([s.how for s in specs.values()]) + " fitted on held-out rows of the "
              "classifier's training cache, never on the evaluated split:", "",
              "| " + " | ".join(["evaluated cache", "training cache", "held-out rows",
                                 *(s.symbol for s in specs.values())]) + " |",
@@ -49,11 +51,23 @@ def _fits_section(fits: dict) -> list[str]:
             lines.append(f"| `{cache}` | — | — | not fitted: {f['reason']} |{empty}")
             continue
         why = f.get("undefined", {})
-        cells = [s.fmt.format(s.parameter(f[n])) if f.get(n) else f"n/a: {why.get(n, '')}"
+        cells = [s.display(f[n]) if f.get(n) else f"n/a: {why.get(n, '')}"
                  for n, s in specs.items()]
         lines.append(f"| `{cache}` | `{f['train_cache']}` | {f['rows']} | " + " | ".join(cells)
                      + " |")
     return lines + [""]
+
+
+def _trust_section(trust: dict) -> list[str]:
+    """TrustScore's fits (per training cache) and why a cache has no TrustScore row."""
+    lines = []
+    for f in trust.get("fits", []):
+        lines.append(f"- TrustScore: k = {f['k']}, alpha = {f['alpha']}, fitted on the "
+                     f"{f['train_rows']} valid rows of `{f['train_cache']}` ({f['kept_rows']} "
+                     f"kept by the density filter; {f['device']}, {f['fit_s']} s + "
+                     f"{f['score_s']} s), scoring {len(f['scored'])} cache(s)")
+    lines += [f"- note: {note}" for note in trust.get("notes", [])]
+    return lines + [""] if lines else []
 
 
 def _split_section(split: dict, tables: list[dict]) -> list[str]:

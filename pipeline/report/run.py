@@ -5,8 +5,9 @@ resolve inputs -> plan (main process: attributes and manifests only; mismatches 
 work) -> evaluate every (run, split) output and every classifier cache in parallel (joblib) ->
 aggregate seeds per <oracle, classifier, loss, group, split> (bootstrap intervals of the seed
 means, paired SS comparisons) -> figures -> md / csv / tex / json [-> fd-shifts export].
-Temperature scaling and MaxLogit-pNorm are fitted in the baseline workers, on held-out training
-rows (heldout.py), alongside the other evaluations.
+Temperature scaling, MaxLogit-pNorm and REL-U are fitted in the baseline workers, on held-out
+training rows (heldout.py), alongside the other evaluations; TrustScore (trustscore.py) is one
+worker task per training cache, on its features.
 """
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ from pipeline.report.bootstrap import BootstrapSpec
 from pipeline.report.compare import comparisons, versus_baselines
 from pipeline.report.export import export_fd_shifts
 from pipeline.report.heldout import plan_fits
-from pipeline.report.evaluate import evaluate_baselines, evaluate_output
+from pipeline.report.evaluate import evaluate_baselines, evaluate_output, evaluate_trust_score
 from pipeline.report.figplan import plan_figures, relative
 from pipeline.report.inputs import ReportError, collect, plan
 from pipeline.report.markdown import markdown_document
+from pipeline.report.trustscore import TrustScoreError, TrustSpec, plan_trust
 
 METRIC_CHOICES = ("paper", "standard", "both")
 FORMATS = ("md", "csv", "latex", "json")
@@ -56,6 +58,7 @@ class ReportConfig:
     ci_in_tables: bool = False   # intervals in report.md / report.tex too (always in csv / json)
     rc_full_range: bool = False  # risk-coverage plots on selective risk 0..1
     export: tuple[str, ...] = ()
+    trust_score: TrustSpec | None = TrustSpec()   # None: left out (--no-trust-score)
 
 
 def report(cfg: ReportConfig) -> dict:
@@ -81,8 +84,13 @@ def report(cfg: ReportConfig) -> dict:
     spec = BootstrapSpec(cfg.resamples, cfg.ci_seed) if cfg.resamples else None
     lap("plan")
     fits = plan_fits(tasks, [c.cache for c in cache_tasks], src.caches)
-    # the longest tasks (a cache's baselines) first: two workers then finish together
-    calls = [(evaluate_baselines, (replace(c, names=names, fit=fits[c.cache], bootstrap=spec),))
+    try:
+        trust, notes = plan_trust(cache_tasks, fits, src.caches, cfg.trust_score)
+    except TrustScoreError as err:
+        raise ReportError(f"TrustScore: {err}") from None
+    # the longest tasks (TrustScore, a cache's baselines) first: the workers finish together
+    calls = [(evaluate_trust_score, (replace(t, bootstrap=spec),)) for t in trust]
+    calls += [(evaluate_baselines, (replace(c, names=names, fit=fits[c.cache], bootstrap=spec),))
              for c in cache_tasks for names in _baseline_split(c)]
     calls += [(evaluate_output, (replace(t, bootstrap=spec),)) for t in tasks]
     results = []
@@ -98,6 +106,7 @@ def report(cfg: ReportConfig) -> dict:
         r.pop("_boot", None)          # per-resample values: used above, too big for report.json
     doc = build_doc(cfg, splits, results, src.skipped, figures, out, compared, fit_records(results),
                     {t.run_dir: t.run_json for t in tasks})
+    doc["trust_score"] = {"fits": trust_records(results), "notes": notes}
     written = write_outputs(doc, splits, out, cfg)
     if "fd-shifts" in cfg.export:
         written.append(export_fd_shifts(out, tasks))
@@ -106,8 +115,9 @@ def report(cfg: ReportConfig) -> dict:
             "found_runs_root": found and str(found),
             "outputs": len(tasks), "caches": len(cache_tasks), "splits": list(splits),
             "groups": sum(len(s) for s in splits.values()), "skipped": src.skipped,
-            "notes": [f"split {tag}, {row['oc']} {row['display_loss']}: {w}"
-                      for tag, rows in splits.items() for row in rows for w in row["warnings"]],
+            "notes": notes + [f"split {tag}, {row['oc']} {row['display_loss']}: {w}"
+                              for tag, rows in splits.items() for row in rows
+                              for w in row["warnings"]],
             "elapsed_s": round(clock[-1] - clock[0], 3), "timings": timings}
 
 
@@ -142,6 +152,17 @@ def fit_records(results: list[dict]) -> dict[str, dict]:
         if fit.get("undefined", {}).get(name):
             entry.setdefault("undefined", {})[name] = fit["undefined"][name]
     return out
+
+
+def trust_records(results: list[dict]) -> list[dict]:
+    """TrustScore's fit per training cache (k, alpha, rows kept, times) and what it scored."""
+    out: dict[str, dict] = {}
+    for r in results:
+        if "trust_fit" in r:
+            entry = out.setdefault(r["trust_fit"]["train_cache"], {**r["trust_fit"], "scored": []})
+            if r["cache"] not in entry["scored"]:
+                entry["scored"].append(r["cache"])
+    return list(out.values())
 
 
 def _baseline_split(task) -> tuple[tuple[str, ...], ...]:
