@@ -156,7 +156,9 @@ def adversarial_steps(cfg: DemoConfig, data: tuple, quiet: tuple, adv_root: Path
             "--precision", DEMO_ATTACK["precision"], "--out", str(adv_root), "--name", split,
             *quiet), f"{name}: adversarial copy of test ({DEMO_ATTACK['attack']})"))
         steps.append(Step("extract", (
+            # with the classifier's features (as its other splits): TrustScore scores these too
             "extract", "--classifier", name, "--data", str(adv_root), "--split", split,
+            *(("--features",) if cfg.head_only else ()),
             "--precision", DEMO_ATTACK["precision"], "--out", str(cache_root),
             *mc_dropout_args(name), *quiet, *cfg.extract_args), f"{name}: cache {split}"))
     return steps
