@@ -199,6 +199,24 @@ def test_a_confidnet_run_is_reported_and_scored_by_predict(tree, tmp_path, loss,
     assert doc["run"]["loss_label"] in labels, labels
 
 
+def test_a_sweep_trains_confidnet_heads_as_one_bank_of_ordinary_runs(tree, tmp_path):
+    root, data = tree
+    base = [a for a in head_args(root, data, "--head-arch", "confidnet", loss="ss",
+                                 runs=tmp_path / "unused")
+            if a not in ("train-oracle", "--head-only")]
+    base = base[:base.index("--runs-root")] + base[base.index("--runs-root") + 2:]
+    out = tmp_path / "sw"
+    run_cli(["sweep", "--alpha-neg", "2,6", "--alpha-pos", "1", "--mode", "grid", "--out", out,
+             "--no-figures", *base])
+    doc = json.loads((out / "sweep.json").read_text())
+    assert len(doc["points"]) == 2 and "--head-arch confidnet" in doc["command"]
+    runs = sorted((out / "runs").iterdir())
+    assert len(runs) == 2
+    for run in runs:
+        rec = json.loads((run / "run.json").read_text())
+        assert rec["status"] == "complete" and rec["run"]["variant"] == "head-only+confidnet"
+
+
 # ----------------------------------------------------------------------------- the group --
 def test_linear_head_only_runs_keep_their_group_and_other_heads_get_their_own():
     from pipeline.oracle.config import TrainConfig, group_hash
@@ -236,9 +254,11 @@ def test_stacked_flips_need_the_classifier_caches_flipped_logits(tree, tmp_path)
     extract(data, tmp_path / "c", flip_view=False, extra=("--features",))
     args = head_args(root, data, "--head-inputs", "stacked", runs=tmp_path / "r")
     args[args.index("--cache") + 1] = tmp_path / "c"
-    # features without a flipped view are refused first (existing rule); with --no-flip it trains
+    # C's cache lacks the flipped logits, O's features (the same model, another root) have both
+    # views; with --no-flip it trains
     res = run_cli(args + ["--features-cache", root / "cache"], expect=1)
     assert "no flipped view's logits" in res.output and "--no-flip" in res.output
-    assert str(tmp_path / "c") in res.output and not (tmp_path / "r").exists() or \
-        not any((tmp_path / "r").iterdir())
+    assert str(tmp_path / "c") in res.output and "Traceback" not in res.output
+    runs = tmp_path / "r"
+    assert not runs.exists() or not any(runs.iterdir())          # no run folder left behind
     run_cli(args + ["--no-flip"])

@@ -204,19 +204,19 @@ def load_table(cache: ClassifierCache, split: Split, targets: Mapping[str, np.nd
     return table
 
 
-def check_logits(split: Split, need_flip: bool, src: FeatureSource) -> None:
+def check_logits(split: Split, need_flip: bool) -> None:
     """--head-inputs stacked reads the classifier's logits of every view it trains on: refuse a
     classifier cache without the flipped view's logits when training flips (its statistics
-    would be those of the other view), naming the cache and the fix."""
+    would be those of the other view), naming the cache and the fix.  (O = C: a cache with
+    flipped features has them; this is C's cache beside O's features.)"""
     if not need_flip or "logits_flip" in split.cache.manifest["columns"]:
         return
-    same = split.cache.path.resolve() == cache_dir_for(src.root, src.oracle, split.tag).resolve()
-    how = (f"re-extract it with --flip-view:\n  {extract_command(src, split)}" if same else
-           "re-extract it with --flip-view (its own `cli.py extract --classifier ...` command "
-           "plus --flip-view)")
+    name = split.cache.manifest.get("config", {}).get("classifier") or split.cache.identity["model"]
     raise CacheError(f"classifier cache {split.cache.path} (split {split.tag!r}) has no flipped "
                      "view's logits, which --head-inputs stacked needs for the flipped rows "
-                     "--flip trains on (never mixing views). Train with --no-flip, or " + how)
+                     "--flip trains on (never mixing views). Train with --no-flip, or re-extract "
+                     f"it with --flip-view added to its `cli.py extract --classifier {name}` "
+                     "command (the options its manifest.json records under config)")
 
 
 def _feature_dim(cache: ClassifierCache) -> int:

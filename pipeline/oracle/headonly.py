@@ -77,7 +77,7 @@ def run_bank(preps: list[Prepared], info: dist.DistInfo, device: torch.device,
     train_fc = open_features(src, first.train, need_flip=first.cfg.flip, memo=memo)
     eval_fcs = {s.tag: open_features(src, s, need_flip=False, memo=memo) for s in first.evals}
     if first.cfg.head_inputs == "stacked":
-        check_logits(first.train, first.cfg.flip, src)
+        check_logits(first.train, first.cfg.flip)
     build = {"model": first.spec.name, "model_kwargs": first.spec.kwargs,
              "data_config": backbone.identity["data_config"], "head": first.cfg.z,
              "head_only": True, "backbone": backbone.record, **head_kind(first.cfg)}
