@@ -126,6 +126,26 @@ def test_a_bank_of_two_confidnet_heads_equals_two_single_runs(tmp_path):
 
 
 # ----------------------------------------------------------------------- the stacked inputs --
+@pytest.mark.parametrize("arch", ["linear", "confidnet"])
+def test_a_stacked_head_standardises_the_statistics_and_best_pt_carries_the_moments(arch):
+    from pipeline.oracle.heads import head_from_checkpoint, make_head
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(32, 8 + 6, generator=g)
+    mean, std = torch.randn(6, generator=g), torch.rand(6, generator=g) + 0.5
+    torch.manual_seed(0)
+    bank = make_head(arch, 14, True, 1, stacked=True)
+    bank.set_stats(mean, std)
+    ckpt = {"head": bank.state_of(0), "arch": arch, "inputs": "stacked"}
+    alone = head_from_checkpoint(ckpt, True)
+    torch.testing.assert_close(alone(x), bank(x)[:, 0], rtol=0, atol=0)
+    torch.manual_seed(0)
+    plain = make_head(arch, 14, True, None)          # the same weights, no standardisation
+    standardised = torch.cat([x[:, :8], (x[:, 8:] - mean) / std], dim=1)
+    torch.testing.assert_close(alone(x), plain(standardised), rtol=0, atol=0)
+
+
+
 def numpy_stats(logits: np.ndarray) -> np.ndarray:
     z = logits.astype(np.float64)
     e = np.exp(z - z.max(1, keepdims=True))

@@ -47,7 +47,8 @@ class FeatureSession:
     the table's device."""
 
     def __init__(self, table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
-                 head: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, val_rows: np.ndarray,
+                 head: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
+                 val_rows: np.ndarray,
                  tnr_logit: float):
         if schedule.flip and not table.has_flip:
             raise ValueError("the schedule flips rows but the features have no flipped view")

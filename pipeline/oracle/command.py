@@ -60,9 +60,9 @@ def check_head_only_options(ctx: click.Context) -> None:
             raise click.UsageError("--features-cache applies to --head-only training only")
         wrong = [option_of(f).flag for f in HEAD_ONLY if option_of(f).name in given]
         if wrong:
-            raise click.UsageError(f"{' and '.join(wrong)} {'applies' if len(wrong) == 1 else 'apply'}"
-                                   " to --head-only runs only (the head trained on the oracle's "
-                                   "cached features): add --head-only")
+            verb = "applies" if len(wrong) == 1 else "apply"
+            raise click.UsageError(f"{' and '.join(wrong)} {verb} to --head-only runs only (the "
+                                   "head trained on the oracle's cached features): add --head-only")
         return
     wrong = [option_of(f).flag for f in FINE_TUNE_ONLY if option_of(f).name in given]
     if wrong:

@@ -217,14 +217,11 @@ class TrainConfig:
                                          "only: cache root holding the oracle's feature caches. "
                                          "Default: --cache."), "where")
     head_arch: str = setting("linear", Opt(("--head-arch",), type=click.Choice(HEAD_ARCHS),
-                             default="linear", show_default=True, help="--head-only: the head: "
-                             "one linear layer, or ConfidNet's MLP (4 x [Linear 400, ReLU], "
-                             "Linear(400, 1); docs/TRAINING.md)."))
+                             default="linear", show_default=True, help="--head-only: one linear "
+                             "layer, or ConfidNet's MLP (docs/TRAINING.md)."))
     head_inputs: str = setting("features", Opt(("--head-inputs",), type=click.Choice(HEAD_INPUTS),
-                               default="features", show_default=True, help="--head-only: what "
-                               "the head reads: the oracle's features, or stacked: the features "
-                               "and 6 statistics of the classifier's cached logits (MSP, max "
-                               "logit, margin, -entropy, energy, 2-norm MaxLogit-pNorm)."))
+                               default="features", show_default=True, help="--head-only: the "
+                               "features, or them and 6 statistics of the classifier's logits."))
     progress: bool = setting(True, NO_PROGRESS, "runtime", invert=True)
     artifacts: str = setting("artifacts/fashion-mnist", None, "where")   # <artifacts>/runs/<name>
 
@@ -322,8 +319,8 @@ def head_only_misfits(cfg: TrainConfig) -> list[str]:
 
 
 def head_only_settings(cfg: TrainConfig) -> list[str]:
-    """The head-only settings (--head-arch, --head-inputs) a config sets off their default:
-    they choose the head trained on cached features, so a fine-tuned run refuses them."""
+    """The flags of the head-only settings a config sets off their default (refused by
+    fine-tuned runs: they choose the head trained on cached features)."""
     return [option_of(n).flag for n in HEAD_ONLY if getattr(cfg, n) != _default(
         TrainConfig.__dataclass_fields__[n])]
 
