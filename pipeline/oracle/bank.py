@@ -48,8 +48,7 @@ class FeatureSession:
 
     def __init__(self, table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
                  head: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
-                 val_rows: np.ndarray,
-                 tnr_logit: float):
+                 val_rows: np.ndarray, tnr_logit: float):
         if schedule.flip and not table.has_flip:
             raise ValueError("the schedule flips rows but the features have no flipped view")
         self.table, self.schedule, self.head = table, schedule, head
