@@ -105,7 +105,8 @@ def main() -> None:
     a = p.parse_args()
     device = torch.device(a.device)
     if device.type == "cuda":
-        torch.cuda.set_device(device)       # mister_ed puts its tensors on the current device
+        # mister_ed puts its tensors on the current device ("cuda" alone names none: index 0)
+        torch.cuda.set_device(device.index or 0)
     if a.quick:
         models, batches, a.steps = [TINY], [8], 3
     else:

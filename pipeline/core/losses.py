@@ -221,7 +221,8 @@ def variant_tags(cfg: LossConfig, z_head: str | None) -> list[str]:
 
 def loss_label(cfg: LossConfig, tags: list[str]) -> str:
     """Display name: CE, Focal, TCP, SS, "CE (broadcast)", "SS (linear z)", "CE (CB)", ..."""
-    shown = {"broadcast": "broadcast", "linear-z": "linear z", "cb": "CB"}
+    shown = {"broadcast": "broadcast", "linear-z": "linear z", "cb": "CB",
+             "confidnet": "ConfidNet"}
     parts = [shown.get(t, t) for t in tags]
     return LOSSES[cfg.name].label + (f" ({', '.join(parts)})" if parts else "")
 

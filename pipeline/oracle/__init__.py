@@ -3,8 +3,8 @@
 command.py  the click commands   config.py  TrainConfig   defaults.py  what a run's data decides
 prepare.py  caches, rows, loss, run dir   targets.py  samples + their cache   train.py  one run
 sampler.py  deterministic order, flips, held-out rows   loop.py  the one loop; log.py its log
-model.py    backbone + scalar head   losses.py  the losses on z   checkpoint.py  atomic saves
+model.py    backbone + head   heads.py  linear / ConfidNet heads, logit stats   losses.py  on z
 finetune.py fine-tuned runs   step.py  one optimizer step   graph.py  that step as a CUDA graph
-headonly.py --head-only runs  bank.py  P heads at once on features  features.py  feature caches
+headonly.py --head-only runs  bank.py  P heads at once  features.py  feature caches  checkpoint.py
 outputs.py  eval splits -> outputs/<tag>.h5   predict.py  the run's oracle over cached splits;
 deploy.py, threshold.py  predict --images: classifier + oracle on new files, the trust cut"""

@@ -25,28 +25,30 @@ from pipeline.core.losses import LossConfig
 from pipeline.oracle.features import FeatureTable
 from pipeline.oracle.loop import LoopSettings, LoopState, fit
 from pipeline.oracle.losses import HeadLoss
-from pipeline.oracle.model import Head
+from pipeline.oracle.heads import make_head
 from pipeline.oracle.sampler import StepSchedule
 from pipeline.oracle.step import step_counts
 
 
 @torch.no_grad()
-def score(table: FeatureTable, rows: np.ndarray, head: Head, chunk: int = 65536) -> np.ndarray:
+def score(table: FeatureTable, rows: np.ndarray, head: torch.nn.Module,
+          chunk: int = 65536) -> np.ndarray:
     """z (len(rows), P) float32 of the plain view of ``rows``, in chunks of ``chunk`` rows."""
     idx = torch.as_tensor(np.asarray(rows, np.int64), device=table.x.device)
-    out = [head(table.x[idx[i:i + chunk]].float()) for i in range(0, len(idx), chunk)]
+    out = [head(table.inputs(idx[i:i + chunk])) for i in range(0, len(idx), chunk)]
     if not out:
-        return np.zeros((0, head.linear.weight.shape[0]), np.float32)
+        return np.zeros((0, head.heads), np.float32)
     return torch.cat(out).cpu().numpy()
 
 
 class FeatureSession:
     """The loop's session for a bank of head-only heads (``pipeline.oracle.loop.Session``).
-    ``head``: a ``Head`` of P outputs initialised for the runs' seed, on the table's device."""
+    ``head``: a head of P outputs (``pipeline.oracle.heads``) initialised for the runs' seed, on
+    the table's device."""
 
     def __init__(self, table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
-                 head: Head, optimizer: torch.optim.Optimizer, scheduler, val_rows: np.ndarray,
-                 tnr_logit: float):
+                 head: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
+                 val_rows: np.ndarray, tnr_logit: float):
         if schedule.flip and not table.has_flip:
             raise ValueError("the schedule flips rows but the features have no flipped view")
         self.table, self.schedule, self.head = table, schedule, head
@@ -85,7 +87,7 @@ class FeatureSession:
             torch.set_num_threads(1)
         i = step - first
         idx = self.table.index(rows[i], None if flips is None else flips[i])
-        z = self.head(self.table.x[idx].float())
+        z = self.head(self.table.inputs(idx))
         per_head = self.loss(z, self.table.correct[idx], self.table.p_true[idx]).mean(0)
         self.optimizer.zero_grad(set_to_none=True)
         per_head.sum().backward()
@@ -143,6 +145,7 @@ class BankOptim:
     weight_decay: float
     pct_start: float
     cycle_momentum: bool
+    arch: str = "linear"          # --head-arch (pipeline.oracle.heads)
 
 
 def train_heads(table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
@@ -150,9 +153,13 @@ def train_heads(table: FeatureTable, schedule: StepSchedule, losses: list[LossCo
                 logs: list) -> tuple[LoopState, FeatureSession]:
     """One head per entry of ``losses`` (every head the one head ``opt.seed`` gives), SGD and
     OneCycle over ``schedule``, through the loop; returns the loop's state (per head: counts,
-    best step and score, divergence) and the session (best heads, final heads, timing)."""
+    best step and score, divergence) and the session (best heads, final heads, timing).  Stacked
+    inputs are standardised by the moments of the schedule's (training) rows."""
     torch.manual_seed(opt.seed)
-    head = Head(table.x.shape[1], normalised=opt.hyperplane, count=len(losses)).to(table.x.device)
+    head = make_head(opt.arch, table.in_features, opt.hyperplane, len(losses),
+                     stacked=table.stats is not None).to(table.x.device)
+    if table.stats is not None:
+        head.set_stats(*table.stats_moments(schedule.rows))
     sgd = torch.optim.SGD(head.parameters(), lr=opt.lr, momentum=opt.momentum,
                           weight_decay=opt.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(sgd, max_lr=opt.lr, total_steps=schedule.total_steps,

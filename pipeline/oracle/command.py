@@ -11,7 +11,8 @@ from pipeline.core.options import (BATCH_SIZE, DATA, DEVICE, LABELS, NO_PROGRESS
                                    WEIGHTS, WORKERS, FiniteFloatRange, Opt, options,
                                    output_name_option)
 from pipeline.data.sources import default_artifacts
-from pipeline.oracle.config import FINE_TUNE_ONLY, config_from_params, option_of, train_options
+from pipeline.oracle.config import (FINE_TUNE_ONLY, HEAD_ONLY, config_from_params, option_of,
+                                    train_options)
 
 
 def _run_stage2(fn, *args):
@@ -57,6 +58,11 @@ def check_head_only_options(ctx: click.Context) -> None:
     if not ctx.params.get("head_only"):
         if option_of("features_cache").name in given:
             raise click.UsageError("--features-cache applies to --head-only training only")
+        wrong = [option_of(f).flag for f in HEAD_ONLY if option_of(f).name in given]
+        if wrong:
+            verb = "applies" if len(wrong) == 1 else "apply"
+            raise click.UsageError(f"{' and '.join(wrong)} {verb} to --head-only runs only (the "
+                                   "head trained on the oracle's cached features): add --head-only")
         return
     wrong = [option_of(f).flag for f in FINE_TUNE_ONLY if option_of(f).name in given]
     if wrong:

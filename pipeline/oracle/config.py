@@ -31,6 +31,12 @@ from pipeline.core.presets import EMBEDDED_ORACLE, PAPER_ORACLE
 from pipeline.data.sources import default_artifacts
 
 PARTS = ("run", "seed", "where", "runtime")
+HEAD_ARCHS = ("linear", "confidnet")        # pipeline.oracle.heads builds them
+HEAD_INPUTS = ("features", "stacked")
+# settings added after runs existed: at their default they stay out of the group hash, so those
+# runs keep their group (and run directory)
+LATER = ("head_only", "head_arch", "head_inputs")
+HEAD_ONLY = ("head_arch", "head_inputs")    # they apply to --head-only runs only
 PRESET = "[preset]"
 PATH = click.Path(path_type=Path)
 
@@ -210,6 +216,12 @@ class TrainConfig:
     features_cache: str | None = setting(None, Opt(("--features-cache",), type=PATH, help="--head-"
                                          "only: cache root holding the oracle's feature caches. "
                                          "Default: --cache."), "where")
+    head_arch: str = setting("linear", Opt(("--head-arch",), type=click.Choice(HEAD_ARCHS),
+                             default="linear", show_default=True, help="--head-only: one linear "
+                             "layer, or ConfidNet's MLP (docs/TRAINING.md)."))
+    head_inputs: str = setting("features", Opt(("--head-inputs",), type=click.Choice(HEAD_INPUTS),
+                               default="features", show_default=True, help="--head-only: the "
+                               "features, or them and 6 statistics of the classifier's logits."))
     progress: bool = setting(True, NO_PROGRESS, "runtime", invert=True)
     artifacts: str = setting("artifacts/fashion-mnist", None, "where")   # <artifacts>/runs/<name>
 
@@ -275,8 +287,10 @@ def group_hash(config: Mapping[str, Any], train_identity: Mapping[str, Any]) -> 
     """12 hex digits naming everything that defines a run except its seed: the ``run`` part of
     the config, with the paths replaced by the training cache's identity."""
     keep = {k: v for k, v in config.items() if k not in NOT_IN_GROUP}
-    if not keep.get("head_only"):      # fine-tuned runs keep the group they had before --head-only
-        keep.pop("head_only", None)
+    for name in LATER:      # e.g. fine-tuned runs keep the group they had before --head-only
+        default = _default(TrainConfig.__dataclass_fields__[name])
+        if keep.get(name, default) == default:
+            keep.pop(name, None)
     # the weights file by its contents, not its path; runs without --weights keep their group
     sha = keep.pop("weights_sha256", None)
     if keep.get("weights") is not None:
@@ -302,6 +316,13 @@ def head_only_misfits(cfg: TrainConfig) -> list[str]:
     the command line."""
     return [f.metadata["opt"].flag for f in fields(TrainConfig)
             if f.metadata["fine_tune_only"] and getattr(cfg, f.name) != _default(f)]
+
+
+def head_only_settings(cfg: TrainConfig) -> list[str]:
+    """The flags of the head-only settings a config sets off their default (refused by
+    fine-tuned runs: they choose the head trained on cached features)."""
+    return [option_of(n).flag for n in HEAD_ONLY if getattr(cfg, n) != _default(
+        TrainConfig.__dataclass_fields__[n])]
 
 
 def _default(f: Field) -> Any:

@@ -162,8 +162,8 @@ def score_files(samples, models, cfg: DeployConfig, device: torch.device) -> dic
             x_clf, x_orc = (images[0], images[0]) if same else images
             with autocast(clf_prec, device):
                 logits = clf(norm[0](x_clf))
-            with autocast(orc_prec, device):
-                z = orc(norm[1](x_orc))
+            with autocast(orc_prec, device):   # a stacked head reads the classifier's logits
+                z = orc(norm[1](x_orc), logits) if orc.stacked else orc(norm[1](x_orc))
             probs = logits.float().softmax(dim=-1)      # float32 softmax, as extract computes
             rows = rows.numpy()
             out["pred"][rows] = probs.argmax(dim=-1).cpu().numpy()

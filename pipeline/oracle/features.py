@@ -11,7 +11,9 @@ What is loaded (features on the device, the backbone's identity) is kept in a ``
 caller owns: one ``train_head_only`` call, or a whole sweep; it is freed with it.
 
 Shapes: ``FeatureTable.x`` (2N, D) float16/float32 features (rows [0, N) the plain view, [N, 2N)
-the flipped one; one copy of the plain rows when there is no flipped view).
+the flipped one; one copy of the plain rows when there is no flipped view); for a head on stacked
+inputs ``FeatureTable.stats`` (2N, 6) float32, the statistics of the classifier's cached logits of
+the same rows and views (``pipeline.oracle.heads.logit_stats``), raw: the head standardises them.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from cache.schema import (FEATURE_COLUMN, FEATURE_FLIP_COLUMN, CacheError, Cache
                           check_identity)
 from cache.shards import read_column_into
 from pipeline.core.models import build_model, resolve_data_config, weights_sha256
+from pipeline.oracle.heads import logit_stats
 from pipeline.oracle.prepare import Prepared
 from pipeline.oracle.targets import Split, SplitMemo, check_images
 
@@ -47,6 +50,23 @@ class FeatureTable:
     p_true: torch.Tensor         # (2N,) or (N,) float32
     num_rows: int                # N
     has_flip: bool
+    stats: torch.Tensor | None = None    # (2N, 6) or (N, 6): --head-inputs stacked
+
+    @property
+    def in_features(self) -> int:
+        return self.x.shape[1] + (0 if self.stats is None else self.stats.shape[1])
+
+    def inputs(self, idx: torch.Tensor) -> torch.Tensor:
+        """The head's float32 input of rows ``idx`` (positions of ``index``)."""
+        x = self.x[idx].float()
+        return x if self.stats is None else torch.cat([x, self.stats[idx]], dim=1)
+
+    def stats_moments(self, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and std of the statistics over the plain view of ``rows`` (the training rows); a
+        constant statistic gets std 1 (it stays 0 once centred) instead of a division by 0."""
+        s = self.stats[torch.as_tensor(np.asarray(rows, np.int64), device=self.stats.device)]
+        std = s.std(dim=0, unbiased=False)
+        return s.mean(dim=0), torch.where(std > 0, std, torch.ones_like(std))
 
     def index(self, rows: torch.Tensor, flips: torch.Tensor | None) -> torch.Tensor:
         """Row positions of the view shown: the flipped copy (row + N) where flipped."""
@@ -144,16 +164,18 @@ def open_features(src: FeatureSource, split: Split, need_flip: bool,
 
 
 def load_table(cache: ClassifierCache, split: Split, targets: Mapping[str, np.ndarray],
-               with_flip: bool, device: torch.device, memo: FeatureMemo | None = None) -> FeatureTable:
+               with_flip: bool, device: torch.device, memo: FeatureMemo | None = None,
+               stacked: bool = False) -> FeatureTable:
     """Features (both views when ``with_flip``) and the joined targets on ``device``.
 
     ``targets``: the ``correct``/``p_true`` (and ``*_flip``) arrays of C's cache ``split``, indexed
     by global row like the feature cache.  Loaded once: read straight from the shards into one
     (pinned, on CUDA) buffer, copied to the device; a second call with the same cache and
-    ``memo`` (a sweep's stages) reuses it."""
+    ``memo`` (a sweep's stages) reuses it.  ``stacked``: also the statistics of the logits of C's
+    cache ``split`` (the same rows and views; ``check_logits`` says they exist)."""
     memo = memo if memo is not None else FeatureMemo()
     key = (str(cache.path.resolve()), json.dumps(cache.manifest["shards"], sort_keys=True),
-           with_flip, str(device), str(split.cache.path.resolve()))
+           with_flip, str(device), str(split.cache.path.resolve()), stacked)
     if key in memo.tables:
         return memo.tables[key]
     n = cache.num_rows
@@ -169,12 +191,32 @@ def load_table(cache: ClassifierCache, split: Split, targets: Mapping[str, np.nd
     _check_finite(x, n, cache.path)
     keys = (("correct", "correct_flip"), ("p_true", "p_true_flip"))
     cols = [np.concatenate([targets[k] for k in pair[:views]]).astype(np.float32) for pair in keys]
+    stats = None
+    if stacked:
+        logits = split.cache.load(["logits", "logits_flip"][:views])
+        stats = torch.cat([logit_stats(torch.from_numpy(logits[k])) for k in
+                           ("logits", "logits_flip")[:views]]).to(device)
     table = FeatureTable(x, torch.from_numpy(cols[0]).to(device), torch.from_numpy(cols[1]).to(device),
-                         n, with_flip)
+                         n, with_flip, stats)
     if len(memo.tables) >= memo.limit:
         memo.tables.clear()
     memo.tables[key] = table
     return table
+
+
+def check_logits(split: Split, need_flip: bool) -> None:
+    """--head-inputs stacked reads the classifier's logits of every view it trains on: refuse a
+    classifier cache without the flipped view's logits when training flips (its statistics
+    would be those of the other view), naming the cache and the fix.  (O = C: a cache with
+    flipped features has them; this is C's cache beside O's features.)"""
+    if not need_flip or "logits_flip" in split.cache.manifest["columns"]:
+        return
+    name = split.cache.manifest.get("config", {}).get("classifier") or split.cache.identity["model"]
+    raise CacheError(f"classifier cache {split.cache.path} (split {split.tag!r}) has no flipped "
+                     "view's logits, which --head-inputs stacked needs for the flipped rows "
+                     "--flip trains on (never mixing views). Train with --no-flip, or re-extract "
+                     f"it with --flip-view added to its `cli.py extract --classifier {name}` "
+                     "command (the options its manifest.json records under config)")
 
 
 def _feature_dim(cache: ClassifierCache) -> int:

@@ -22,11 +22,11 @@ from pipeline.core.losses import tnr_logit
 from pipeline.oracle.bank import BankOptim, score, train_heads
 from pipeline.oracle.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.oracle.config import TrainConfig, bank_key, head_only_misfits
-from pipeline.oracle.features import (FeatureMemo, check_valid, feature_record, feature_source,
-                                      load_table, open_features, oracle_backbone)
+from pipeline.oracle.features import (FeatureMemo, check_logits, check_valid, feature_record,
+                                      feature_source, load_table, open_features, oracle_backbone)
 from pipeline.oracle.log import StepLog
 from pipeline.oracle.loop import HeadState, TrainingDiverged
-from pipeline.oracle.model import Head
+from pipeline.oracle.heads import head_from_checkpoint
 from pipeline.oracle.outputs import Scorer, finish_run, scored_rows, write_z_outputs
 from pipeline.oracle.prepare import Prepared, claimed, prepare, run_extras, versions, write_val_split
 from pipeline.oracle.train import loop_settings, schedule_of
@@ -76,9 +76,11 @@ def run_bank(preps: list[Prepared], info: dist.DistInfo, device: torch.device,
     src = feature_source(first, backbone)
     train_fc = open_features(src, first.train, need_flip=first.cfg.flip, memo=memo)
     eval_fcs = {s.tag: open_features(src, s, need_flip=False, memo=memo) for s in first.evals}
+    if first.cfg.head_inputs == "stacked":
+        check_logits(first.train, first.cfg.flip)
     build = {"model": first.spec.name, "model_kwargs": first.spec.kwargs,
              "data_config": backbone.identity["data_config"], "head": first.cfg.z,
-             "head_only": True, "backbone": backbone.record}
+             "head_only": True, "backbone": backbone.record, **head_kind(first.cfg)}
     caches = {tag: feature_record(fc) for tag, fc in [(first.train.tag, train_fc), *eval_fcs.items()]}
     extras = [{**run_extras(p, sched), "head_only": True, "feature_caches": caches,
                "oracle_build": build} for p in preps]
@@ -114,9 +116,10 @@ def train_bank(bank: list[Prepared], train_fc: ClassifierCache, device: torch.de
     first = bank[0]
     cfg = first.cfg
     check_valid(train_fc, first.train, np.concatenate([first.train_rows, first.val_rows]))
-    table = load_table(train_fc, first.train, first.targets, cfg.flip, device, memo)
+    table = load_table(train_fc, first.train, first.targets, cfg.flip, device, memo,
+                       stacked=cfg.head_inputs == "stacked")
     optim = BankOptim(cfg.seed, cfg.z == "hyperplane", cfg.lr, cfg.momentum, cfg.weight_decay,
-                      sched["pct_start"], cfg.cycle_momentum)
+                      sched["pct_start"], cfg.cycle_momentum, cfg.head_arch)
     logs = [StepLog(p.run, None, True) for p in bank]
     try:
         state, session = train_heads(
@@ -146,10 +149,17 @@ def _write_trained(prep: Prepared, h: HeadState, best_state: dict | None, final_
         state, step, score_, metric = final_state, total, None, "final"
     save_checkpoint(prep.run.checkpoint(BEST), {
         "head": state, "head_only": True, "step": step, "score": score_, "metric": metric,
-        "group": prep.record["group"], "seed": prep.record["seed"]})
+        "group": prep.record["group"], "seed": prep.record["seed"], **head_kind(prep.cfg)})
     best = {"step": step, "val_aupr_error": score_}
     prep.run.write(prep.record, "scoring", versions(), step=total, best=best, **extra)
     return best
+
+
+def head_kind(cfg: TrainConfig) -> dict:
+    """best.pt's and oracle_build's record of a head other than today's linear one on features
+    (``pipeline.oracle.heads.head_from_checkpoint`` reads it; absent: that one)."""
+    kind = {"arch": cfg.head_arch, "inputs": cfg.head_inputs}
+    return {} if kind == {"arch": "linear", "inputs": "features"} else kind
 
 
 def feature_scorer(prep: Prepared, eval_fcs: dict, device: torch.device, info: dist.DistInfo,
@@ -159,10 +169,7 @@ def feature_scorer(prep: Prepared, eval_fcs: dict, device: torch.device, info: d
     ckpt = load_checkpoint(path)
     if not ckpt.get("head_only"):
         raise CacheError(f"{path} is not a head-only checkpoint")
-    head = Head(ckpt["head"]["linear.weight"].shape[1], normalised=prep.cfg.z == "hyperplane",
-                count=1)
-    head.load_state_dict(ckpt["head"])
-    head = head.to(device)
+    head = head_from_checkpoint(ckpt, prep.cfg.z == "hyperplane", count=1).to(device)
 
     def score_split(split, out_path, rows=None) -> dict:
         cols = split.cache.load(["valid", "correct", "label", "pred", "p_true"])
@@ -170,7 +177,7 @@ def feature_scorer(prep: Prepared, eval_fcs: dict, device: torch.device, info: d
         fc = eval_fcs[split.tag]
         check_valid(fc, split, rows)
         table = load_table(fc, split, {"correct": cols["correct"], "p_true": cols["p_true"]},
-                           False, device, memo)
+                           False, device, memo, stacked=head.stacked)
         z = score(table, rows, head)[:, 0]
         return write_z_outputs(prep.run, split, cols, rows, z, out_path, prep.record, info)
     return score_split

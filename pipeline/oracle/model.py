@@ -8,8 +8,10 @@ and a trained oracle rebuilt from its run directory.
 
 Heads: ``linear`` z = w.x + b (CE, focal, TCP; SS's Table A3 variant) and ``hyperplane``
 z = (w.x + b) / (||w|| + 1e-7), the signed distance to the hyperplane (SS, the authors'
-``Hyperplane`` module).  The head runs in float32 outside autocast: it is tiny, and SS squashes z
-through z / (1 + |z|), where bf16's 8 mantissa bits would be visible.
+``Hyperplane`` module), both ``pipeline.oracle.heads.Head``; a head-only run may train another
+architecture of ``pipeline.oracle.heads`` (ConfidNet's MLP), on stacked inputs.  The head runs in
+float32 outside autocast: it is tiny, and SS squashes z through z / (1 + |z|), where bf16's 8
+mantissa bits would be visible.
 """
 from __future__ import annotations
 
@@ -25,58 +27,29 @@ from pipeline.core.models import (DataConfig, ModelError, ModelSpec, build_model
                                   resolve_data_config, resolve_spec, weights_sha256)
 from pipeline.data.sources import FMNIST_NAME
 from pipeline.oracle.checkpoint import load_checkpoint
-
-HYPERPLANE_EPS = 1e-7
-
-
-class Head(nn.Module):
-    """Scalar heads on the same features.  ``Head(D, normalised)`` is one head, z (B,);
-    ``count=P`` makes a bank of P heads, z (B, P), every head starting from the one head the seed
-    gives (so each follows the trajectory it would follow alone): a head-only sweep's points.
-    ``normalised`` divides each head's output by its weight norm (the signed distance to its
-    hyperplane)."""
-
-    def __init__(self, in_features: int, normalised: bool, count: int | None = None):
-        super().__init__()
-        self.linear = nn.Linear(in_features, 1)      # the seed's draw is that of one head
-        if count is not None and count > 1:
-            self.linear.weight = nn.Parameter(self.linear.weight.detach().repeat(count, 1))
-            self.linear.bias = nn.Parameter(self.linear.bias.detach().repeat(count))
-        self.normalised, self.single = normalised, count is None
-
-    def forward(self, feats: torch.Tensor) -> torch.Tensor:
-        z = self.linear(feats)
-        if self.normalised:
-            z = z / (self.linear.weight.norm(dim=1) + HYPERPLANE_EPS)
-        return z[:, 0] if self.single else z
-
-    def state_of(self, p: int) -> dict:
-        """Head ``p``'s parameters as one head's state dict (CPU copies)."""
-        return {"linear.weight": self.linear.weight[p:p + 1].detach().cpu().clone(),
-                "linear.bias": self.linear.bias[p:p + 1].detach().cpu().clone()}
-
-    @torch.no_grad()
-    def input_grad_norms(self, z_grad: torch.Tensor) -> torch.Tensor:
-        """Per-sample ||dL/dfeats_i|| from dL/dz_i (B,) of one head: z is linear in the
-        features, dz_i/dfeats_i = w (or w / (||w|| + eps) for the hyperplane) for every sample, so
-        the norm is |dL/dz_i| * ||dz/dfeats|| -- the head's input gradient without a second
-        backward."""
-        w = self.linear.weight.detach().float().norm()
-        jac = w / (w + HYPERPLANE_EPS) if self.normalised else w
-        return z_grad.detach().float().abs() * jac
-
+from pipeline.oracle.heads import Head, head_from_checkpoint, logit_stats
 
 class Oracle(nn.Module):
-    """backbone(x) -> pooled features -> one head -> z of shape (B,)."""
+    """backbone(x) -> pooled features -> one head -> z of shape (B,).  A head on stacked inputs
+    (``stacked``) also reads the classifier's logits of the same images (``logits``)."""
 
-    def __init__(self, backbone: nn.Module, head: Head):
+    def __init__(self, backbone: nn.Module, head: nn.Module):
         super().__init__()
         self.backbone, self.head = backbone, head
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    @property
+    def stacked(self) -> bool:
+        return bool(getattr(self.head, "stacked", False))
+
+    def forward(self, x: torch.Tensor, logits: torch.Tensor | None = None) -> torch.Tensor:
         feats = self.backbone(x)
         with torch.autocast(device_type=x.device.type, enabled=False):
-            return self.head(feats.float())
+            feats = feats.float()
+            if self.stacked:
+                if logits is None:
+                    raise ValueError("this oracle's head reads the classifier's logits too")
+                feats = torch.cat([feats, logit_stats(logits)], dim=1)
+            return self.head(feats)
 
 
 def feature_dim(model: nn.Module) -> int:
@@ -139,9 +112,8 @@ def _head_only_oracle(run_dir: Path, info: dict, ckpt: dict) -> Oracle:
                        f"{bb['weights'] or 'the hub weights of ' + info['model']} now holds "
                        f"{found[:12]}...: restore those weights (or re-run the head-only training "
                        "on features of the current ones)")
-    model = attach_head(backbone, info["head"], seed=0)
-    model.head.load_state_dict(ckpt["head"])
-    return model
+    backbone.reset_classifier(0)
+    return Oracle(backbone, head_from_checkpoint(ckpt, info["head"] == "hyperplane")).train()
 
 
 # ------------------------------------------------------- the classifier a cache recorded --

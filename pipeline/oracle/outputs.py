@@ -57,10 +57,14 @@ def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig
     model.eval()
     bar = tqdm(total=len(rows), unit="img", desc=desc, disable=not (progress and info.is_main),
                dynamic_ncols=True, leave=False)
+    # a head on stacked inputs reads the classifier's cached logits of the same rows
+    logits = (torch.from_numpy(split.cache.load(["logits"])["logits"])
+              if getattr(model, "stacked", False) else None)
     with torch.inference_mode():
-        for images, _, _ in loader:
+        for images, idx, _ in loader:
+            extra = () if logits is None else (logits[idx].to(device),)
             with timer.time(len(images)) if timer else nullcontext(), autocast(precision, device):
-                z = model(normalize(images))
+                z = model(normalize(images), *extra)
             n = len(images)
             out[share[pos]:share[pos] + n] = z.float()
             pos += n

@@ -148,7 +148,9 @@ def prepare(cfg: TrainConfig, device: torch.device, splits: SplitMemo | None = N
                   weights_sha256=file_sha256(cfg.weights) if cfg.weights else None,
                   **{name: getattr(loss, name) for name, p in PARAMS.items() if p.recorded})
     config = as_record(cfg)
-    tags = variant_tags(loss, z_head) + (["head-only"] if cfg.head_only else [])
+    tags = variant_tags(loss, z_head) + (["head-only"] if cfg.head_only else []) + \
+        [t for t, on in (("confidnet", cfg.head_arch == "confidnet"),
+                         ("stacked", cfg.head_inputs == "stacked")) if on]
     record = run_record(config, oracle_model=spec.name, variant="+".join(tags),
                         loss_label=loss_label(loss, tags), group=group_hash(config, train.cache.identity),
                         dataset=train.samples.dataset,

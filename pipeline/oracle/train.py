@@ -13,7 +13,7 @@ import torch
 from cache.runs import RunError
 from pipeline.core import dist
 from pipeline.core.models import DataConfig
-from pipeline.oracle.config import TrainConfig
+from pipeline.oracle.config import TrainConfig, head_only_settings
 from pipeline.oracle.finetune import ImageSession, build_objects, resume_state, save_best
 from pipeline.oracle.graph import choose_step
 from pipeline.oracle.log import StepLog
@@ -47,9 +47,10 @@ def train(cfg: TrainConfig, splits: SplitMemo | None = None) -> dict:
     """Run stage 2 for one (oracle, classifier, loss, seed); returns a summary dict.
     (Head-only runs: ``pipeline.oracle.headonly.train_head_only``.)  ``splits``: a sweep's
     listings and image checks, shared by its runs."""
-    if cfg.head_only or cfg.features_cache:
+    if cfg.head_only or cfg.features_cache or head_only_settings(cfg):
         raise RunError("head-only runs are trained by pipeline.oracle.headonly.train_head_only "
-                       "(--features-cache applies to --head-only only)")
+                       f"({', '.join(['--features-cache'] + head_only_settings(cfg))} "
+                       "applies to --head-only runs only)")
     info, device = dist.init(cfg.device)
     prep = prepare(cfg, device, splits)
     with claimed([prep], info, cfg.resume, RESUMES):

@@ -75,8 +75,7 @@ def sweep(fixed_alpha_pos, fixed_alpha_neg, mode, criterion, fine_tune, out, no_
         if data is not None:
             args += ["--data", data]
             ctx = train_oracle.make_context("train-oracle", args + head)
-    if not fine_tune:
-        check_head_only_options(ctx)
+    check_head_only_options(ctx)     # fine-tuned points refuse the head-only options too
     base = config_from_params(ctx.params)
     try:
         swept = {k: parse_values(v, k) for k, v in value_lists.items() if v}
