@@ -36,13 +36,18 @@ def test_plan_is_the_documented_grid():
     assert all("--classifier vit --oracle vit" in l or "--classifier resnet --oracle resnet" in l
                for l in scorers)
     assert sum("--head-inputs stacked" in l for l in scorers) == len(scorers) // 2
-    # the default: fine-tuned pairs with O = C only, one seed; head-only as --full but one seed
-    # of the linear grid; the scorers' three seeds either way
+    # the default: fine-tuned pairs with O = C only, one seed; the linear head-only grid with one
+    # seed; ConfidNet's head 3 seeds and the stacked one 1 seed, of TCP and SS only
     default_trains = [l for l in default if " train-oracle " in l and "--head-only" not in l]
     assert len(default_trains) == 2 * (len(DEMO["losses"]) + len(DEMO["broadcast_losses"]))
     assert all("--classifier vit --oracle vit" in l or "--classifier resnet --oracle resnet" in l
                for l in default_trains) and DEMO["seeds"] == 1
-    assert len(default) == len(full) - 3 * per_seed + len(default_trains) - 2 * per_seed
+    default_scorers = [l for l in default if "--head-arch confidnet" in l]
+    assert DEMO["scorer_losses"] == ("tcp", "ss") and len(default_scorers) == 2 * 2 * (3 + 1)
+    assert not any(f"--loss {l} " in s for s in default_scorers for l in ("ce", "focal"))
+    assert sum("--head-inputs stacked" in l for l in default_scorers) == 2 * 2
+    assert len(default) == (len(full) - 3 * per_seed + len(default_trains) - 2 * per_seed
+                            - len(scorers) + len(default_scorers))
     assert all("--eval-split test-gaussian_noise-5" in l for l in trains + heads + scorers)
     assert sum("--authors-broadcast" in l for l in trains) == 3 * 8
     assert len(set(trains)) == len(trains) and len(set(scorers)) == len(scorers)   # no run twice
@@ -51,7 +56,7 @@ def test_plan_is_the_documented_grid():
     assert [l.split(" --split ")[0] for l in full[-4:-2]] == [
         "python cli.py predict --run RUN_DIR --data artifacts/fashion-mnist/adversarial"] * 2
     no_head = run_cli(["demo", "--dry-run", "--no-head-only"]).output.splitlines()
-    assert len(no_head) == len(default) - per_seed - len(scorers) - 1
+    assert len(no_head) == len(default) - per_seed - len(default_scorers) - 1
     assert not any("--head-only" in l or " sweep " in l or " --features" in l for l in no_head)
     assert full[:2] == ["python cli.py fit-classifier --classifier vit",
                         "python cli.py fit-classifier --classifier resnet"]
@@ -87,13 +92,17 @@ def demo_run(tmp_path_factory):
 def test_demo_prints_commands_and_the_main_table(demo_run):
     out = demo_run["stdout"]
     log = json.loads((demo_run["art"] / "demo.json").read_text())
-    assert [s["stage"] for s in log["steps"]] == ["fit"] * 2 + ["extract"] * 4 + [
-        "attack", "extract"] + ["train"] * 4 + ["predict"] * 4 + ["head-only"] * 4 + [
+    # extract: vit's train, then its test and shifted copy with MC-Dropout; resnet's train +
+    # test, shifted.  Fine-tuned: <vit, vit> only (pairs O = C).  Head-only: the linear grid of
+    # both oracles, ConfidNet's head (3 seeds) and the stacked one (1) on vit's own features, SS.
+    # Every run then scored on the adversarial copy.
+    assert [s["stage"] for s in log["steps"]] == ["fit"] * 2 + ["extract"] * 5 + [
+        "attack", "extract"] + ["train"] * 2 + ["head-only"] * 8 + ["predict"] * 10 + [
         "sweep", "report"]
     assert not log["failed"] and all(s["returncode"] == 0 for s in log["steps"])
     for step in log["steps"]:
         assert f"$ {step['command']}" in out
-    assert "demo finished: 22 commands" in out
+    assert "demo finished: 31 commands" in out
     assert "python cli.py train-oracle --classifier vit --oracle vit" in out    # the sweep's choice
     assert "report: artifacts/fmnist-small/report/report.md (splits test, test-gaussian_noise-5" in out
     assert "### Trust metrics — paper definitions" in out and "| ⟨vit, vit⟩ | CE (broadcast) |" in out
@@ -110,10 +119,16 @@ def test_demo_caches_and_runs(demo_run):
     noisy = ClassifierCache.open(art / "cache" / "vit" / "test-gaussian_noise-5"
                                  ).manifest["summary"]["accuracy"]
     assert 0.3 < clean < 0.95 and noisy < clean                # a realistic share of errors, a shift
+    assert ClassifierCache.open(art / "cache" / "vit" / "test").identity["mc_dropout"][
+        "passes"] == DEMO["mc_dropout"]["passes"]
+    assert "mc_dropout" not in ClassifierCache.open(art / "cache" / "vit" / "train").identity
     runs = sorted((art / "runs").iterdir())
     assert sorted(r.name.rsplit("_", 1)[0] for r in runs) == sorted(
-        f"{o}-vit_{loss}{head}_seed0" for o in ("vit", "resnet") for loss in ("ce_broadcast", "ss")
-        for head in ("", "_head-only"))
+        [f"vit-vit_{loss}_seed0" for loss in ("ce_broadcast", "ss")]
+        + [f"{o}-vit_{loss}_head-only_seed0" for o in ("vit", "resnet")
+           for loss in ("ce_broadcast", "ss")]
+        + [f"vit-vit_ss_head-only_confidnet_seed{s}" for s in range(3)]
+        + ["vit-vit_ss_head-only_confidnet_stacked_seed0"])
     for run in runs:
         record = json.loads((run / "run.json").read_text())
         cfg = record["run"]["config"]
@@ -124,13 +139,9 @@ def test_demo_caches_and_runs(demo_run):
         assert cfg["epochs"] == (EMBEDDED_ORACLE["epochs"] if cfg["head_only"] else 1)
         for tag in ("test", "test-gaussian_noise-5"):
             check_outputs_aligned(run / "outputs" / f"{tag}.h5", art / "cache" / "vit" / tag)
-        # predict: each fine-tuned run on its classifier's adversarial copy of test (head-only
-        # runs come later in the plan and are not scored on it, so a re-run plans the same)
-        adversarial = run / "outputs" / "test-pgd_linf.h5"
-        if cfg["head_only"]:
-            assert not adversarial.exists()
-        else:
-            check_outputs_aligned(adversarial, art / "cache" / "vit" / "test-pgd_linf-vit")
+        # predict: every run, fine-tuned or head-only, on its classifier's adversarial copy
+        check_outputs_aligned(run / "outputs" / "test-pgd_linf.h5",
+                              art / "cache" / "vit" / "test-pgd_linf-vit")
     adv = ClassifierCache.open(art / "cache" / "vit" / "test-pgd_linf-vit")
     attack = json.loads((art / "adversarial" / "test-pgd_linf-vit" / ".attack" / "manifest.json"
                          ).read_text())["summary"]
@@ -152,9 +163,9 @@ def check_outputs_aligned(path, cache_dir):
     np.testing.assert_allclose(conf, 1 / (1 + np.exp(-out["z"].astype(np.float64))), atol=1e-6)
 
 
-# TrustScore needs features: the demo extracts them for train, test and the shifted copy (for
-# the head-only oracles), not for the adversarial split (a note in report.md says so)
-TRUST = {"test": {"TrustScore"}, "test-gaussian_noise-5": {"TrustScore"}, "test-pgd_linf": set()}
+# every split's vit cache has features (TrustScore) and MC-Dropout's columns (rate set at test
+# time only: the embedded vit has no dropout of its own)
+MC = {f"MC-Dropout {s} (rate 0.1 at test time only)" for s in ("MSP", "entropy")}
 
 
 def test_demo_report_has_every_row_and_sane_metrics(demo_run):
@@ -165,14 +176,15 @@ def test_demo_report_has_every_row_and_sane_metrics(demo_run):
     for tag, split in splits.items():
         rows = split["rows"]
         oracle = {(r["oracle"], r["loss_label"]) for r in rows if r["kind"] == "oracle"}
-        losses = ("SS", "CE (broadcast)") + (
-            ("SS (head-only)", "CE (broadcast, head-only)") if tag != "test-pgd_linf" else ())
-        assert oracle == {(o, l) for o in ("vit", "resnet") for l in losses}
+        assert oracle == {("vit", "SS"), ("vit", "CE (broadcast)")} | {
+            (o, l) for o in ("vit", "resnet") for l in ("SS (head-only)",
+                                                        "CE (broadcast, head-only)")} | {
+            ("vit", "SS (head-only, ConfidNet)"), ("vit", "SS (head-only, ConfidNet, stacked)")}
         assert {r["loss_label"] for r in rows if r["kind"] == "baseline"} == {
             "MCP", "Neg. entropy", "Max logit", "Energy", "DOCTOR (D_alpha)",
-            "MSP (temp. scaled)", "MaxLogit-pNorm", "REL-U"} | TRUST[tag]
+            "MSP (temp. scaled)", "MaxLogit-pNorm", "REL-U", "TrustScore"} | MC
         for row in rows:
-            assert row["n"] == 1
+            assert row["n"] == (3 if row["loss_label"] == "SS (head-only, ConfidNet)" else 1)
             for definition in ("paper", "standard"):
                 for name in RANGE_METRICS:
                     cell = row["agg"][definition].get(name)
@@ -187,8 +199,10 @@ def test_demo_report_has_every_row_and_sane_metrics(demo_run):
             assert (report / path).stat().st_size > 1000
     text = (report / "report.md").read_text()
     for title in ("Trust metrics — paper definitions", "Trust metrics — standard definitions",
-                  "Separability (paper Table A4)"):
+                  "Separability (paper Table A4)", "The paper's small-scale table — standard",
+                  "Learned scorers − MCP"):
         assert text.count(title) == 3                            # one per split
+    assert "| paper, CIFAR-10 | MCP | 92.19 | 47.50 |" in text and "|  | SS | 92.19 | 44.69 |" in text
 
 
 def test_bare_commands_find_the_demo_work_complete(demo_run):

@@ -147,15 +147,16 @@ DEMO_ATTACK = dict(attack="pgd_linf", max_samples=1000, precision="fp32", tag="t
 # explicitly, so they stay reproducible.
 # pairs: the fine-tuned <oracle, classifier> pairs of the default demo ("same": O = C only, the
 # pairs of the paper's own-classifier rows; ~35 s a run on a slow 2-core machine is most of the
-# demo's time); --full trains "all" pairs with full_seeds seeds (docs/RESULTS.md).  Head-only
-# runs take a second or two, so every head-only scorer (linear, ConfidNet's head, stacked) trains
-# head_seeds seeds in the default too: the small-scale table and "does anything learned beat the
-# softmax" need three.
+# demo's time); --full trains "all" pairs with full_seeds seeds (docs/RESULTS.md).
 # mc_dropout: the classifier whose evaluated splits (test, shifted, adversarial) the demo extracts
 # with MC-Dropout passes (`extract --mc-dropout 10 --mc-dropout-rate 0.1`: neither embedded
 # classifier was trained with dropout, so timm's drop_rate before the head acts at test time
 # only, and the report's rows say so); its training split is extracted without them.
+# scorer_losses: the losses of those scorers in the default (--full: every loss); ConfidNet's head
+# on features trains head_seeds seeds (the small-scale table's TCP and SS rows), the stacked head
+# `seeds` (a ConfidNet head is ~5 s of CPU a run, 60x the linear head's products).
 DEMO = dict(corruption="gaussian_noise", severity=5, seeds=1, full_seeds=3, head_seeds=3,
+            scorer_losses=("tcp", "ss"),
             mc_dropout=dict(classifier="vit", passes=10, rate=0.1),
             pairs="same", full_pairs="all",
             classifiers=("vit", "resnet"), oracles=("vit", "resnet"),

@@ -13,15 +13,15 @@ from pipeline.data.sources import default_artifacts
 @click.command()
 @click.option("--seeds", type=click.IntRange(1), default=None, help="Seeds 0..N-1 of every "
               "run. Default: presets.DEMO (1, to stay within ~15 minutes on 2 CPU cores).")
-@click.option("--full", is_flag=True, help="The grid of docs/RESULTS.md: 3 seeds of every run "
-              "and every fine-tuned <oracle, classifier> pair (same as --seeds 3 --pairs all); "
-              "runs already trained are skipped.")
+@click.option("--full", is_flag=True, help="The grid of docs/RESULTS.md: 3 seeds of every run, "
+              "every fine-tuned <oracle, classifier> pair and every loss of the head scorers "
+              "(--seeds 3 --pairs all); runs already trained are skipped.")
 @click.option("--pairs", type=click.Choice(["same", "all"]), default=None, help="Fine-tuned "
               "<oracle, classifier> pairs: 'same' (O = C; the default, to stay within ~12 "
               "minutes on 2 CPU cores) or 'all'. Head-only runs cover every pair either way.")
 @click.option("--head-seeds", type=click.IntRange(1), default=None, help="At least this many "
-              "seeds of the learned head scorers on the classifier's own features (ConfidNet's "
-              "head, stacked). Default: presets.DEMO (3; seconds a run).")
+              "seeds of ConfidNet's head on the classifier's own features (the small-scale "
+              "table). Default: presets.DEMO (3; ~5 s a run on the CPU).")
 @options(DATA.but(help="The four Fashion-MNIST idx files, if the embedded copy (Debian package "
                       "dataset-fashion-mnist) is not installed."))
 @click.option("--corruption", type=click.Choice(CORRUPTIONS), default=None, help="Shifted "
@@ -70,6 +70,7 @@ def demo(seeds, full, pairs, head_seeds, data, corruption, severity, classifiers
         seeds=DEMO["full_seeds"] if full else pick(seeds, "seeds"),
         pairs=DEMO["full_pairs"] if full else pick(pairs, "pairs"),
         head_seeds=pick(head_seeds, "head_seeds"),
+        scorer_losses=DEMO["losses"] if full else DEMO["scorer_losses"],
         corruption=pick(corruption, "corruption"), severity=pick(severity, "severity"),
         classifiers=pick(classifiers, "classifiers"), oracles=pick(oracles, "oracles"),
         losses=pick(losses, "losses"), broadcast_losses=pick(broadcast_losses, "broadcast_losses"),

@@ -16,8 +16,9 @@ CLI = Path(__file__).resolve().parents[2] / "cli.py"     # pipeline/demo/plan.py
 BROADCAST = "--authors-broadcast"
 RUN_DIR = "RUN_DIR"        # a predict step's placeholder: one command per matching run
 # The learned scorers on the classifier's own features (O = C), beside the linear head-only grid:
-# ConfidNet's head (the paper's small-scale setup) and the same head fed with the features plus
-# the per-row logit statistics ("stacked").  Every loss, at least DemoConfig.head_seeds seeds.
+# ConfidNet's head (the paper's small-scale setup: at least DemoConfig.head_seeds seeds) and the
+# same head fed with the features plus the per-row logit statistics ("stacked": DemoConfig.seeds),
+# each with DemoConfig.scorer_losses.
 HEAD_SCORERS = {"ConfidNet head": ("--head-arch", "confidnet"),
                 "stacked ConfidNet head": ("--head-arch", "confidnet", "--head-inputs", "stacked")}
 
@@ -36,7 +37,8 @@ class DemoConfig:
     losses: tuple[str, ...] = DEMO["losses"]
     broadcast_losses: tuple[str, ...] = DEMO["broadcast_losses"]
     pairs: str = DEMO["pairs"]              # fine-tuned pairs: "same" (O = C) or "all"
-    head_seeds: int = DEMO["head_seeds"]    # at least this many seeds of the learned head scorers
+    head_seeds: int = DEMO["head_seeds"]    # at least this many seeds of ConfidNet's head
+    scorer_losses: tuple[str, ...] = DEMO["scorer_losses"]   # the losses of HEAD_SCORERS' runs
     fit_args: tuple[str, ...] = ()          # appended to every fit-classifier command (tests)
     extract_args: tuple[str, ...] = ()
     train_args: tuple[str, ...] = ()
@@ -192,10 +194,13 @@ def head_only_steps(cfg: DemoConfig, variants: list, data: tuple, quiet: tuple,
                         "train-oracle", "--head-only", "--classifier", clf, "--oracle", oracle,
                         "--loss", loss, *extra, "--seed", str(seed), *data, "--eval-split",
                         shifted, *quiet, *cfg.head_args), label))
-    for seed in range(max(cfg.seeds, cfg.head_seeds)):
+    seeds = {"ConfidNet head": max(cfg.seeds, cfg.head_seeds),
+             "stacked ConfidNet head": cfg.seeds}
+    for seed in range(max(seeds.values())):
         for clf in [c for c in cfg.classifiers if c in cfg.oracles]:
             for scorer, extra in HEAD_SCORERS.items():
-                for loss in cfg.losses:
+                for loss in [l for l in cfg.losses if l in cfg.scorer_losses
+                             and seed < seeds[scorer]]:
                     steps.append(Step("head-only", (
                         "train-oracle", "--head-only", *extra, "--classifier", clf, "--oracle",
                         clf, "--loss", loss, "--seed", str(seed), *data, "--eval-split", shifted,
