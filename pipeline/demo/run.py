@@ -2,12 +2,13 @@
 would type.
 
 fit-classifier vit, resnet -> extract train + test (with the flipped view and the pooled
-features of both views) and a shifted copy of test (ImageNet-C-style corruption) -> an
-adversarial copy of part of test per classifier (attack, then extract it) -> train-oracle for
-every <oracle, classifier> pair, loss (CE, focal, TCP, SS, plus CE/focal in the authors'
-broadcasting variant) and seed -> predict: every fine-tuned run on its classifier's
-adversarial split -> the same grid head-only (the frozen oracle backbone's cached features)
--> one alpha sweep (<vit, vit> SS, head-only) -> report.
+features of both views; the vit's evaluated splits with MC-Dropout passes too) and a shifted copy
+of test (ImageNet-C-style corruption) -> an adversarial copy of part of test per classifier
+(attack, then extract it) -> train-oracle for the <oracle, classifier> pairs (O = C; --full:
+all), losses (CE, focal, TCP, SS, plus CE/focal in the authors' broadcasting variant) and seeds
+-> the grid of every pair head-only (the frozen oracle backbone's cached features), ConfidNet's
+head and the stacked head on each classifier's own features -> predict: every run on its
+classifier's adversarial split -> one alpha sweep (<vit, vit> SS, head-only) -> report.
 
 Every step is a ``python cli.py ...`` command, printed before it runs so it can be copied: a
 subprocess, except the head-only runs, the sweep and the predictions (seconds each), which run
