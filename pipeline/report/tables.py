@@ -40,7 +40,8 @@ DEFINITION_TEXT = {
               "baseline, with the 95% paired bootstrap interval over test rows (the same "
               "resamples for both rows). AUC in points (the learned scorer is better when "
               "positive), AURC and AUGRC ×10³ (better when negative); 'learned better/worse' "
-              "only where the interval excludes 0.",
+              "only where the interval excludes 0. The strongest post-hoc baseline is the one "
+              "with the best AURC on this split's own rows: a choice that favours the baselines.",
     "separability": "Gaussian fits (unbiased std) to the confidences of correct vs incorrect "
                     "predictions; KL̄ = KL averaged over both directions — the paper formula "
                     "(authors' code, factor 2 missing: identical Gaussians give 0.5) and/or the "
