@@ -33,21 +33,19 @@ from pipeline.data.sources import default_artifacts
 PARTS = ("run", "seed", "where", "runtime")
 HEAD_ARCHS = ("linear", "confidnet")        # pipeline.oracle.heads builds them
 HEAD_INPUTS = ("features", "stacked")
-# settings added after runs existed: at their default they stay out of the group hash, so those
-# runs keep their group (and run directory)
-LATER = ("head_only", "head_arch", "head_inputs")
-HEAD_ONLY = ("head_arch", "head_inputs")    # they apply to --head-only runs only
 PRESET = "[preset]"
 PATH = click.Path(path_type=Path)
 
 
 def setting(default: Any = None, opt: Opt | None = None, part: str = "run", *, factory=None,
-            fine_tune_only: bool = False, bank_free: bool = False, loss: bool = False,
-            invert: bool = False) -> Field:
+            fine_tune_only: bool = False, head_only: bool = False, bank_free: bool = False,
+            loss: bool = False, invert: bool = False, later: bool = False) -> Field:
     """A TrainConfig field: its default, the option that sets it (``invert``: a --no-X flag),
-    and where it belongs (module docstring)."""
-    meta = {"opt": opt, "part": part, "fine_tune_only": fine_tune_only, "bank_free": bank_free,
-            "loss": loss, "invert": invert}
+    and where it belongs (module docstring).  ``head_only``: it applies to --head-only runs
+    only; ``later``: added after runs existed, so at its default it stays out of the group hash
+    (those runs keep their group and run directory)."""
+    meta = {"opt": opt, "part": part, "fine_tune_only": fine_tune_only, "head_only": head_only,
+            "bank_free": bank_free, "loss": loss, "invert": invert, "later": later}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -212,16 +210,18 @@ class TrainConfig:
     head_only: bool = setting(False, Opt(("--head-only",), is_flag=True, help="Freeze the oracle "
                               "backbone and train its head on cached features: `extract "
                               "--features --flip-view` of the ORACLE's model on the same splits "
-                              "(seconds per run). Writes an ordinary run directory."))
+                              "(seconds per run). Writes an ordinary run directory."), later=True)
     features_cache: str | None = setting(None, Opt(("--features-cache",), type=PATH, help="--head-"
                                          "only: cache root holding the oracle's feature caches. "
                                          "Default: --cache."), "where")
     head_arch: str = setting("linear", Opt(("--head-arch",), type=click.Choice(HEAD_ARCHS),
                              default="linear", show_default=True, help="--head-only: one linear "
-                             "layer, or ConfidNet's MLP (docs/TRAINING.md)."))
+                             "layer, or ConfidNet's MLP (docs/TRAINING.md)."), head_only=True,
+                             later=True)
     head_inputs: str = setting("features", Opt(("--head-inputs",), type=click.Choice(HEAD_INPUTS),
                                default="features", show_default=True, help="--head-only: the "
-                               "features, or them and 6 statistics of the classifier's logits."))
+                               "features, or them and 6 statistics of the classifier's logits."),
+                               head_only=True, later=True)
     progress: bool = setting(True, NO_PROGRESS, "runtime", invert=True)
     artifacts: str = setting("artifacts/fashion-mnist", None, "where")   # <artifacts>/runs/<name>
 
@@ -232,6 +232,8 @@ def _meta(key: str, value=True) -> tuple[str, ...]:
 
 NOT_IN_GROUP = tuple(f.name for f in fields(TrainConfig) if f.metadata["part"] != "run")
 FINE_TUNE_ONLY = _meta("fine_tune_only")
+HEAD_ONLY = _meta("head_only")
+LATER = _meta("later")
 BANK_FREE = _meta("bank_free")
 LOSS_OPTIONS = tuple(n for n in _meta("loss") if n != "loss")
 
