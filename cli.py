@@ -8,6 +8,7 @@ frozen config -> one call.
 """
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
@@ -68,11 +69,18 @@ class Group(click.Group):
         except click.UsageError:
             raise       # exit 2 with click's usage text: the options themselves do not fit
         except click.ClickException as err:   # a stage's run error (exit 1): one line, as below
-            click.echo(f"error: {err.format_message()}", err=True)
+            _say(err, err.format_message())
             sys.exit(err.exit_code)
         except _user_errors() as err:
-            click.echo(f"error: {_first_line_of_worker_error(err)}", err=True)
+            _say(err, _first_line_of_worker_error(err))
             sys.exit(1)
+
+
+def _say(err: BaseException, message: str) -> None:
+    """The error's one line; under torchrun, an error every process raised alike
+    (``pipeline.core.dist.EveryRankError``) only from rank 0."""
+    if not (getattr(err, "quiet_off_rank0", False) and os.environ.get("RANK", "0") != "0"):
+        click.echo(f"error: {message}", err=True)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -122,6 +122,25 @@ def test_two_process_torchrun_matches_one_process(stage1, tmp_path):
     assert np.allclose(z1, z2, atol=1e-4)
 
 
+def test_processes_disagreeing_on_the_graph_mode_all_stop_with_one_message(stage1, tmp_path):
+    """Two hosts' launches (torchrun's environment set by hand, as each node's torchrun would)
+    with different --cuda-graph: both stop before any step, one message, nothing written."""
+    data, cache = stage1
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29531", "LOCAL_RANK": "0"}
+    procs = [subprocess.Popen(
+        [sys.executable, "cli.py", *map(str, train_args(data, cache, tmp_path / "run",
+                                                        "--cuda-graph", mode))],
+        cwd=ROOT, env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True) for rank, mode in enumerate(("auto", "off"))]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 1 for p in procs), outs
+    said = [out + err for out, err in outs]
+    assert "rank 0: auto, rank 1: off" in said[0] and "Traceback" not in said[0], said[0]
+    assert "error:" not in said[1] and "Traceback" not in said[1], said[1]
+    assert not (tmp_path / "run").exists()     # refused before the run was written
+
+
 def test_gradient_accumulation_keeps_the_global_batch(stage1, tmp_path):
     data, cache = stage1
     common = ("--lr", 0.05, "--val-fraction", 0)

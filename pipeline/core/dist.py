@@ -7,7 +7,14 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as tdist
 
+from cache.runs import RunError
 from pipeline.core.options import check_device
+
+
+class EveryRankError(RunError):
+    """An error every process raises alike (they agreed on it through a collective): rank 0
+    prints it, the others exit quietly, so torchrun's output holds one message."""
+    quiet_off_rank0 = True
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,38 @@ def sum_int(info: DistInfo, value: int) -> int:
         t = t.cuda()
     tdist.all_reduce(t)
     return int(t.item())
+
+
+def gather_objects(info: DistInfo, value) -> list:
+    """Every rank's ``value`` (picklable), in rank order (a collective: every rank calls it)."""
+    if not info.enabled:
+        return [value]
+    out: list = [None] * info.world
+    tdist.all_gather_object(out, value)
+    return out
+
+
+def mean_flat(tensors: list[torch.Tensor], world: int) -> list[torch.Tensor]:
+    """The mean over ranks of ``tensors`` (one dtype), as views of one flat buffer: one
+    all-reduce (NCCL's fastest form, and capturable in a CUDA graph).  Divided by ``world``
+    before the sum, as DDP divides its buckets."""
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    flat.div_(world)
+    tdist.all_reduce(flat)
+    return [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in tensors]), tensors)]
+
+
+@torch.no_grad()
+def broadcast_flat(tensors: list[torch.Tensor], src: int = 0) -> None:
+    """Overwrite ``tensors`` with rank ``src``'s values, one broadcast per dtype."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for t in tensors:
+        by_dtype.setdefault(t.dtype, []).append(t)
+    for group in by_dtype.values():
+        flat = torch.cat([t.reshape(-1) for t in group])
+        tdist.broadcast(flat, src)
+        torch._foreach_copy_(group, [v.view_as(t) for v, t in
+                                     zip(flat.split([t.numel() for t in group]), group)])
 
 
 def shutdown(info: DistInfo) -> None:

@@ -25,7 +25,9 @@ def _run_stage2(fn, *args):
     except LossOptionError as err:
         raise click.UsageError(str(err)) from None
     except RunError as err:
-        raise click.ClickException(str(err)) from None
+        raised = click.ClickException(str(err))
+        raised.quiet_off_rank0 = getattr(err, "quiet_off_rank0", False)   # cli.py: one message
+        raise raised from None
 
 
 @click.command("train-oracle")

@@ -7,6 +7,7 @@ so a killed run resumes exactly.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -37,22 +38,34 @@ def build_objects(prep: Prepared, info: dist.DistInfo, device: torch.device,
     model = model.to(device)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    ddp = None
-    step_model = model
-    if info.enabled:
-        step_model = ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if cfg.compile:
-        step_model = torch.compile(step_model)
+    step_model = torch.compile(model) if cfg.compile else model   # DDP comes with the step
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                           weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(
         opt, max_lr=cfg.lr, total_steps=sched["total_steps"], pct_start=sched["pct_start"],
         cycle_momentum=cfg.cycle_momentum)
-    objs = TrainObjects(model, step_model, ddp, opt, scheduler, grad_scaler(cfg.precision, device),
+    objs = TrainObjects(model, step_model, None, opt, scheduler, grad_scaler(cfg.precision, device),
                         GpuNormalize(data_cfg, device, cfg.channels_last),
                         prep.loss, cfg.precision, device, info,
                         tnr_logit(cfg.loss, prep.record["num_classes"]))
     return objs, data_cfg
+
+
+def distribute(objs: TrainObjects, graphed: bool) -> TrainObjects:
+    """The objects for several processes (torchrun); one process: unchanged.  The eager step
+    runs through DDP (its hooks all-reduce the gradients).  The graphed step averages them
+    itself (``pipeline.oracle.graph``), and DDP must not wrap it: DDP keeps the parameters'
+    AccumulateGrad nodes from its construction on the default stream, and backward on the capture
+    stream would then sync with the default stream, which invalidates the capture.  So only what
+    DDP's construction does is done: rank 0's weights and buffers broadcast to the others."""
+    if not objs.info.enabled:
+        return objs
+    if graphed:
+        dist.broadcast_flat([*objs.model.parameters(), *objs.model.buffers()])
+        return objs
+    ddp = DDP(objs.step_model, device_ids=[objs.device.index] if objs.device.type == "cuda"
+              else None)
+    return replace(objs, step_model=ddp, ddp=ddp)
 
 
 def save_best(run: RunDir, objs: TrainObjects, record: dict, step: int, score: float | None,

@@ -15,6 +15,17 @@ first step exactly), so ``last.pt`` is the same object as in eager mode and a ru
 either mode.  ``p -= lr b`` rounds twice where torch's fused ``add_(b, alpha=-lr)`` may round
 once: graphed and eager runs agree to the last bits of some weights, not bit for bit.
 
+Several processes (torchrun).  DDP all-reduces gradients from autograd hooks on the host, which a
+graph cannot hold, so the graphed step runs the model without DDP (``finetune.distribute``) and
+averages the gradients itself inside the graph: one all-reduce of all gradients flattened into
+one buffer (divided by the world size first, as DDP does), then the same SGD update on every
+process; BatchNorm's running statistics are broadcast from rank 0 after the step (DDP broadcasts
+them before each forward).  NCCL collectives are captured like any kernel (NCCL >= 2.9.6).
+Every process must take the same path: the requested mode and whether capture is possible are
+compared across processes before any step (``agree``), and a capture that fails in one process
+stops every process with one message (a process that fell back alone would wait forever for the
+others' collectives).
+
 Capture.  Warm-up steps on a side stream (cuBLAS/cuDNN set-up, autograd's buffers), then the
 capture.  The warm-up steps would move the weights, so every parameter, buffer and momentum
 buffer and the RNG state are copied before and put back after: the first replay is the real
@@ -32,6 +43,7 @@ import numpy as np
 import torch
 
 from cache.runs import RunError
+from pipeline.core import dist
 from pipeline.oracle.sampler import StepSchedule, derive_seed
 from pipeline.oracle.step import TargetTable, TrainObjects, forward_backward, train_step
 
@@ -45,8 +57,6 @@ def unsupported(objs: TrainObjects, accum_steps: int) -> str | None:
     group = objs.optimizer.param_groups
     if objs.device.type != "cuda":
         return f"the device is {objs.device.type} (CUDA graphs need a CUDA device)"
-    if objs.info.enabled:
-        return "several processes: DDP all-reduces gradients from host-side hooks"
     if accum_steps != 1:
         return "--accum-steps > 1"
     if objs.scaler.is_enabled():
@@ -64,9 +74,9 @@ def choose_step(objs: TrainObjects, mode: str, accum_steps: int,
     where possible, else eager with one line saying why; ``on``: refuse where impossible."""
     if mode not in GRAPH_MODES:
         raise RunError(f"--cuda-graph {mode!r}: expected one of {GRAPH_MODES}")
+    why = agree(objs.info, mode, None if mode == "off" else unsupported(objs, accum_steps))
     if mode == "off":
         return train_step, {"mode": "eager", "requested": mode}
-    why = unsupported(objs, accum_steps)
     if why is None:
         graphed = GraphedStep(objs, mode, say)
         return graphed, graphed.record
@@ -76,6 +86,23 @@ def choose_step(objs: TrainObjects, mode: str, accum_steps: int,
     if objs.device.type == "cuda" and objs.info.is_main:   # on a CPU there is nothing to miss
         say(f"note: training step not captured in a CUDA graph ({why}); running it eagerly")
     return train_step, {"mode": "eager", "requested": mode, "reason": why}
+
+
+def agree(info: dist.DistInfo, mode: str, why: str | None) -> str | None:
+    """The reason the step cannot be captured in ANY process (prefixed with its rank), or None;
+    refuses processes launched with different --cuda-graph modes."""
+    if not info.enabled:
+        return why
+    views = dist.gather_objects(info, (mode, why))
+    modes = sorted({m for m, _ in views})
+    if len(modes) > 1:
+        raise dist.EveryRankError("the processes were launched with different --cuda-graph modes ("
+                       + ", ".join(f"rank {r}: {m}" for r, (m, _) in enumerate(views))
+                       + "); launch every process with the same --cuda-graph")
+    reasons = {r: w for r, (_, w) in enumerate(views) if w is not None}
+    if len(set(reasons.values())) == 1 and len(reasons) == info.world:
+        return next(iter(reasons.values()))            # the same reason everywhere
+    return "; ".join(f"rank {r}: {w}" for r, w in reasons.items()) or None
 
 
 @torch.no_grad()
@@ -93,20 +120,22 @@ class GraphedStep:
     """``train_step``'s signature and results; captures at its first call (after any resume)."""
 
     def __init__(self, objs: TrainObjects, mode: str, say: Callable[[str], None]):
-        self.objs, self.mode, self.say = objs, mode, say
+        self.objs, self.mode, self.say = objs, mode, say      # never DDP-wrapped (finetune.distribute)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.record = {"mode": "cuda_graph", "requested": mode}
 
     def __call__(self, objs: TrainObjects, batches: Iterator, step: int, schedule: StepSchedule,
                  slices: list[slice], targets: TargetTable):
-        if self.record["mode"] == "eager":     # capture failed earlier (auto)
+        if self.record["mode"] == "eager":     # capture failed earlier (auto, one process)
             return train_step(objs, batches, step, schedule, slices, targets)
         rows, flips = schedule.batch_rows(step), schedule.batch_flips(step)
+        o_all, _ = targets.lookup(rows, flips)     # the global batch's (broadcast variant)
+        rows, flips = rows[slices[0]], flips[slices[0]]     # this process's share
         o, pt = targets.lookup(rows, flips)
         images, got, _ = next(batches)
         if not np.array_equal(got.numpy(), rows):
             raise RuntimeError(f"step {step + 1}: loader delivered rows out of schedule")
-        inputs = (images, o, pt, torch.from_numpy(flips))
+        inputs = (images, o, pt, torch.from_numpy(flips), o_all)
         if self.graph is None:
             if not self._capture(inputs, step, schedule):
                 return train_step(objs, iter([(images, got, None)]), step, schedule, slices,
@@ -129,21 +158,27 @@ class GraphedStep:
         self.momentum.fill_(group["momentum"])
         torch.manual_seed(derive_seed(schedule.seed, "torch", step, self.objs.info.rank))
 
-    def _body(self):
+    def _body(self, collectives: bool = True):
+        """One step; ``collectives=False`` (warm-up) leaves out the cross-process averaging."""
         objs = self.objs
-        images, o, pt, flip = self.static
-        coef = objs.loss.broadcast_coefficients(o, len(o)) if objs.loss.broadcast else None
+        images, o, pt, flip, o_all = self.static
+        coef = objs.loss.broadcast_coefficients(o_all, len(o)) if objs.loss.broadcast else None
         loss, counts, grads = forward_backward(objs, images, o, pt, flip, coef, 1,
                                                autocast_cache=False)
         params = [p for p in objs.optimizer.param_groups[0]["params"] if p.grad is not None]
+        g = [p.grad for p in params]
+        if objs.info.enabled and collectives:
+            g = dist.mean_flat(g, objs.info.world)
         state = objs.optimizer.state
-        sgd_update(params, [p.grad for p in params],
-                   [state[p]["momentum_buffer"] for p in params], self.lr, self.momentum,
-                   objs.optimizer.param_groups[0]["weight_decay"])
+        sgd_update(params, g, [state[p]["momentum_buffer"] for p in params], self.lr,
+                   self.momentum, objs.optimizer.param_groups[0]["weight_decay"])
+        if objs.info.enabled and collectives:
+            dist.broadcast_flat(list(objs.model.buffers()))
         return loss, counts, grads
 
     def _capture(self, inputs, step: int, schedule: StepSchedule) -> bool:
-        """Warm up, capture, restore the state the warm-up moved.  False: fell back (auto)."""
+        """Warm up, capture, restore the state the warm-up moved.  False: fell back (auto, one
+        process).  Under torchrun every process learns whether all captured before any goes on."""
         objs, dev = self.objs, self.objs.device
         opt = objs.optimizer
         for p in opt.param_groups[0]["params"]:
@@ -153,6 +188,7 @@ class GraphedStep:
         self.lr = torch.zeros((), device=dev)
         self.momentum = torch.zeros((), device=dev)
         saved = _snapshot(objs)
+        error = None
         try:
             self._load(inputs, step, schedule)
             side = torch.cuda.Stream(dev)
@@ -160,30 +196,46 @@ class GraphedStep:
             with torch.cuda.stream(side):
                 for _ in range(WARMUP_STEPS):
                     opt.zero_grad(set_to_none=True)
-                    self._body()
+                    self._body(collectives=False)
             torch.cuda.current_stream(dev).wait_stream(side)
-            opt.zero_grad(set_to_none=True)
-            self.graph = torch.cuda.CUDAGraph()
-            # thread_local: the DataLoader's pin-memory thread keeps calling CUDA meanwhile
-            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
-                self.outputs = self._body()
-        except torch.cuda.OutOfMemoryError:
-            self.graph = None
-            _restore(objs, saved)
-            raise                  # as in eager mode: a smaller --batch-size is the fix
-        except Exception as err:   # an op that syncs or cannot be captured
-            self.graph = None
-            _restore(objs, saved)
-            opt.zero_grad(set_to_none=True)
-            if self.mode == "on":
-                raise RunError(f"--cuda-graph on: capturing the training step failed ({err}); "
-                               "use --cuda-graph off") from err
-            self.record.update(mode="eager", reason=f"capture failed: {err}")
-            self.say(f"note: capturing the training step in a CUDA graph failed ({err}); "
-                     "running it eagerly")
-            return False
+        except Exception as err:       # OOM, or an op that syncs or cannot run
+            error = err
+        # capture only where every process warmed up (the captured all-reduce is collective;
+        # NCCL's communicator already exists: DDP's parameter broadcast created it)
+        if dist.all_ok(objs.info, error is None):
+            try:
+                opt.zero_grad(set_to_none=True)
+                self.graph = torch.cuda.CUDAGraph()
+                # thread_local: the DataLoader's pin-memory thread keeps calling CUDA meanwhile
+                with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+                    self.outputs = self._body()
+            except Exception as err:   # an op that syncs or cannot be captured
+                error = err
+        failed = self._agree_on_capture(error)
         _restore(objs, saved)
-        return True
+        if failed is None:
+            return True
+        self.graph = None
+        opt.zero_grad(set_to_none=True)
+        if isinstance(error, torch.cuda.OutOfMemoryError) and not objs.info.enabled:
+            raise error
+        if self.mode == "on" or objs.info.enabled:
+            how = "every process stopped; " if objs.info.enabled else ""
+            raise (dist.EveryRankError if objs.info.enabled else RunError)(
+                f"--cuda-graph {self.mode}: capturing the training step failed ({failed}); "
+                f"{how}use --cuda-graph off") from error
+        self.record.update(mode="eager", reason=f"capture failed: {failed}")
+        self.say(f"note: capturing the training step in a CUDA graph failed ({failed}); "
+                 "running it eagerly")
+        return False
+
+    def _agree_on_capture(self, error: Exception | None) -> str | None:
+        """None when every process captured; else the failures, named by rank."""
+        if not self.objs.info.enabled:
+            return None if error is None else str(error)
+        errors = dist.gather_objects(self.objs.info, None if error is None else str(error))
+        bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e is not None]
+        return "; ".join(bad) or None
 
 
 def _snapshot(objs: TrainObjects) -> dict:

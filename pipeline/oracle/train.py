@@ -14,7 +14,8 @@ from cache.runs import RunError
 from pipeline.core import dist
 from pipeline.core.models import DataConfig
 from pipeline.oracle.config import TrainConfig, head_only_settings
-from pipeline.oracle.finetune import ImageSession, build_objects, resume_state, save_best
+from pipeline.oracle.finetune import (ImageSession, build_objects, distribute, resume_state,
+                                      save_best)
 from pipeline.oracle.graph import choose_step
 from pipeline.oracle.log import StepLog
 from pipeline.oracle.loop import (LoopSettings, LoopState, TrainingDiverged, fit,
@@ -68,6 +69,7 @@ def _train_claimed(prep: Prepared, info: dist.DistInfo, device: torch.device) ->
     if prep.state == "resume":
         state = resume_state(prep.run, objs, prep.record["group"])
     step_fn, step_path = choose_step(objs, prep.cfg.cuda_graph, prep.cfg.accum_steps)
+    objs = distribute(objs, step_path["mode"] == "cuda_graph")
     extras = {**run_extras(prep, sched), "oracle_build": oracle_build(prep, data_cfg),
               "step_path": step_path}   # the dict a failed capture updates (auto: eager)
     write_val_split(prep, info)
