@@ -19,8 +19,10 @@ each to full ImageNet and to the paper's grid.
    `python bench/runbook_table.py` turns a committed copy into the runbook's time table.
 Runbook sections run (--steps): extract (1), train (2), report (3), corrupt (4), attack (6),
 head-only (8), and stylized (7, not by default); section 5 needs weight files and is not run.
-The runbook's outputs start afresh each time (a resumed step would time its skip); the generated
-tree is reused by a later call with the same settings, refused with other ones.
+The runbook's outputs start afresh each time (a resumed step would time its skip), unless
+--continue runs further --steps after an earlier --keep call (e.g. two device commands of under
+10 minutes each); the generated tree is reused by a later call with the same settings, refused
+with other ones.
 """
 from __future__ import annotations
 
@@ -78,6 +80,8 @@ def parse(argv=None) -> argparse.Namespace:
                    help="a settings-block variable (e.g. ORACLES=vit)")
     p.add_argument("--tiny", action="store_true", help="tiny models (CPU test)")
     p.add_argument("--keep", action="store_true", help="keep the JPEGs and the runbook's outputs")
+    p.add_argument("--continue", dest="cont", action="store_true", help="run --steps after those "
+                   "of an earlier --keep call with the same settings (one JSON for all of them)")
     p.add_argument("--procs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--json", type=Path, default=None)
     return p.parse_args(argv)
@@ -88,10 +92,6 @@ def settings(a: argparse.Namespace) -> dict:
     unknown = [s for s in steps if s not in SECTIONS]
     if unknown:
         raise Refused(f"--steps {','.join(unknown)}: unknown; choose from {','.join(SECTIONS)}")
-    for s in steps:
-        if NEEDS.get(s, set()) - set(steps):
-            raise Refused(f"--steps {s} needs {','.join(sorted(NEEDS[s] - set(steps)))} (the "
-                          "runbook's earlier sections; the outputs start afresh): add them")
     grid = dict(GRID)
     for item in a.set:
         name, sep, value = item.partition("=")
@@ -105,11 +105,30 @@ def settings(a: argparse.Namespace) -> dict:
             "tiny": a.tiny, "grid": grid, "launch": a.launch, "steps": steps}
 
 
-def claim(out: Path, s: dict) -> bool:
+def check_steps(s: dict, done: list[str]) -> None:
+    """Each step's earlier sections run in this call or (--continue) in the earlier ones."""
+    again = sorted(set(s["steps"]) & set(done))
+    if again:
+        raise Refused(f"--continue --steps {','.join(again)}: run before in this --out (a re-run "
+                      "would time the runbook skipping its complete work); leave them out")
+    for step in s["steps"]:
+        missing = NEEDS.get(step, set()) - set(s["steps"]) - set(done)
+        if missing:
+            raise Refused(f"--steps {step} needs {','.join(sorted(missing))} (the runbook's "
+                          "earlier sections) in this call, or before it with --keep and then "
+                          "--continue: add them")
+
+
+def claim(out: Path, s: dict, cont: bool) -> bool:
     """Check --out before anything is written; True when its generated tree can be reused."""
     record = out / SETTINGS
-    if record.is_file():
-        old = json.loads(record.read_text())
+    old = json.loads(record.read_text()) if record.is_file() else None
+    if cont and (old is None or not (out / RUNBOOK).is_dir()):
+        raise Refused(f"--continue: --out {out} holds no kept rehearsal (run one with --keep)")
+    check_steps(s, old.get("done", []) if cont else [])
+    if cont:
+        s["done"] = old.get("done", [])
+    if old is not None:
         data_keys = ("train", "val", "classes", "right", "seed", "tiny")   # what the tree depends on
         diff = [f"{k} {old.get(k)} (now {s[k]})" for k in data_keys if old.get(k) != s[k]]
         diff += [f"{k} {old['grid'].get(k)!r} (now {s['grid'][k]!r})" for k in ("CLASSIFIERS", "PREP")
@@ -181,8 +200,9 @@ def shim_env(out: Path, s: dict, a, tiny: Path | None) -> dict:
 
 def run_runbook(out: Path, s: dict, env: dict) -> tuple[int, list[dict]]:
     runbook, log = out / RUNBOOK, out / LOG
-    shutil.rmtree(runbook, ignore_errors=True)       # afresh: a resumed step would time its skip
-    log.unlink(missing_ok=True)
+    if "done" not in s:          # afresh, but after --continue: a resumed step would time its skip
+        shutil.rmtree(runbook, ignore_errors=True)
+        log.unlink(missing_ok=True)
     wanted = {SECTIONS[name] for name in s["steps"]}
     body = "\n".join(code for heading, code in bash_blocks()[1:] if section(heading) in wanted)
     overrides = {"IMAGENET": out / DATA, "IMAGENET_C": runbook / "imagenet-c-local",
@@ -236,7 +256,7 @@ def main(argv=None) -> int:
     try:
         s = settings(a)
         out = a.out.resolve()
-        reuse = claim(out, s)
+        reuse = claim(out, s, a.cont)
         need = check_disk(out, s, reuse)
     except Refused as err:
         print(f"error: {err}", file=sys.stderr)
@@ -248,6 +268,9 @@ def main(argv=None) -> int:
     env = shim_env(out, s, a, tiny_checkpoints(out / "tiny") if s["tiny"] else None)
     info = make_data(out, s, a, env, reuse)
     rc, records = run_runbook(out, s, env)
+    if rc == 0:
+        s["done"] = s.get("done", []) + s["steps"]
+        (out / SETTINGS).write_text(json.dumps(s, indent=2))
     measured = plan.steps([r for r in records if r["rc"] == 0], s) if records else []
     result = {"status": "complete" if rc == 0 else "failed", "environment": environment(device),
               "settings": s, "generation": info, "disk_estimate_bytes": need,

@@ -80,19 +80,19 @@ def classify(args: list[str], s: dict) -> dict:
         what = "+".join(splits) if role == "imagenet" else role
         step = " ".join([cmd, what, *flags])
         return {"step": step, "model": model if cmd != "corrupt" else "", "rows": rows,
-                "full_rows": full, "scale": "by images"}
+                "full_rows": full, "scale": "by images", "disk_fixed": False}
     if cmd == "train-oracle" and "--head-only" not in args:
         rows = min(trained, s["train_rows"] or trained)
         return {"step": "train-oracle (fine-tuned)", "model": model, "rows": rows,
                 "full_rows": full_trained, "scale": "by rows trained (start-up and scoring "
-                "included: an upper bound)"}
+                "included: an upper bound)", "disk_fixed": True}
     if cmd in ("train-oracle", "sweep"):
         step = "train-oracle --head-only" if cmd == "train-oracle" else "sweep (head-only bank)"
         return {"step": step, "model": model, "rows": trained, "full_rows": full_trained,
-                "scale": "by rows trained"}
+                "scale": "by rows trained", "disk_fixed": True}
     step = "report --export fd-shifts" if "--export" in args else cmd
     return {"step": step, "model": "", "rows": s["val"], "full_rows": N_VAL,
-            "scale": "by val rows"}
+            "scale": "by val rows", "disk_fixed": True}
 
 
 def steps(records: list[dict], s: dict) -> list[dict]:
@@ -115,7 +115,9 @@ def steps(records: list[dict], s: dict) -> list[dict]:
     for g in groups.values():
         g["rows_per_s"] = g["rows"] / g["wall_s"]
         g["full_min"] = g["wall_s"] * g["full_rows"] / g["rows"] / 60 / g["commands"]
-        g["full_disk_bytes"] = g["disk_bytes"] * g["full_rows"] / g["rows"] / g["commands"]
+        # checkpoints and report files do not grow with the rows; caches and images do
+        g["full_disk_bytes"] = g["disk_bytes"] / g["commands"] * (
+            1 if g["disk_fixed"] else g["full_rows"] / g["rows"])
         out.append(g)
     return out
 

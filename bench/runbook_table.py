@@ -110,8 +110,9 @@ def sentences(r: dict | None, t: dict | None, d: dict | None) -> list[str]:
 
 
 def render(r: dict | None, t: dict | None, d: dict | None) -> str:
-    head = ("| step | model | measured rows/s | at ImageNet scale, per command | peak RSS GB | "
-            "peak GPU GB | disk at ImageNet GB |\n|---|---|---|---|---|---|---|")
+    head = ("| step | model | measured rows/s | at ImageNet scale, per command | peak RSS GB "
+            "(rehearsal) | peak GPU GB (rehearsal) | disk at ImageNet GB, per command |\n"
+            "|---|---|---|---|---|---|---|")
     if r:
         e, s = r["environment"], r["settings"]
         source = (f"Measured by `bench/rehearse_imagenet.py` on {e['device_name']} ({e['cpus']} CPU "

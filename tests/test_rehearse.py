@@ -140,3 +140,16 @@ def test_the_grid_is_given_only_when_every_part_was_measured():
         sum(full["minutes"].values()) / 60)
     train = next(m for m in steps if m["step"] == "train-oracle (fine-tuned)")["full_min"]
     assert full["minutes"]["train-oracle (fine-tuned)"] == pytest.approx(4 * 18 * train)
+
+
+def test_continue_needs_a_kept_rehearsal_and_new_steps(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert f"--continue: --out {out} holds no kept rehearsal (run one with --keep)" in refused(
+        capsys, ["--out", str(out), *TINY, "--continue", "--steps", "attack"])
+    (out / rehearse_imagenet.RUNBOOK).mkdir(parents=True)
+    settings = rehearse_imagenet.settings(rehearse_imagenet.parse(["--out", str(out), *TINY]))
+    (out / rehearse_imagenet.SETTINGS).write_text(json.dumps({**settings, "done": ["extract"]}))
+    assert "--continue --steps extract: run before in this --out" in refused(
+        capsys, ["--out", str(out), *TINY, "--continue", "--steps", "extract,train"])
+    assert "--steps attack needs train (the runbook's earlier sections)" in refused(
+        capsys, ["--out", str(out), *TINY, "--continue", "--steps", "attack"])
