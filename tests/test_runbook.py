@@ -21,10 +21,10 @@ import pytest
 from cache.outputs import read_outputs
 from cache.reader import ClassifierCache
 from cache.schema import CLASSIFIER_COLUMNS, FLIP_COLUMNS, ORACLE_COLUMNS
+from bench.runbook import DOC, bash_blocks, shell_script
 from conftest import ROOT
 from oracle_fixtures import PALETTE, TINY_VIT_KWARGS, write_colour_tree
 
-DOC = ROOT / "docs" / "IMAGENET.md"
 SHIM = ROOT / "tests" / "runbook_shim.py"
 TINY_MODELS = {  # name in the runbook -> tiny timm model standing in for the hub weights
     "vit": ("vit_tiny_patch16_224", {**TINY_VIT_KWARGS, "num_classes": 3}, (0.5,) * 3, (0.5,) * 3),
@@ -32,22 +32,6 @@ TINY_MODELS = {  # name in the runbook -> tiny timm model standing in for the hu
 }
 OFFLINE_NAMES = {"vit": "vit_base_patch16_384.orig_in21k_ft_in1k.pth",
                  "resnet": "resnet50.tv_in1k.pth"}
-
-
-def bash_blocks() -> list[tuple[str, str]]:
-    """(section heading, code) of every ```bash block, in document order."""
-    blocks, heading = [], ""
-    lines = DOC.read_text().splitlines()
-    i = 0
-    while i < len(lines):
-        if lines[i].startswith("## "):
-            heading = lines[i][3:].strip()
-        if lines[i].strip() == "```bash":
-            j = lines.index("```", i + 1)
-            blocks.append((heading, "\n".join(lines[i + 1:j])))
-            i = j
-        i += 1
-    return blocks
 
 
 def mixed_correctness_seed(spec) -> tuple[int, object]:
@@ -96,13 +80,7 @@ def world(tmp_path_factory) -> dict:
 
 
 def run_script(world: dict, body: str, settings: dict, name: str) -> subprocess.CompletedProcess:
-    prelude = "\n".join([
-        "set -euo pipefail",
-        f'python() {{ "{sys.executable}" "{SHIM}" "$@"; }}',
-        f'torchrun() {{ "{sys.executable}" "{SHIM}" --torchrun "$@"; }}'])
-    overrides = "\n".join(f"{k}={json.dumps(str(v))}" for k, v in settings.items())
-    settings_block = bash_blocks()[0][1]
-    script = f"{prelude}\n{settings_block}\n# test overrides\n{overrides}\n{body}\n"
+    script = shell_script(body, settings, sys.executable, SHIM)
     (world["tmp"] / f"{name}.sh").write_text(script)
     env = {**os.environ, "RUNBOOK_TINY": str(world["TINY"]), "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(["bash", str(world["tmp"] / f"{name}.sh")], cwd=world["tmp"], env=env,
@@ -130,7 +108,7 @@ def test_settings_block_comes_first_and_names_every_placeholder():
                 assert re.match(r"\s*(\$LAUNCH|python) cli\.py ", line), line
 
 
-@pytest.mark.slow  # ~2 min, estimated: 27 cli.py processes, each importing torch + timm
+@pytest.mark.slow  # ~2.5 min, estimated: 34 cli.py processes, each importing torch + timm
 def test_runbook_runs_as_written(world):
     out = world["tmp"] / "out"
     blocks = bash_blocks()[1:]
@@ -201,6 +179,13 @@ def test_runbook_runs_as_written(world):
     assert "| defocus_blur | 5 | `val-defocus_blur-5` |" in table
     assert "## Gradient magnitudes" in md and "## Inference time" in md
     assert "+ cli.py train-oracle" in proc.stdout
+    # section 8: head-only runs and a sweep per classifier on the features, fd-shifts' files
+    head = sorted(p.name for p in (prep / "runs-head").iterdir())
+    assert [r.split("_seed")[0] for r in head] == ["resnet-resnet_ss_head-only", "vit-vit_ss_head-only"]
+    for clf in ("vit", "resnet"):
+        assert "features" in ClassifierCache.open(prep / "features" / clf / "train").manifest["columns"]
+        assert (prep / f"sweep-{clf}" / "sweep.json").is_file()
+        assert len(list((prep / "report-head" / "fd-shifts" / clf).iterdir())) == 1
 
 
 @pytest.mark.slow  # ~40 s: torchrun launches 2 interpreters per command

@@ -1,0 +1,98 @@
+"""The rehearsal's ImageNet-layout tree: distinct JPEGs made from real photos, each filed under
+an ImageNet wnid so that the runbook's classifiers are right on a chosen share of the rows.
+
+Images: bench/make_jpegs.py (the repository's real photos, randomly cut, rescaled, flipped,
+colour-jittered and re-encoded at ImageNet's sizes: mostly 500x375, ~95 KB), made in parallel
+over the cores into one staging folder.  Labels: each classifier of the rehearsal (the runbook's
+CLASSIFIERS, built as its commands build them: random-init presets, or the tiny stand-ins)
+classifies the staging folder through `cli.py extract` itself (same preprocessing, precision
+and model as the runbook's extract); then each image is given one of those classifiers at random
+and, with probability ``right``, that classifier's prediction as its label, else a wnid none of
+them predicted.  So each of n classifiers is right on ~right/n of the rows (at least), and
+every split mixes correct and incorrect rows as a real classifier's would.  A pretrained
+classifier (EfficientNet-Lite0) would label by meaning, but the runbook's classifiers, random
+without the hub, would then be right on ~0.1% of the rows and train-oracle refuses such a split.
+Everything is drawn from ``seed`` and the image's index.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import make_jpegs  # noqa: E402
+from cache.reader import ClassifierCache  # noqa: E402
+from pipeline.data.labels import imagenet_synsets  # noqa: E402
+
+STAGING = "staging"
+
+
+def predictions(staging: Path, classifier: str, prep: str, env: dict) -> np.ndarray:
+    """``pred`` of every staged image (row order = sorted file names = image index)."""
+    cache = staging / "cache"
+    cmd = [sys.executable, str(ROOT / "bench" / "rehearse_shim.py"), "cli.py", "extract",
+           "--classifier", classifier, "--preprocess", prep, "--data", str(staging),
+           "--split", "val", "--out", str(cache)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"labelling with {classifier} failed:\n{proc.stdout[-2000:]}"
+                           f"{proc.stderr[-2000:]}")
+    cols = ClassifierCache.open(cache / classifier / "val").load(["index", "pred"])
+    return cols["pred"][np.argsort(cols["index"])]
+
+
+def generate(out: Path, s: dict, procs: int, env: dict) -> dict:
+    """Writes ``out/train/<wnid>/*.JPEG`` and ``out/val/<wnid>/*.JPEG``; returns what it made."""
+    start = time.perf_counter()
+    staging = out.parent / STAGING
+    shutil.rmtree(staging, ignore_errors=True)
+    n = s["train"] + s["val"]
+    made = make_jpegs.generate(staging, 0, n, 1, s["seed"], procs)
+    made_s = time.perf_counter() - start
+    files = sorted((staging / "val").rglob("*.JPEG"))
+    clfs = s["grid"]["CLASSIFIERS"].split()
+    preds = np.stack([predictions(staging, c, s["grid"]["PREP"], env) for c in clfs])
+    synsets = imagenet_synsets()
+    wrong_pool = np.unique(np.linspace(0, len(synsets) - 1, s["classes"]).astype(int))
+    labels = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        rng = np.random.default_rng([s["seed"], i, 7])
+        j, right = rng.integers(len(clfs)), rng.random() < s["right"]
+        others = np.setdiff1d(wrong_pool, preds[:, i]) if not right else None
+        labels[i] = preds[j, i] if right else rng.choice(others if len(others) else
+                                                         np.setdiff1d(np.arange(1000), preds[:, i]))
+    for i, path in enumerate(files):
+        wnid = synsets[labels[i]]
+        target = out / ("train" if i < s["train"] else "val") / wnid / f"{wnid}_{i:07d}.JPEG"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+    shutil.rmtree(staging)
+    elapsed = time.perf_counter() - start
+    return {"images": n, "train": s["train"], "val": s["val"], "mean_kb": made["mean_kb"],
+            "source_photos": made["source_photos"], "folders": int(len(np.unique(labels))),
+            "right_target": s["right"],
+            "accuracy": {c: round(float((preds[k] == labels).mean()), 4) for k, c in enumerate(clfs)},
+            "procs": procs, "make_s": round(made_s, 1), "wall_s": round(elapsed, 1),
+            "images_per_s": round(n / made_s, 1)}
+
+
+def rate_probe(n: int = 6) -> float:
+    """Images per second of one process making JPEGs (for the up-front estimate)."""
+    make_jpegs._init(make_jpegs.load_photos())
+    start = time.perf_counter()
+    for i in range(n):
+        make_jpegs.make_image(i, 12345)
+    return n / (time.perf_counter() - start)
+
+
+def record(folder: Path, info: dict) -> None:
+    (folder / ".complete").write_text(json.dumps(info))

@@ -1,0 +1,154 @@
+"""What bench/rehearse_imagenet.py needs besides running the runbook: the disk it will take
+(refused up front when the disk is too small), the step each measured cli.py command belongs to,
+and each step scaled to full ImageNet and to the paper's grid."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from cache.schema import CLASSIFIER_COLUMNS, FLIP_COLUMNS
+
+N_TRAIN, N_VAL, HELD_OUT = 1_281_167, 50_000, 0.05     # ImageNet-1k; the 5% held out by default
+K = 1000
+SIZE = {"int64": 8, "uint8": 1, "float32": 4}
+# bytes/row from the cache schema, as docs/IMAGENET.md "Disk" (logits fp16, XXH3-128 hash)
+ROW = sum(SIZE[t] for c, t in CLASSIFIER_COLUMNS.items() if c != "logits") + 2 * K + 16
+FLIP_ROW = ROW + sum(SIZE[CLASSIFIER_COLUMNS[c]] for c in FLIP_COLUMNS if c != "logits") + 2 * K
+FEATURES = {"vit": 768, "resnet": 2048}      # pooled features, fp16, both views
+JPEG, C_JPEG, PNG = 110e3, 30e3, 0.3e6       # a generated JPEG (~95 KB), ImageNet-C's 224-px q85
+RUN = {"vit": 1.03e9, "resnet": 0.28e9}      # a fine-tuned run's checkpoints (docs: Disk)
+TINY_RUN = 20e6
+# the paper's grid as the runbook's settings block writes it
+PAPER = {"seeds": 3, "classifiers": ("vit", "resnet"), "oracles": ("vit", "resnet"),
+         "losses": 4, "broadcast": 2, "corruptions": 4, "reports": 4}
+
+
+def disk_needed(s: dict) -> dict:
+    """Bytes per part for the settings ``s`` (sizes, grid, tiny)."""
+    clfs, oracles = s["grid"]["CLASSIFIERS"].split(), s["grid"]["ORACLES"].split()
+    runs_per_pair = len(s["grid"]["SEEDS"].split()) * (
+        len(s["grid"]["LOSSES"].split()) + len(s["grid"]["BROADCAST_LOSSES"].split()))
+    rows, val, adv = s["train"] + s["val"], s["val"], min(s["attack_rows"], s["val"])
+    sets = len(s["grid"]["CORRUPTIONS_C"].split())
+    caches = sum(rows * FLIP_ROW + val * ROW * (1 + sets) + adv * ROW
+                 + rows * (FLIP_ROW + 4 * FEATURES.get(c, 2048)) for c in clfs)
+    runs = sum(runs_per_pair * (TINY_RUN if s["tiny"] else RUN.get(o, RUN["vit"]))
+               for _ in clfs for o in oracles)
+    parts = {"jpegs": rows * JPEG, "caches": caches, "runs": runs,
+             "imagenet_c": val * C_JPEG * sets, "adversarial": adv * PNG * len(clfs)}
+    parts["total"] = 1.1 * sum(parts.values()) + 50e6        # 10% + 50 MB for logs and reports
+    return parts
+
+
+def free_bytes(path: Path) -> tuple[Path, int]:
+    """The nearest existing folder of ``path`` and the free bytes of its file system."""
+    path = path.resolve()
+    while not path.exists():
+        path = path.parent
+    return path, shutil.disk_usage(path).free
+
+
+def count_files(folder: Path) -> int:
+    """Files of a split folder, hidden folders (an attack's .attack/ records) left out."""
+    total = 0
+    for parent, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        total += sum(not f.startswith(".") for f in files)
+    return total
+
+
+def option(args: list[str], name: str) -> str | None:
+    return args[args.index(name) + 1] if name in args else None
+
+
+def classify(args: list[str], s: dict) -> dict:
+    """A measured command -> its step: name, model, rows processed, rows at ImageNet scale."""
+    cmd, data = args[0], option(args, "--data") or ""
+    model = option(args, "--oracle" if cmd in ("train-oracle", "sweep") else "--classifier") or ""
+    splits = [args[i + 1] for i, a in enumerate(args) if a == "--split"]
+    trained = round(s["train"] * (1 - HELD_OUT))
+    full_trained = round(N_TRAIN * (1 - HELD_OUT))
+    role = ("adversarial" if "adversarial" in data else "imagenet-c" if "imagenet-c" in data
+            else "imagenet")
+    if cmd in ("extract", "predict", "corrupt", "attack"):
+        rows = sum(count_files(Path(data) / sp) for sp in splits or ["val"])
+        full = sum(N_TRAIN if sp == "train" else N_VAL for sp in splits or ["val"])
+        if cmd == "attack":
+            rows = min(rows, s["attack_rows"])
+        flags = [f for f in ("--flip-view", "--features", "--corruption") if f in args]
+        what = "+".join(splits) if role == "imagenet" else role
+        step = " ".join([cmd, what, *flags])
+        return {"step": step, "model": model if cmd != "corrupt" else "", "rows": rows,
+                "full_rows": full, "scale": "by images", "disk_fixed": False}
+    if cmd == "train-oracle" and "--head-only" not in args:
+        rows = min(trained, s["train_rows"] or trained)
+        return {"step": "train-oracle (fine-tuned)", "model": model, "rows": rows,
+                "full_rows": full_trained, "scale": "by rows trained (start-up and scoring "
+                "included: an upper bound)", "disk_fixed": True}
+    if cmd in ("train-oracle", "sweep"):
+        step = "train-oracle --head-only" if cmd == "train-oracle" else "sweep (head-only bank)"
+        return {"step": step, "model": model, "rows": trained, "full_rows": full_trained,
+                "scale": "by rows trained", "disk_fixed": True}
+    step = "report --export fd-shifts" if "--export" in args else cmd
+    return {"step": step, "model": "", "rows": s["val"], "full_rows": N_VAL,
+            "scale": "by val rows", "disk_fixed": True}
+
+
+def steps(records: list[dict], s: dict) -> list[dict]:
+    """Commands grouped by (step, model): summed rows, wall and disk; peaks; the projection."""
+    groups: dict[tuple, dict] = {}
+    for r in records:
+        c = classify(r["argv"], s)
+        g = groups.setdefault((c["step"], c["model"]), {**c, "commands": 0, "rows": 0,
+                              "full_rows": 0, "wall_s": 0.0, "disk_bytes": 0,
+                              "rss_peak_bytes": 0, "gpu_peak_bytes": None})
+        g["commands"] += 1
+        g["rows"] += c["rows"]
+        g["full_rows"] += c["full_rows"]
+        g["wall_s"] += r["wall_s"]
+        g["disk_bytes"] += r["disk_bytes"]
+        g["rss_peak_bytes"] = max(g["rss_peak_bytes"], r["rss_peak_bytes"])
+        if r["gpu_peak_bytes"] is not None:
+            g["gpu_peak_bytes"] = max(g["gpu_peak_bytes"] or 0, r["gpu_peak_bytes"])
+    out = []
+    for g in groups.values():
+        g["rows_per_s"] = g["rows"] / g["wall_s"]
+        g["full_min"] = g["wall_s"] * g["full_rows"] / g["rows"] / 60 / g["commands"]
+        # checkpoints and report files do not grow with the rows; caches and images do
+        g["full_disk_bytes"] = g["disk_bytes"] / g["commands"] * (
+            1 if g["disk_fixed"] else g["full_rows"] / g["rows"])
+        out.append(g)
+    return out
+
+
+def grid(measured: list[dict]) -> dict:
+    """The paper's grid (section 0's settings: 72 fine-tuned runs, ...) from the per-command
+    projections: minutes per part; the total only when every part was measured."""
+    per = {(m["step"], m["model"]): m["full_min"] for m in measured}
+    runs = PAPER["seeds"] * (PAPER["losses"] + PAPER["broadcast"])
+    clfs, oracles = PAPER["classifiers"], PAPER["oracles"]
+    parts = {}
+
+    def add(name: str, count: int, step: str, model: str = "") -> None:
+        value = per.get((step, model))          # a part with one unmeasured piece: unmeasured
+        parts[name] = None if value is None or parts.get(name, 0) is None else \
+            parts.get(name, 0) + count * value
+
+    for c in clfs:
+        add("extract train+val --flip-view", 1, "extract train+val --flip-view", c)
+        add("extract val --corruption", 1, "extract val --corruption", c)
+        add("extract ImageNet-C sets", PAPER["corruptions"], "extract imagenet-c", c)
+        add("attack val (as rehearsed)", 1, "attack val", c)
+        add("extract adversarial", 1, "extract adversarial", c)
+        for o in oracles:
+            add("train-oracle (fine-tuned)", runs, "train-oracle (fine-tuned)", o)
+    n_runs = runs * len(clfs) * len(oracles)
+    add("corrupt", PAPER["corruptions"], "corrupt val --corruption")
+    predict = [m for m in measured if m["step"].startswith("predict")]
+    parts["predict"] = (n_runs * (PAPER["corruptions"] + 1) * sum(m["full_min"] for m in predict)
+                        / len(predict)) if predict else None
+    add("report", PAPER["reports"], "report")
+    total = None if any(v is None for v in parts.values()) else sum(parts.values())
+    return {"runs": n_runs, "minutes": parts, "total_h": None if total is None else total / 60,
+            "missing": sorted(k for k, v in parts.items() if v is None)}

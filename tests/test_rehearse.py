@@ -1,0 +1,155 @@
+"""bench/rehearse_imagenet.py rehearses docs/IMAGENET.md (tiny on the CPU here: every step
+measured and projected), refuses a disk too small, a foreign --out and steps without their
+prerequisites before writing anything; bench/runbook_table.py's output is what the docs say, and
+it never puts a CPU/tiny measurement (the fixtures of bench/results/fixtures/) into them."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from bench import rehearse_imagenet, rehearse_plan, runbook_table
+from bench.rehearse_shim import added_options
+from conftest import ROOT
+
+FIXTURES = ROOT / "bench" / "results" / "fixtures"
+TINY = ["--tiny", "--train", "150", "--val", "40", "--classes", "10", "--procs", "2",
+        "--set", "CLASSIFIERS=vit", "--set", "ORACLES=vit", "--attack-rows", "20"]
+
+
+def refused(capsys, argv) -> str:
+    assert rehearse_imagenet.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    return err
+
+
+@pytest.mark.slow  # ~80 s on the shared 2-core machine: 17 cli.py processes, each importing torch
+def test_a_tiny_rehearsal_measures_and_projects_every_step(tmp_path):
+    out, report = tmp_path / "rehearsal", tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "rehearse_imagenet.py"), "--out",
+                           str(out), *TINY, "--json", str(report)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(report.read_text())
+    measured = {(m["step"], m["model"]): m for m in result["steps"]}
+    expected = {(step, "vit" if per_model else "") for step, per_model in runbook_table.STEPS}
+    assert set(measured) == expected
+    for m in measured.values():
+        for key in ("wall_s", "rows_per_s", "full_min", "rss_peak_bytes", "full_disk_bytes"):
+            assert math.isfinite(m[key]) and m[key] >= 0, (m["step"], key)
+        assert m["rows"] > 0 and m["wall_s"] > 0 and m["rss_peak_bytes"] > 0
+        assert m["scale"].startswith("by ")
+    assert measured[("attack val", "vit")]["rows"] == 20
+    assert measured[("extract train+val --flip-view", "vit")]["full_rows"] == 1_331_167
+    assert result["environment"]["torch"] and result["settings"]["train"] == 150
+    # the labels: the classifier's own prediction on ~90% of the rows, every file distinct
+    assert 0.5 < result["generation"]["accuracy"]["vit"] < 1
+    # the grid needs resnet's steps too: no total from a partial measurement
+    assert result["grid"]["total_h"] is None and "train-oracle (fine-tuned)" in result["grid"]["missing"]
+    assert "| train-oracle (fine-tuned) | vit | 1 |" in proc.stdout
+    assert not (out / "imagenet").exists() and not (out / "runbook").exists()    # no --keep
+
+
+def test_the_docs_time_table_is_what_the_script_writes_from_the_committed_results():
+    assert runbook_table.main(["--check"]) == 0
+    text = (ROOT / "docs" / "IMAGENET.md").read_text()
+    assert "divides by roughly" not in text
+    block = text[text.index(runbook_table.BEGIN):text.index(runbook_table.END)]
+    perf = (ROOT / "docs" / "PERFORMANCE.md").read_text()
+    assert block in perf
+    if not (ROOT / "bench" / "results" / "rehearsal.json").is_file():
+        assert "not measured" in block and "img/s" not in block
+
+
+def test_the_table_shows_what_was_measured_and_only_that():
+    r = json.loads((FIXTURES / "rehearsal-tiny.json").read_text())
+    t = json.loads((FIXTURES / "bench_train-tiny.json").read_text())
+    block = runbook_table.render(r, t, None)
+    step = next(m for m in r["steps"] if m["step"] == "train-oracle (fine-tuned)")
+    assert f"| train-oracle (fine-tuned) | vit | {step['rows_per_s']:,.0f} |" in block
+    assert "| train-oracle (fine-tuned) | resnet | not measured |" in block
+    assert "on one GPU: not measured" in block and "Several GPUs" in block
+    assert "| train-oracle step only (bench_train.py, batch 40," in block
+
+
+def test_cpu_or_tiny_measurements_never_reach_the_docs(tmp_path, capsys):
+    before = {p: p.read_text() for p in runbook_table.DOCS.values()}
+    assert runbook_table.main(["--rehearsal", str(FIXTURES / "rehearsal-tiny.json")]) == 1
+    assert "a CPU/--tiny rehearsal is a test fixture" in capsys.readouterr().err
+    assert runbook_table.main(["--train-bench", str(FIXTURES / "bench_train-tiny.json")]) == 1
+    assert {p: p.read_text() for p in runbook_table.DOCS.values()} == before
+
+
+def test_a_disk_too_small_is_refused_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "r"
+    err = refused(capsys, ["--out", str(out), "--train", str(10**10), "--val", "1000"])
+    assert f"--out {out}: the rehearsal needs ~" in err and "GB free" in err
+    assert "jpegs" in err and "lower --train/--val" in err
+    assert not out.exists()
+
+
+def test_an_out_of_another_rehearsal_or_foreign_files_is_refused(tmp_path, capsys):
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert "is not empty and holds no rehearsal (notes.txt)" in refused(
+        capsys, ["--out", str(out), *TINY])
+    (out / "notes.txt").unlink()
+    (out / rehearse_imagenet.SETTINGS).write_text(json.dumps(
+        {"train": 99, "val": 40, "classes": 10, "right": 0.9, "seed": 0, "tiny": True,
+         "grid": {"CLASSIFIERS": "vit", "PREP": "paper"}}))
+    err = refused(capsys, ["--out", str(out), *TINY])
+    assert "holds a rehearsal with other settings: train 99 (now 150)" in err
+    assert sorted(p.name for p in out.iterdir()) == [rehearse_imagenet.SETTINGS]
+
+
+def test_steps_without_their_earlier_sections_and_unknown_settings_are_refused(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert "--steps attack needs extract,train" in refused(
+        capsys, ["--out", str(out), "--steps", "attack"])
+    assert "--set WEIGHTS=x: expected VAR=VALUE with VAR one of" in refused(
+        capsys, ["--out", str(out), "--set", "WEIGHTS=x"])
+    assert not out.exists()
+
+
+def test_the_shim_adds_what_a_machine_without_the_hub_needs():
+    env = {"REHEARSE_ATTACK_ROWS": "300", "REHEARSE_TRAIN_ROWS": "20000"}
+    assert added_options(["extract", "--classifier", "vit"], env) == ["--random-init", "--no-progress"]
+    assert added_options(["attack", "--classifier", "resnet"], env) == [
+        "--random-init", "--max-samples", "300", "--no-progress"]
+    assert added_options(["train-oracle", "--oracle", "vit"], env) == [
+        "--random-init", "--train-limit", "20000", "--no-progress"]
+    assert added_options(["train-oracle", "--head-only", "--oracle", "vit"], env) == [
+        "--random-init", "--no-progress"]
+    assert added_options(["extract", "--weights", "w.pth"], env) == ["--no-progress"]
+    tiny = added_options(["sweep", "--oracle", "resnet"], {"REHEARSE_TINY": "/t"})
+    assert tiny == ["--weights", "/t/resnet.pth", "--epochs", "1", "--batch-size", "40"]
+
+
+def test_the_grid_is_given_only_when_every_part_was_measured():
+    steps = json.loads((FIXTURES / "rehearsal-tiny.json").read_text())["steps"]
+    partial = rehearse_plan.grid(steps)
+    assert partial["total_h"] is None and partial["missing"]
+    both = steps + [{**m, "model": "resnet"} for m in steps if m["model"] == "vit"]
+    full = rehearse_plan.grid(both)
+    assert full["missing"] == [] and full["total_h"] == pytest.approx(
+        sum(full["minutes"].values()) / 60)
+    train = next(m for m in steps if m["step"] == "train-oracle (fine-tuned)")["full_min"]
+    assert full["minutes"]["train-oracle (fine-tuned)"] == pytest.approx(4 * 18 * train)
+
+
+def test_continue_needs_a_kept_rehearsal_and_new_steps(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert f"--continue: --out {out} holds no kept rehearsal (run one with --keep)" in refused(
+        capsys, ["--out", str(out), *TINY, "--continue", "--steps", "attack"])
+    (out / rehearse_imagenet.RUNBOOK).mkdir(parents=True)
+    settings = rehearse_imagenet.settings(rehearse_imagenet.parse(["--out", str(out), *TINY]))
+    (out / rehearse_imagenet.SETTINGS).write_text(json.dumps({**settings, "done": ["extract"]}))
+    assert "--continue --steps extract: run before in this --out" in refused(
+        capsys, ["--out", str(out), *TINY, "--continue", "--steps", "extract,train"])
+    assert "--steps attack needs train (the runbook's earlier sections)" in refused(
+        capsys, ["--out", str(out), *TINY, "--continue", "--steps", "attack"])
