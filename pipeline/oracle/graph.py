@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -43,8 +43,8 @@ def unsupported(objs: TrainObjects, accum_steps: int) -> str | None:
     """Why this run's step cannot be captured, or None.  (A torch.compile'd model is captured
     too: inductor's kernels run inside the graph, compiled during the warm-up steps.)"""
     group = objs.optimizer.param_groups
-    if objs.device.type != "cuda":
-        return f"the device is {objs.device.type} (CUDA graphs need a CUDA device)"
+    if why := device_unsupported(objs.device):
+        return why
     if objs.info.enabled:
         return "several processes: DDP all-reduces gradients from host-side hooks"
     if accum_steps != 1:
@@ -71,11 +71,58 @@ def choose_step(objs: TrainObjects, mode: str, accum_steps: int,
         graphed = GraphedStep(objs, mode, say)
         return graphed, graphed.record
     if mode == "on":
-        raise RunError(f"--cuda-graph on: this run's step cannot be captured: {why}. Use "
-                       "--cuda-graph auto (falls back to the eager step) or off")
+        raise not_capturable(why)
     if objs.device.type == "cuda" and objs.info.is_main:   # on a CPU there is nothing to miss
         say(f"note: training step not captured in a CUDA graph ({why}); running it eagerly")
     return train_step, {"mode": "eager", "requested": mode, "reason": why}
+
+
+def device_unsupported(device: torch.device) -> str | None:
+    """Why a step on ``device`` cannot be captured, or None (shared with the head-only step,
+    ``pipeline.oracle.headgraph``)."""
+    if device.type != "cuda":
+        return f"the device is {device.type} (CUDA graphs need a CUDA device)"
+    return None
+
+
+def not_capturable(why: str) -> RunError:
+    """``--cuda-graph on``'s refusal of a step that cannot be captured."""
+    return RunError(f"--cuda-graph on: this run's step cannot be captured: {why}. Use "
+                    "--cuda-graph auto (falls back to the eager step) or off")
+
+
+def snapshot(tensors: list[torch.Tensor], device: torch.device) -> dict:
+    """Copies of ``tensors`` and of the RNG states: what warm-up steps move, for ``restore``."""
+    return {"tensors": [(t, t.detach().clone()) for t in tensors],
+            "cpu_rng": torch.get_rng_state(), "cuda_rng": torch.cuda.get_rng_state(device)}
+
+
+def restore(saved: dict, device: torch.device) -> None:
+    with torch.no_grad():
+        for live, copy in saved["tensors"]:
+            live.copy_(copy)
+    torch.set_rng_state(saved["cpu_rng"])
+    torch.cuda.set_rng_state(saved["cuda_rng"], device)
+
+
+def warm_up_and_capture(body: Callable[[], Any], reset: Callable[[], None],
+                        device: torch.device) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """``body`` run WARMUP_STEPS times on a side stream (cuBLAS/cuDNN set-up, autograd's
+    buffers), then captured in a graph; ``reset()`` before each call (gradients to None).  The
+    caller snapshots and restores what the warm-up moved."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(WARMUP_STEPS):
+            reset()
+            body()
+    torch.cuda.current_stream(device).wait_stream(side)
+    reset()
+    graph = torch.cuda.CUDAGraph()
+    # thread_local: the DataLoader's pin-memory thread keeps calling CUDA meanwhile
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        outputs = body()
+    return graph, outputs
 
 
 @torch.no_grad()
@@ -155,18 +202,8 @@ class GraphedStep:
         saved = _snapshot(objs)
         try:
             self._load(inputs, step, schedule)
-            side = torch.cuda.Stream(dev)
-            side.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(side):
-                for _ in range(WARMUP_STEPS):
-                    opt.zero_grad(set_to_none=True)
-                    self._body()
-            torch.cuda.current_stream(dev).wait_stream(side)
-            opt.zero_grad(set_to_none=True)
-            self.graph = torch.cuda.CUDAGraph()
-            # thread_local: the DataLoader's pin-memory thread keeps calling CUDA meanwhile
-            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
-                self.outputs = self._body()
+            self.graph, self.outputs = warm_up_and_capture(
+                self._body, lambda: opt.zero_grad(set_to_none=True), dev)
         except torch.cuda.OutOfMemoryError:
             self.graph = None
             _restore(objs, saved)
@@ -188,15 +225,9 @@ class GraphedStep:
 
 def _snapshot(objs: TrainObjects) -> dict:
     opt = objs.optimizer
-    tensors = list(objs.model.parameters()) + list(objs.model.buffers()) + [
-        opt.state[p]["momentum_buffer"] for p in opt.param_groups[0]["params"]]
-    return {"tensors": [(t, t.detach().clone()) for t in tensors],
-            "cpu_rng": torch.get_rng_state(), "cuda_rng": torch.cuda.get_rng_state(objs.device)}
+    return snapshot(list(objs.model.parameters()) + list(objs.model.buffers()) + [
+        opt.state[p]["momentum_buffer"] for p in opt.param_groups[0]["params"]], objs.device)
 
 
 def _restore(objs: TrainObjects, saved: dict) -> None:
-    with torch.no_grad():
-        for live, copy in saved["tensors"]:
-            live.copy_(copy)
-    torch.set_rng_state(saved["cpu_rng"])
-    torch.cuda.set_rng_state(saved["cuda_rng"], objs.device)
+    restore(saved, objs.device)
