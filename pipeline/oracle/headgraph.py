@@ -7,9 +7,10 @@ forward, loss, backward, SGD's update -- is one graph, replayed once per step.
 
 Static state.  A graph replays fixed addresses, so everything a step reads is a device tensor read
 through device counters, never a Python int (a slice offset would be frozen into the graph): the
-epoch's rows and flips (steps, B), refreshed by the host at each epoch boundary, read at ``pos``
-(the position in the epoch); the run's lr and momentum of every step, read at ``at`` (the global
-step); both counters advanced inside the graph.  Each step's losses, z and rows go into window
+epoch's rows (steps, B) as the table's positions of the views shown (``FeatureTable.index``: a
+flipped row's flipped copy), refreshed by the host at each epoch boundary, read at ``pos`` (the
+position in the epoch); the run's lr and momentum of every step, read at ``at`` (the global step);
+the counters advanced inside the graph.  Each step's losses, z and rows go into window
 buffers at ``win``: ``step`` returns its row of losses, and ``drain`` counts TP/P/TN/N over the
 window with the eager drain's own function, so the loop sees what the eager session gives it.
 
@@ -133,10 +134,12 @@ class HeadStep:
         lrs, moms = values
         total = schedule.total_steps
         self.lrs, self.weight_decay, self.window = lrs, weight_decay, window
-        self.pos, self.at, self.win = (torch.zeros(1, dtype=torch.long, device=dev)
-                                       for _ in range(3))
-        self.neg_lr = torch.tensor([-v for v in lrs[:total]], dtype=torch.float32, device=dev)
-        self.momentum = torch.tensor(moms[:total], dtype=torch.float32, device=dev)
+        # one tensor each, so that one kernel reads (or advances) them all: position in the
+        # epoch, global step, position in the window; (-lr, momentum) of every step
+        self.counters = torch.zeros(3, dtype=torch.long, device=dev)
+        self.pos, self.at, self.win = (self.counters[i:i + 1] for i in range(3))
+        self.lr_mom = torch.tensor([[-lr, m] for lr, m in zip(lrs[:total], moms[:total])],
+                                   dtype=torch.float32, device=dev)
         self.params = list(head.parameters())
         self.bufs = momentum_buffers(self.params, moms[:total])
         self.foreach = bool(_default_to_fused_or_foreach(self.params, False, False)[1])
@@ -176,9 +179,7 @@ class HeadStep:
     def body(self) -> None:
         """One step, reading and advancing the device counters only."""
         t = self.table
-        rows = self.rows.index_select(0, self.pos)[0]
-        flips = None if self.flips is None else self.flips.index_select(0, self.pos)[0]
-        idx = t.index(rows, flips)
+        idx = self.rows.index_select(0, self.pos)[0]
         z = self.head(t.inputs(idx))
         per_head = self.loss(z, t.correct[idx], t.p_true[idx]).mean(0)
         per_head.sum().backward()
@@ -186,22 +187,21 @@ class HeadStep:
             self.losses.index_copy_(0, self.win, per_head[None])
             self.z.index_copy_(0, self.win, z[None])
             self.idx.index_copy_(0, self.win, idx[None])
-            sgd_step(self.params, [q.grad for q in self.params], self.bufs,
-                     self.neg_lr.index_select(0, self.at)[0],
-                     self.momentum.index_select(0, self.at)[0], self.weight_decay, self.foreach)
-            for counter in (self.pos, self.at, self.win):
-                counter += 1
+            neg_lr, momentum = self.lr_mom.index_select(0, self.at)[0]
+            sgd_step(self.params, [q.grad for q in self.params], self.bufs, neg_lr, momentum,
+                     self.weight_decay, self.foreach)
+            self.counters += 1
 
     def _load(self, step: int) -> None:
-        """``step``'s epoch into the static buffers (same shape every epoch: the schedule drops
-        the last partial batch), the position counter set to ``step``'s place in it."""
+        """``step``'s epoch into the static buffer (same shape every epoch: the schedule drops
+        the last partial batch), as the table's positions of the views shown (``index``: the
+        eager step's), the position counter set to ``step``'s place in it."""
         first, rows, flips = epoch_batches(self.schedule, step, self.table.x.device)
+        rows = self.table.index(rows, flips)
         if self.first is None:
-            self.rows, self.flips = rows, flips
+            self.rows = rows
         else:
             self.rows.copy_(rows)
-            if flips is not None:
-                self.flips.copy_(flips)
         self.pos.fill_(step - first)
         self.first = first
 
@@ -236,7 +236,7 @@ class GraphedHeadStep(HeadStep):
         super().prepare(step)
         dev = self.table.x.device
         saved = snapshot(self.params + (self.bufs or []) + [
-            self.pos, self.at, self.win, self.losses, self.z, self.idx], dev)
+            self.counters, self.losses, self.z, self.idx], dev)
         try:
             self.graph, _ = warm_up_and_capture(self.body, self._no_grads, dev)
         except torch.cuda.OutOfMemoryError:
