@@ -18,6 +18,7 @@ from pipeline.oracle.loop import LoopSettings, LoopState, fit
 from pipeline.oracle.sampler import StepSchedule
 
 ROWS, DIM, BATCH, LOG_EVERY = 1200, 16, 16, 7
+CHUNK = 16            # the epoch buffer filled in chunks of 16 steps: 4 and a partial one
 VAL = np.arange(0, 100)
 
 
@@ -65,7 +66,7 @@ def run_bank(table: FeatureTable, loss: str, arch: str, step: str, epochs: int =
         head, sgd, sched = make_bank(table, schedule, losses, opt)
         fast = (HeadStep(table, schedule, head, losses,
                          onecycle_values(opt, schedule.total_steps), opt.weight_decay,
-                         LOG_EVERY, 0.0) if step == "body" else None)
+                         LOG_EVERY, 0.0, chunk=CHUNK) if step == "body" else None)
         session = FeatureSession(table, schedule, losses, head, sgd, sched, VAL, 0.0, fast)
         state = LoopState.for_heads(len(losses))
         fit(session, state, settings, logs)
@@ -95,6 +96,7 @@ def test_the_graphs_body_run_eagerly_equals_the_eager_session_bit_for_bit(loss, 
     eager = run_bank(table, loss, arch, "eager")
     body = run_bank(table, loss, arch, "body")
     assert eager["steps"] > 200 and eager["steps"] % LOG_EVERY       # a partial last window
+    assert (eager["steps"] // 3) % CHUNK                               # a partial last chunk
     assert_identical(eager, body)
     losses = [e["loss"] for e in eager["logs"][0] if "loss" in e]
     assert losses[0] != losses[-1] and all(h.best_step for h in eager["state"])

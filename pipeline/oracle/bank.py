@@ -74,6 +74,7 @@ class FeatureSession:
         self.epoch, self.window = None, []
         self.t0 = time.perf_counter()
         if self.fast is not None and not self.fast.prepare(step):
+            self.fast.close()
             self.fast = None            # its capture fell back (auto): the eager step
 
     def step(self, step: int) -> torch.Tensor:
@@ -128,6 +129,8 @@ class FeatureSession:
         """A diverged head is marked by the loop; the others go on."""
 
     def finish(self) -> None:
+        if self.fast is not None:
+            self.fast.close()
         torch.set_num_threads(self.threads)
         self.train_s = time.perf_counter() - self.t0 - self.val_s
 

@@ -8,8 +8,8 @@ forward, loss, backward, SGD's update -- is one graph, replayed once per step.
 Static state.  A graph replays fixed addresses, so everything a step reads is a device tensor read
 through device counters, never a Python int (a slice offset would be frozen into the graph): the
 epoch's rows (steps, B) as the table's positions of the views shown (``FeatureTable.index``: a
-flipped row's flipped copy), refreshed by the host at each epoch boundary, read at ``pos`` (the
-position in the epoch); the run's lr and momentum of every step, read at ``at`` (the global step);
+flipped row's flipped copy), filled by the host in chunks computed ahead on a background thread
+(``Ahead``), read at ``pos`` (the position in the epoch, reset by the host at each new epoch); the run's lr and momentum of every step, read at ``at`` (the global step);
 the counters advanced inside the graph.  Each step's losses, z and rows go into window
 buffers at ``win``: ``step`` returns its row of losses, and ``drain`` counts TP/P/TN/N over the
 window with the eager drain's own function, so the loop sees what the eager session gives it.
@@ -32,7 +32,9 @@ back to the eager step with one note.
 """
 from __future__ import annotations
 
+import queue
 import sys
+import threading
 from typing import Callable, Sequence
 
 import numpy as np
@@ -65,16 +67,62 @@ def head_step_path(device: torch.device, mode: str) -> dict:
     return {"mode": "eager", "requested": mode, "reason": why}
 
 
+def batches(schedule: StepSchedule, steps: range) -> tuple[np.ndarray, np.ndarray | None]:
+    """Rows (steps, B) and flips (steps, B) bool (None without flips) of ``steps``."""
+    rows = np.stack([schedule.batch_rows(k) for k in steps])
+    return rows, np.stack([schedule.batch_flips(k) for k in steps]) if schedule.flip else None
+
+
 def epoch_batches(schedule: StepSchedule, step: int, device: torch.device
                   ) -> tuple[int, torch.Tensor, torch.Tensor | None]:
-    """(first step, rows (steps, B), flips (steps, B) bool or None) of ``step``'s epoch, on the
-    device at once."""
+    """(first step, rows, flips) of ``step``'s epoch, on the device at once (the eager step)."""
     first = step - step % schedule.steps_per_epoch
-    steps = range(first, min(schedule.total_steps, first + schedule.steps_per_epoch))
-    rows = torch.as_tensor(np.stack([schedule.batch_rows(k) for k in steps]), device=device)
-    flips = (torch.as_tensor(np.stack([schedule.batch_flips(k) for k in steps]), device=device)
-             if schedule.flip else None)
-    return first, rows, flips
+    rows, flips = batches(schedule, range(first, min(schedule.total_steps,
+                                                     first + schedule.steps_per_epoch)))
+    return (first, torch.as_tensor(rows, device=device),
+            None if flips is None else torch.as_tensor(flips, device=device))
+
+
+class Ahead:
+    """The table positions of the views shown (``FeatureTable.index``'s: row + N where flipped)
+    of every step from ``start`` on, in chunks of at most ``chunk`` steps within an epoch,
+    computed by a background thread: an epoch's flips take ~0.9 s of numpy on the host, done
+    while the host waits for the device at the loop's sync points instead of before step 0."""
+
+    def __init__(self, schedule: StepSchedule, start: int, num_rows: int, chunk: int):
+        self.queue: queue.Queue = queue.Queue(maxsize=4)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(schedule, start, num_rows, chunk),
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self, schedule: StepSchedule, k: int, num_rows: int, chunk: int) -> None:
+        try:
+            while k < schedule.total_steps and not self.stop.is_set():
+                end = min(k + chunk, k - k % schedule.steps_per_epoch + schedule.steps_per_epoch,
+                          schedule.total_steps)
+                rows, flips = batches(schedule, range(k, end))
+                self._put((k, rows if flips is None else rows + flips.astype(np.int64) * num_rows))
+                k = end
+        except BaseException as err:       # raised again by next(), in the training thread
+            self._put(err)
+
+    def _put(self, item) -> None:
+        while not self.stop.is_set():
+            try:
+                return self.queue.put(item, timeout=0.1)
+            except queue.Full:
+                continue
+
+    def next(self) -> tuple[int, np.ndarray]:
+        """(first step, positions (steps, B)) of the next chunk."""
+        item = self.queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self.stop.set()
 
 
 # p -= lr b with the lr on the device: the candidates (tests/test_head_graph_cuda.py compares
@@ -127,7 +175,7 @@ class HeadStep:
 
     def __init__(self, table: FeatureTable, schedule: StepSchedule, head: torch.nn.Module,
                  losses: list[LossConfig], values: tuple[list[float], list[float]],
-                 weight_decay: float, window: int, tnr_logit: float):
+                 weight_decay: float, window: int, tnr_logit: float, chunk: int = 1024):
         dev = table.x.device
         self.table, self.schedule, self.head, self.tnr_logit = table, schedule, head, tnr_logit
         self.loss = HeadLoss(losses, dev)
@@ -147,15 +195,23 @@ class HeadStep:
         self.losses = torch.zeros(window, p, device=dev)
         self.z = torch.zeros(window, b, p, device=dev)
         self.idx = torch.zeros(window, b, dtype=torch.long, device=dev)
-        self.first: int | None = None
+        self.rows = torch.zeros(schedule.steps_per_epoch, b, dtype=torch.long, device=dev)
+        self.chunk, self.ahead, self.ready = chunk, None, 0
         self.count = self.done = 0
 
     def prepare(self, step: int) -> bool:
         """Ready to run from ``step`` (False: run the eager step instead)."""
         self.at.fill_(step)
         self.win.zero_()
-        self._load(step)
+        self.pos.fill_(step % self.schedule.steps_per_epoch)
+        self.ahead = Ahead(self.schedule, step, self.table.num_rows, self.chunk)
+        self.ready = step
+        self._fill(step)
         return True
+
+    def close(self) -> None:
+        if self.ahead is not None:
+            self.ahead.close()
 
     def step(self, step: int) -> torch.Tensor:
         """Step ``step`` (0-based); its (P,) losses, a row of the window."""
@@ -192,22 +248,22 @@ class HeadStep:
                      self.weight_decay, self.foreach)
             self.counters += 1
 
-    def _load(self, step: int) -> None:
-        """``step``'s epoch into the static buffer (same shape every epoch: the schedule drops
-        the last partial batch), as the table's positions of the views shown (``index``: the
-        eager step's), the position counter set to ``step``'s place in it."""
-        first, rows, flips = epoch_batches(self.schedule, step, self.table.x.device)
-        rows = self.table.index(rows, flips)
-        if self.first is None:
-            self.rows = rows
-        else:
-            self.rows.copy_(rows)
-        self.pos.fill_(step - first)
-        self.first = first
+    def _fill(self, step: int) -> None:
+        """The chunks up to ``step``'s into the epoch buffer (same shape every epoch: the
+        schedule drops the last partial batch).  Stream-ordered after the replays before them,
+        so a chunk of the next epoch overwrites only what was read."""
+        per_epoch = self.schedule.steps_per_epoch
+        while self.ready <= step:
+            first, positions = self.ahead.next()
+            at = first % per_epoch
+            self.rows[at:at + len(positions)].copy_(torch.from_numpy(positions))
+            self.ready = first + len(positions)
 
     def _enter(self, step: int) -> None:
-        if not 0 <= step - self.first < len(self.rows):
-            self._load(step)
+        if step >= self.ready:
+            self._fill(step)
+        if step % self.schedule.steps_per_epoch == 0:
+            self.pos.zero_()            # a new epoch
         if self.count == self.window:
             raise RuntimeError(f"step {step + 1}: more than {self.window} steps between two "
                                "drains (the loop syncs every --log-every steps)")
