@@ -35,6 +35,7 @@ from __future__ import annotations
 import queue
 import sys
 import threading
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -92,8 +93,9 @@ class Ahead:
     def __init__(self, schedule: StepSchedule, start: int, num_rows: int, chunk: int):
         self.queue: queue.Queue = queue.Queue(maxsize=4)
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(schedule, start, num_rows, chunk),
-                                       daemon=True)
+        # its own copy: StepSchedule caches an epoch's order in itself
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       args=(replace(schedule), start, num_rows, chunk))
         self.thread.start()
 
     def _run(self, schedule: StepSchedule, k: int, num_rows: int, chunk: int) -> None:
@@ -123,6 +125,7 @@ class Ahead:
 
     def close(self) -> None:
         self.stop.set()
+        self.thread.join()
 
 
 # p -= lr b with the lr on the device: the candidates (tests/test_head_graph_cuda.py compares
