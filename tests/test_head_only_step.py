@@ -11,9 +11,9 @@ import torch
 
 from pipeline.core.losses import resolve_loss
 from pipeline.oracle.bank import (BankOptim, FeatureSession, make_bank, onecycle_values,
-                                  sgd_onecycle, train_heads)
+                                  sgd_onecycle)
 from pipeline.oracle.features import FeatureTable
-from pipeline.oracle.headgraph import HeadStep, momentum_buffers, sgd_step
+from pipeline.oracle.headgraph import GraphedHeadStep, HeadStep, momentum_buffers, sgd_step
 from pipeline.oracle.loop import LoopSettings, LoopState, fit
 from pipeline.oracle.sampler import StepSchedule
 
@@ -55,21 +55,20 @@ def bank_setup(loss: str, arch: str, epochs: int = 3):
 
 def run_bank(table: FeatureTable, loss: str, arch: str, step: str, epochs: int = 3) -> dict:
     """One bank through the loop: ``step`` 'eager' (today's FeatureSession), 'body' (HeadStep
-    without a graph) or 'graph' (train_heads' CUDA graph)."""
+    without a graph) or 'graph' (GraphedHeadStep, a CUDA graph); the epoch buffer filled in
+    chunks of CHUNK steps."""
     schedule, losses, opt, settings = bank_setup(loss, arch, epochs)
     logs = [Log() for _ in losses]
-    if step == "graph":
-        path = {"mode": "cuda_graph", "requested": "on"}
-        state, session = train_heads(table, schedule, losses, opt, VAL, 0.0, settings, logs, path)
-        assert path["mode"] == "cuda_graph" and session.fast is not None
-    else:
-        head, sgd, sched = make_bank(table, schedule, losses, opt)
-        fast = (HeadStep(table, schedule, head, losses,
-                         onecycle_values(opt, schedule.total_steps), opt.weight_decay,
-                         LOG_EVERY, 0.0, chunk=CHUNK) if step == "body" else None)
-        session = FeatureSession(table, schedule, losses, head, sgd, sched, VAL, 0.0, fast)
-        state = LoopState.for_heads(len(losses))
-        fit(session, state, settings, logs)
+    head, sgd, sched = make_bank(table, schedule, losses, opt)
+    args = (table, schedule, head, losses, onecycle_values(opt, schedule.total_steps),
+            opt.weight_decay, LOG_EVERY, 0.0)
+    path = {"mode": "cuda_graph", "requested": "on"}
+    fast = {"eager": lambda: None, "body": lambda: HeadStep(*args, chunk=CHUNK),
+            "graph": lambda: GraphedHeadStep(*args, chunk=CHUNK, record=path)}[step]()
+    session = FeatureSession(table, schedule, losses, head, sgd, sched, VAL, 0.0, fast)
+    state = LoopState.for_heads(len(losses))
+    fit(session, state, settings, logs)
+    assert (session.fast is not None) == (step != "eager") and path["mode"] == "cuda_graph"
     return {"logs": [log.entries for log in logs], "state": state.heads, "best": session.best,
             "final": [session.head.state_of(p) for p in range(len(losses))],
             "steps": schedule.total_steps}
