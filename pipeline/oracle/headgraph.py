@@ -286,8 +286,8 @@ class GraphedHeadStep(HeadStep):
     ``record``: run.json's ``step_path``, updated where a capture under ``auto`` falls back."""
 
     def __init__(self, *args, record: dict,
-                 say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)):
-        super().__init__(*args)
+                 say: Callable[[str], None] = lambda m: print(m, file=sys.stderr), **kwargs):
+        super().__init__(*args, **kwargs)
         self.record, self.say = record, say
         self.graph: torch.cuda.CUDAGraph | None = None
 
