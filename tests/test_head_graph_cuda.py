@@ -3,7 +3,7 @@ step: bit for bit (every log entry, counts, best step and score, best and final 
 linear and the ConfidNet head, with flips, 2 epochs, momentum, weight decay and cycled momentum;
 the candidates for SGD's ``p -= lr b`` with the lr on the device, against torch's own update; the
 CLI's step_path and identical outputs with --cuda-graph off.
-Skipped without a GPU (CI); run on a GPU box with ``python -m pytest -q tests/test_head_graph_cuda.py``."""
+Skipped without a GPU (CI); on a GPU box: ``python -m pytest -q tests/test_head_graph_cuda.py``."""
 from __future__ import annotations
 
 import json
@@ -73,8 +73,9 @@ def test_the_cli_records_the_graph_and_off_gives_the_same_run(tree, tmp_path, ar
     runs = {}
     for mode in ("auto", "off"):
         out = tmp_path / mode
+        kwargs = json.dumps({**TINY_VIT_KWARGS, "num_classes": 3})
         run_cli(["train-oracle", "--classifier", CLASSIFIER, "--oracle", CLASSIFIER,
-                 "--random-init", "--model-kwargs", json.dumps({**TINY_VIT_KWARGS, "num_classes": 3}),
+                 "--random-init", "--model-kwargs", kwargs,
                  "--data", data, "--cache", root / "cache", "--loss", "ss", "--batch-size", 8,
                  "--log-every", 3, "--no-progress", "--head-only", "--epochs", 2, "--lr", 0.05,
                  "--momentum", 0.9, "--head-arch", arch, "--device", "cuda", "--cuda-graph", mode,

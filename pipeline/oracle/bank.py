@@ -153,7 +153,8 @@ class BankOptim:
 
 
 def make_bank(table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
-              opt: BankOptim) -> tuple[torch.nn.Module, torch.optim.SGD, torch.optim.lr_scheduler.OneCycleLR]:
+              opt: BankOptim) -> tuple[torch.nn.Module, torch.optim.SGD,
+                                       torch.optim.lr_scheduler.OneCycleLR]:
     """A head of one output per entry of ``losses`` (every head the one head ``opt.seed`` gives)
     on the table's device, its SGD and OneCycle over ``schedule``.  Stacked inputs are
     standardised by the moments of the schedule's (training) rows."""

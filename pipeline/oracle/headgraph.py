@@ -9,9 +9,9 @@ Static state.  A graph replays fixed addresses, so everything a step reads is a 
 through device counters, never a Python int (a slice offset would be frozen into the graph): the
 epoch's rows (steps, B) as the table's positions of the views shown (``FeatureTable.index``: a
 flipped row's flipped copy), filled by the host in chunks computed ahead on a background thread
-(``Ahead``), read at ``pos`` (the position in the epoch, reset by the host at each new epoch); the run's lr and momentum of every step, read at ``at`` (the global step);
-the counters advanced inside the graph.  Each step's losses, z and rows go into window
-buffers at ``win``: ``step`` returns its row of losses, and ``drain`` counts TP/P/TN/N over the
+(``Ahead``), read at ``pos`` (the position in the epoch, reset by the host at each new epoch);
+the run's lr and momentum of every step, read at ``at`` (the global step); the counters advanced
+inside the graph.  Each step's losses, z and rows go into window buffers at ``win``: ``step`` returns its row of losses, and ``drain`` counts TP/P/TN/N over the
 window with the eager drain's own function, so the loop sees what the eager session gives it.
 
 The lr and momentum are those torch.optim.SGD reads under the run's OneCycleLR: the host steps a
