@@ -13,7 +13,10 @@ project's format (``cache/``: 1,281,167 training rows with both views' fp16 feat
              protocol (batch 40, SGD + OneCycle, held-out validation 4x), then scoring the 50,000
              val rows.  Printed beside it: a full fine-tune of the same point, one epoch at
              bench_train's img/s at batch 40 (``--finetune-img-s``, docs/PERFORMANCE.md), and the
-             ratio.
+             ratio.  The step runs as ``--cuda-graph`` says (default auto: one CUDA graph per
+             step on a GPU, ``pipeline/oracle/headgraph.py``); where that is the graph, the same
+             run with ``--cuda-graph off`` (the eager step) is measured too, with the ratio and a
+             check that both chose the same best heads (``--no-eager``: skip it).
   grid       a 10 x 10 alpha+ / alpha- grid = 100 heads trained as one bank (features loaded once)
              plus scoring every head on the val rows.
 
@@ -54,6 +57,7 @@ from cache.runs import RunDir  # noqa: E402
 from pipeline.core.losses import resolve_loss  # noqa: E402
 from pipeline.oracle.bank import BankOptim, score, train_heads  # noqa: E402
 from pipeline.oracle.features import load_table  # noqa: E402
+from pipeline.oracle.headgraph import head_step_path  # noqa: E402
 from pipeline.oracle.log import StepLog  # noqa: E402
 from pipeline.oracle.loop import LoopSettings  # noqa: E402
 from pipeline.oracle.model import Head  # noqa: E402
@@ -105,8 +109,10 @@ def optim(total: int) -> BankOptim:
 
 
 def one_pass(train_dir: Path, val_dir: Path, device, batch: int, epochs: int,
-             alphas: list[tuple[float, float]]) -> dict:
-    """Open + load + train a bank of len(alphas) SS heads + score val; seconds per phase."""
+             alphas: list[tuple[float, float]], cuda_graph: str = "auto") -> dict:
+    """Open + load + train a bank of len(alphas) SS heads + score val; seconds per phase, the
+    step path that ran (``--cuda-graph``) and the best heads' scores."""
+    step_path = head_step_path(device, cuda_graph)
     t0 = time.perf_counter()
     train = ClassifierCache.open(train_dir)
     targets = train.load(["valid", "correct", "p_true", "correct_flip", "p_true_flip"])
@@ -121,7 +127,7 @@ def one_pass(train_dir: Path, val_dir: Path, device, batch: int, epochs: int,
     settings = LoopSettings(total, batch, 10, max(1, total // 4), None, None, False, "bench")
     no_log = StepLog(RunDir(train_dir), None, enabled=False)
     state, session = train_heads(table, schedule, losses, optim(total), val_rows, 0.0, settings,
-                                 [no_log] * len(losses))
+                                 [no_log] * len(losses), step_path)
     _sync(device)
     t_train = time.perf_counter()
     val = ClassifierCache.open(val_dir)
@@ -138,7 +144,23 @@ def one_pass(train_dir: Path, val_dir: Path, device, batch: int, epochs: int,
     return {"load_s": t_load - t0, "train_s": t_train - t_load, "score_val_s": t_end - t_train,
             "total_s": t_end - t0, "steps": total, "heads": len(alphas),
             "validation_s": round(session.timing(len(alphas))["val_s"], 3),
-            "best_val_aupr_error": max(h.best_score or 0 for h in state.heads)}
+            "best_val_aupr_error": max(h.best_score or 0 for h in state.heads),
+            "best": [(h.best_step, h.best_score) for h in state.heads],
+            "step_path": step_path}
+
+
+def path_text(run: dict) -> str:
+    path = run["step_path"]
+    return path["mode"] + (f" ({path['reason']})" if "reason" in path else "")
+
+
+def with_eager(run: dict, eager: dict | None, what: str) -> str:
+    """The line's tail comparing ``run`` with its eager twin (same inputs, --cuda-graph off)."""
+    if eager is None:
+        return ""
+    same = "same best heads" if eager["best"] == run["best"] else "BEST HEADS DIFFER"
+    return (f"\n    eager step (--cuda-graph off): {what} {eager[what]:.1f}s; "
+            f"{eager[what] / run[what]:.1f}x ({same})")
 
 
 def _sync(device) -> None:
@@ -209,6 +231,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=40, help="the paper's batch")
     ap.add_argument("--grid", type=int, default=10, help="alpha values per axis (grid = N x N)")
     ap.add_argument("--device", default=None)
+    ap.add_argument("--cuda-graph", default="auto", choices=("auto", "on", "off"),
+                    help="the step path measured (as train-oracle's option)")
+    ap.add_argument("--no-eager", action="store_true", help="skip the --cuda-graph off twin "
+                    "of a graphed run")
     ap.add_argument("--workdir", default=None, help="where the synthetic caches go (default tmp)")
     ap.add_argument("--finetune-img-s", default=None, help="D:img/s,... of a full fine-tune at "
                     "the same batch (default: bench_train's H200 figures)")
@@ -239,22 +265,27 @@ def main() -> None:
             write_feature_cache(work / f"d{dim}" / "val", n_val, dim, seed=2)
             print(f"\nD = {dim}: caches written in {time.perf_counter() - t0:.1f}s "
                   f"({sum(p.stat().st_size for p in (work / f'd{dim}').rglob('*.h5')) / 2**30:.2f} GiB)")
-            one = one_pass(work / f"d{dim}" / "train", work / f"d{dim}" / "val", device,
-                           args.batch, 1, [(1.0, 3.0)])
+            paths = (work / f"d{dim}" / "train", work / f"d{dim}" / "val", device, args.batch, 1)
+            alphas = [(float(a), float(b)) for a in np.linspace(0.5, 5, grid)
+                      for b in np.linspace(1, 10, grid)]
+            one = one_pass(*paths, [(1.0, 3.0)], args.cuda_graph)
+            twin = not args.no_eager and one["step_path"]["mode"] == "cuda_graph"
+            one_eager = one_pass(*paths, [(1.0, 3.0)], "off") if twin else None
             ref = n / ft[dim] if dim in ft else None
             print(f"  one run (load {one['load_s']:.1f}s + {one['steps']:,} steps "
                   f"{one['train_s']:.1f}s + score val {one['score_val_s']:.2f}s): "
-                  f"{one['total_s']:.1f}s end to end"
+                  f"{one['total_s']:.1f}s end to end; step: {path_text(one)}"
                   + (f"; full fine-tune of the point ~{ref:,.0f}s at {ft[dim]:,.0f} img/s "
-                     f"(bench_train): {ref / one['total_s']:,.0f}x" if ref else ""))
-            alphas = [(float(a), float(b)) for a in np.linspace(0.5, 5, grid)
-                      for b in np.linspace(1, 10, grid)]
-            many = one_pass(work / f"d{dim}" / "train", work / f"d{dim}" / "val", device,
-                            args.batch, 1, alphas)
+                     f"(bench_train): {ref / one['total_s']:,.0f}x" if ref else "")
+                  + with_eager(one, one_eager, "train_s"))
+            many = one_pass(*paths, alphas, args.cuda_graph)
+            many_eager = one_pass(*paths, alphas, "off") if twin else None
             print(f"  {grid}x{grid} alpha grid ({len(alphas)} heads, one bank): "
                   f"{many['total_s']:.1f}s end to end (train {many['train_s']:.1f}s incl. "
-                  f"validation {many['validation_s']:.1f}s)")
-            report["dims"][dim] = {"one_run": one, "grid": many, "finetune_s": ref}
+                  f"validation {many['validation_s']:.1f}s); step: {path_text(many)}"
+                  + with_eager(many, many_eager, "train_s"))
+            report["dims"][dim] = {"one_run": one, "grid": many, "finetune_s": ref,
+                                   "eager": {"one_run": one_eager, "grid": many_eager}}
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)

@@ -25,6 +25,12 @@ def test_bench_head_quick_runs(tmp_path):
     one = doc["dims"]["32"]["one_run"]
     assert one["steps"] == (3000 - 150) // 40 and one["heads"] == 1 and one["total_s"] > 0
     assert doc["dims"]["32"]["grid"]["heads"] == 4
+    # which step ran (on the CPU the eager one; a graphed run's eager twin only on a GPU)
+    assert "step: eager (the device is cpu" in proc.stdout and "eager step (--cuda-graph off)" \
+        not in proc.stdout
+    assert one["step_path"] == {"mode": "eager", "requested": "auto",
+                                "reason": "the device is cpu (CUDA graphs need a CUDA device)"}
+    assert doc["dims"]["32"]["eager"] == {"one_run": None, "grid": None}
 
 
 def test_bench_head_writes_checksummed_caches(tmp_path):

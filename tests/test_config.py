@@ -79,8 +79,8 @@ def test_runs_without_weights_keep_their_group_and_weights_are_named_by_contents
 
 def test_derived_lists_follow_the_field_declarations():
     assert set(FINE_TUNE_ONLY) == {"accum_steps", "precision", "channels_last", "compile",
-                                   "cuda_graph", "workers", "eval_batch_size", "ckpt_every",
-                                   "stop_at_step", "resume"}
+                                   "workers", "eval_batch_size", "ckpt_every", "stop_at_step",
+                                   "resume"}
     assert set(LOSS_OPTIONS) == {"z", "broadcast", "class_balanced", *PARAMS}
     assert set(BANK_FREE) == {"class_balanced", "out", "runs_root", *PARAMS}
     loss = next(p for p in _train_oracle().params if p.name == "loss")

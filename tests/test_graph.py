@@ -61,9 +61,3 @@ def test_cpu_run_records_the_eager_path_and_on_is_refused(stage1, tmp_path):
     assert "Traceback" not in refused.output
     assert not (tmp_path / "on").exists()               # a refused start leaves nothing
 
-
-def test_cuda_graph_is_not_a_head_only_option(stage1, tmp_path):
-    data, cache = stage1
-    refused = run_cli(train_args(data, cache, tmp_path / "h", "--head-only", "--cuda-graph",
-                                 "off"), expect=2)
-    assert "--cuda-graph" in refused.output

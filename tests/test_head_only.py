@@ -268,3 +268,26 @@ def test_fine_tuned_runs_keep_their_group_and_head_only_runs_get_their_own():
     assert group_hash(new, ident) == group_hash(before, ident)
     assert group_hash({**new, "features_cache": "/elsewhere"}, ident) == group_hash(before, ident)
     assert group_hash({**new, "head_only": True}, ident) != group_hash(before, ident)
+
+
+# ------------------------------------------------------------- --cuda-graph (head-only step) --
+def test_cuda_graph_on_a_cpu_is_refused_before_anything_is_written_and_auto_runs_eagerly(tree,
+                                                                                        tmp_path):
+    """--cuda-graph applies to head-only runs (pipeline/oracle/headgraph.py): on a CPU ``on`` is
+    refused with the reason, ``auto`` and ``off`` run the eager step; run.json says which ran."""
+    root, data = tree
+    refused = run_cli(head_args(root, data, "--device", "cpu", "--cuda-graph", "on", "--out",
+                                tmp_path / "on"), expect=1)
+    assert ("error: --cuda-graph on: this run's step cannot be captured: the device is cpu "
+            "(CUDA graphs need a CUDA device). Use --cuda-graph auto") in refused.output
+    assert "Traceback" not in refused.output and not (tmp_path / "on").exists()
+    paths = {}
+    for mode in ("auto", "off"):
+        res = run_cli(head_args(root, data, "--device", "cpu", "--cuda-graph", mode, "--out",
+                                tmp_path / mode))
+        assert "note:" not in res.output          # on a CPU there is nothing to miss
+        paths[mode] = json.loads((tmp_path / mode / "run.json").read_text())["step_path"]
+    assert paths["auto"] == {"mode": "eager", "requested": "auto",
+                             "reason": "the device is cpu (CUDA graphs need a CUDA device)"}
+    assert paths["off"] == {"mode": "eager", "requested": "off"}
+    assert step_losses(tmp_path / "auto") == step_losses(tmp_path / "off")

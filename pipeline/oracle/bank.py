@@ -10,11 +10,13 @@ flips, the initialisation and the OneCycle schedule, so their heads train togeth
 products (``pipeline.oracle.model.Head`` with P outputs, ``pipeline.oracle.losses.HeadLoss``).
 SGD (momentum, weight decay) acts element by element and each head's loss depends on its own
 parameters only, so every head follows the trajectory it would follow alone.  Everything stays
-on the device between the loop's sync points.
+on the device between the loop's sync points.  On a CUDA device the step is one CUDA graph
+(``pipeline.oracle.headgraph``, ``--cuda-graph``), bit for bit this eager step.
 """
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +25,7 @@ import torch
 from pipeline.core import dist
 from pipeline.core.losses import LossConfig
 from pipeline.oracle.features import FeatureTable
+from pipeline.oracle.headgraph import GraphedHeadStep, HeadStep, epoch_batches
 from pipeline.oracle.loop import LoopSettings, LoopState, fit
 from pipeline.oracle.losses import HeadLoss
 from pipeline.oracle.heads import make_head
@@ -44,11 +47,12 @@ def score(table: FeatureTable, rows: np.ndarray, head: torch.nn.Module,
 class FeatureSession:
     """The loop's session for a bank of head-only heads (``pipeline.oracle.loop.Session``).
     ``head``: a head of P outputs (``pipeline.oracle.heads``) initialised for the runs' seed, on
-    the table's device."""
+    the table's device.  ``fast``: the same step on static state (``pipeline.oracle.headgraph``,
+    a CUDA graph), used from ``start`` on unless its capture falls back."""
 
     def __init__(self, table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
                  head: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
-                 val_rows: np.ndarray, tnr_logit: float):
+                 val_rows: np.ndarray, tnr_logit: float, fast: HeadStep | None = None):
         if schedule.flip and not table.has_flip:
             raise ValueError("the schedule flips rows but the features have no flipped view")
         self.table, self.schedule, self.head = table, schedule, head
@@ -60,6 +64,7 @@ class FeatureSession:
                             .cpu().numpy() if len(self.val_rows) else np.zeros(0, np.float32))
         self.best: list[dict | None] = [None] * len(losses)
         self.train_s = self.val_s = 0.0
+        self.fast = fast
 
     def start(self, step: int) -> None:
         # a step's ops are (B, D) x (D, P): on the CPU, intra-op threads only add
@@ -68,23 +73,18 @@ class FeatureSession:
         self.threads = torch.get_num_threads()
         self.epoch, self.window = None, []
         self.t0 = time.perf_counter()
-
-    def _epoch(self, step: int) -> None:
-        """Rows and flips of every step of ``step``'s epoch, on the device at once."""
-        sch, dev = self.schedule, self.table.x.device
-        first = step - step % sch.steps_per_epoch
-        steps = range(first, min(sch.total_steps, first + sch.steps_per_epoch))
-        rows = torch.as_tensor(np.stack([sch.batch_rows(k) for k in steps]), device=dev)
-        flips = (torch.as_tensor(np.stack([sch.batch_flips(k) for k in steps]), device=dev)
-                 if sch.flip else None)
-        self.epoch = (first, rows, flips)
+        if self.fast is not None and not self.fast.prepare(step):
+            self.fast.close()
+            self.fast = None            # its capture fell back (auto): the eager step
 
     def step(self, step: int) -> torch.Tensor:
-        if self.epoch is None or not 0 <= step - self.epoch[0] < len(self.epoch[1]):
-            self._epoch(step)
-        first, rows, flips = self.epoch
         if self.table.x.device.type == "cpu" and torch.get_num_threads() != 1:
             torch.set_num_threads(1)
+        if self.fast is not None:
+            return self.fast.step(step)
+        if self.epoch is None or not 0 <= step - self.epoch[0] < len(self.epoch[1]):
+            self.epoch = epoch_batches(self.schedule, step, self.table.x.device)
+        first, rows, flips = self.epoch
         i = step - first
         idx = self.table.index(rows[i], None if flips is None else flips[i])
         z = self.head(self.table.inputs(idx))
@@ -98,13 +98,15 @@ class FeatureSession:
 
     def drain(self) -> tuple[torch.Tensor, None]:
         """TP, P, TN, N of the steps since the last drain (4, P), counted once per window."""
+        if self.fast is not None:
+            return self.fast.drain(), None
         z = torch.cat([w[0] for w in self.window])
         o = self.table.correct[torch.cat([w[1] for w in self.window])]
         self.window = []
         return step_counts(z, o, self.tnr_logit), None
 
     def lr(self) -> float:
-        return self.optimizer.param_groups[0]["lr"]
+        return self.fast.lr() if self.fast is not None else self.optimizer.param_groups[0]["lr"]
 
     def validate(self) -> tuple[np.ndarray, np.ndarray]:
         t = time.perf_counter()
@@ -127,6 +129,8 @@ class FeatureSession:
         """A diverged head is marked by the loop; the others go on."""
 
     def finish(self) -> None:
+        if self.fast is not None:
+            self.fast.close()
         torch.set_num_threads(self.threads)
         self.train_s = time.perf_counter() - self.t0 - self.val_s
 
@@ -148,24 +152,59 @@ class BankOptim:
     arch: str = "linear"          # --head-arch (pipeline.oracle.heads)
 
 
-def train_heads(table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
-                opt: BankOptim, val_rows: np.ndarray, tnr_logit: float, settings: LoopSettings,
-                logs: list) -> tuple[LoopState, FeatureSession]:
-    """One head per entry of ``losses`` (every head the one head ``opt.seed`` gives), SGD and
-    OneCycle over ``schedule``, through the loop; returns the loop's state (per head: counts,
-    best step and score, divergence) and the session (best heads, final heads, timing).  Stacked
-    inputs are standardised by the moments of the schedule's (training) rows."""
+def make_bank(table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
+              opt: BankOptim) -> tuple[torch.nn.Module, torch.optim.SGD,
+                                       torch.optim.lr_scheduler.OneCycleLR]:
+    """A head of one output per entry of ``losses`` (every head the one head ``opt.seed`` gives)
+    on the table's device, its SGD and OneCycle over ``schedule``.  Stacked inputs are
+    standardised by the moments of the schedule's (training) rows."""
     torch.manual_seed(opt.seed)
     head = make_head(opt.arch, table.in_features, opt.hyperplane, len(losses),
                      stacked=table.stats is not None).to(table.x.device)
     if table.stats is not None:
         head.set_stats(*table.stats_moments(schedule.rows))
-    sgd = torch.optim.SGD(head.parameters(), lr=opt.lr, momentum=opt.momentum,
-                          weight_decay=opt.weight_decay)
-    sched = torch.optim.lr_scheduler.OneCycleLR(sgd, max_lr=opt.lr, total_steps=schedule.total_steps,
-                                                pct_start=opt.pct_start,
-                                                cycle_momentum=opt.cycle_momentum)
-    session = FeatureSession(table, schedule, losses, head, sgd, sched, val_rows, tnr_logit)
+    return (head, *sgd_onecycle(head.parameters(), opt, schedule.total_steps))
+
+
+def sgd_onecycle(params, opt: BankOptim, total: int
+                 ) -> tuple[torch.optim.SGD, torch.optim.lr_scheduler.OneCycleLR]:
+    sgd = torch.optim.SGD(params, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
+    return sgd, torch.optim.lr_scheduler.OneCycleLR(
+        sgd, max_lr=opt.lr, total_steps=total, pct_start=opt.pct_start,
+        cycle_momentum=opt.cycle_momentum)
+
+
+def onecycle_values(opt: BankOptim, total: int) -> tuple[list[float], list[float]]:
+    """The lr and momentum SGD reads at each step 0..total-1 of ``sgd_onecycle``'s schedule, and
+    the lr after the last step (the logs'): a throw-away SGD + OneCycleLR stepped on the host."""
+    sgd, sched = sgd_onecycle([torch.zeros(1, requires_grad=True)], opt, total)
+    group, lrs, moms = sgd.param_groups[0], [], []
+    with warnings.catch_warnings():     # "lr_scheduler.step() before optimizer.step()"
+        warnings.simplefilter("ignore", UserWarning)
+        for k in range(total + 1):
+            lrs.append(group["lr"])
+            moms.append(group["momentum"])
+            if k < total:
+                sched.step()
+    return lrs, moms
+
+
+def train_heads(table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
+                opt: BankOptim, val_rows: np.ndarray, tnr_logit: float, settings: LoopSettings,
+                logs: list, step_path: dict | None = None) -> tuple[LoopState, FeatureSession]:
+    """One head per entry of ``losses`` (``make_bank``), trained through the loop; returns the
+    loop's state (per head: counts, best step and score, divergence) and the session (best heads,
+    final heads, timing).  ``step_path`` (``headgraph.head_step_path``; None: eager): the step
+    captured in a CUDA graph where its mode is ``cuda_graph`` (updated if the capture falls
+    back)."""
+    head, sgd, sched = make_bank(table, schedule, losses, opt)
+    fast = None
+    if step_path is not None and step_path["mode"] == "cuda_graph":
+        fast = GraphedHeadStep(table, schedule, head, losses,
+                               onecycle_values(opt, schedule.total_steps), opt.weight_decay,
+                               min(settings.log_every, settings.total), tnr_logit,
+                               record=step_path)
+    session = FeatureSession(table, schedule, losses, head, sgd, sched, val_rows, tnr_logit, fast)
     state = LoopState.for_heads(len(losses))
     fit(session, state, settings, logs)
     return state, session

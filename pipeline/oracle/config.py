@@ -188,9 +188,9 @@ class TrainConfig:
                               default="auto", show_default=True, help="Capture the whole training "
                               "step (optimizer and schedule included) in one CUDA graph: auto = "
                               "where possible (one CUDA process, no --accum-steps, bf16/fp32; "
-                              "with or without --compile), else eager with a note; on = refuse "
-                              "where impossible. run.json's step_path says which ran."),
-                              "runtime", fine_tune_only=True)
+                              "with or without --compile; --head-only: any CUDA device), else "
+                              "eager with a note; on = refuse where impossible. run.json's "
+                              "step_path says which ran."), "runtime")
     device: str | None = setting(None, DEVICE, "runtime")
     workers: int | None = setting(None, WORKERS, "runtime", fine_tune_only=True)
     eval_batch_size: int = setting(256, Opt(("--eval-batch-size",), default=256, show_default=True,

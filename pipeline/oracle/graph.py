@@ -44,19 +44,19 @@ import torch
 
 from cache.runs import RunError
 from pipeline.core import dist
+from pipeline.oracle.capture import (GRAPH_MODES, capture, device_unsupported, not_capturable,
+                                     restore, snapshot, warm_up)
 from pipeline.oracle.sampler import StepSchedule, derive_seed
 from pipeline.oracle.step import TargetTable, TrainObjects, forward_backward, train_step
 
-GRAPH_MODES = ("auto", "on", "off")
-WARMUP_STEPS = 2
 
 
 def unsupported(objs: TrainObjects, accum_steps: int) -> str | None:
     """Why this run's step cannot be captured, or None.  (A torch.compile'd model is captured
     too: inductor's kernels run inside the graph, compiled during the warm-up steps.)"""
     group = objs.optimizer.param_groups
-    if objs.device.type != "cuda":
-        return f"the device is {objs.device.type} (CUDA graphs need a CUDA device)"
+    if why := device_unsupported(objs.device):
+        return why
     if accum_steps != 1:
         return "--accum-steps > 1"
     if objs.scaler.is_enabled():
@@ -81,8 +81,7 @@ def choose_step(objs: TrainObjects, mode: str, accum_steps: int,
         graphed = GraphedStep(objs, mode, say)
         return graphed, graphed.record
     if mode == "on":
-        raise RunError(f"--cuda-graph on: this run's step cannot be captured: {why}. Use "
-                       "--cuda-graph auto (falls back to the eager step) or off")
+        raise not_capturable(why)
     if objs.device.type == "cuda" and objs.info.is_main:   # on a CPU there is nothing to miss
         say(f"note: training step not captured in a CUDA graph ({why}); running it eagerly")
     return train_step, {"mode": "eager", "requested": mode, "reason": why}
@@ -188,27 +187,18 @@ class GraphedStep:
         self.lr = torch.zeros((), device=dev)
         self.momentum = torch.zeros((), device=dev)
         saved = _snapshot(objs)
+        reset = lambda: opt.zero_grad(set_to_none=True)  # noqa: E731
         error = None
         try:
             self._load(inputs, step, schedule)
-            side = torch.cuda.Stream(dev)
-            side.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(side):
-                for _ in range(WARMUP_STEPS):
-                    opt.zero_grad(set_to_none=True)
-                    self._body(collectives=False)
-            torch.cuda.current_stream(dev).wait_stream(side)
+            warm_up(lambda: self._body(collectives=False), reset, dev)
         except Exception as err:       # OOM, or an op that syncs or cannot run
             error = err
         # capture only where every process warmed up (the captured all-reduce is collective;
-        # NCCL's communicator already exists: DDP's parameter broadcast created it)
+        # NCCL's communicator already exists: the weights' broadcast created it)
         if dist.all_ok(objs.info, error is None):
             try:
-                opt.zero_grad(set_to_none=True)
-                self.graph = torch.cuda.CUDAGraph()
-                # thread_local: the DataLoader's pin-memory thread keeps calling CUDA meanwhile
-                with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
-                    self.outputs = self._body()
+                self.graph, self.outputs = capture(self._body, reset, dev)
             except Exception as err:   # an op that syncs or cannot be captured
                 error = err
         failed = self._agree_on_capture(error)
@@ -240,15 +230,9 @@ class GraphedStep:
 
 def _snapshot(objs: TrainObjects) -> dict:
     opt = objs.optimizer
-    tensors = list(objs.model.parameters()) + list(objs.model.buffers()) + [
-        opt.state[p]["momentum_buffer"] for p in opt.param_groups[0]["params"]]
-    return {"tensors": [(t, t.detach().clone()) for t in tensors],
-            "cpu_rng": torch.get_rng_state(), "cuda_rng": torch.cuda.get_rng_state(objs.device)}
+    return snapshot(list(objs.model.parameters()) + list(objs.model.buffers()) + [
+        opt.state[p]["momentum_buffer"] for p in opt.param_groups[0]["params"]], objs.device)
 
 
 def _restore(objs: TrainObjects, saved: dict) -> None:
-    with torch.no_grad():
-        for live, copy in saved["tensors"]:
-            live.copy_(copy)
-    torch.set_rng_state(saved["cpu_rng"])
-    torch.cuda.set_rng_state(saved["cuda_rng"], objs.device)
+    restore(saved, objs.device)

@@ -24,6 +24,7 @@ from pipeline.oracle.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.oracle.config import TrainConfig, bank_key, head_only_misfits
 from pipeline.oracle.features import (FeatureMemo, check_logits, check_valid, feature_record,
                                       feature_source, load_table, open_features, oracle_backbone)
+from pipeline.oracle.headgraph import head_step_path
 from pipeline.oracle.log import StepLog
 from pipeline.oracle.loop import HeadState, TrainingDiverged
 from pipeline.oracle.heads import head_from_checkpoint
@@ -48,6 +49,7 @@ def train_head_only(cfgs: list[TrainConfig], memo: FeatureMemo | None = None) ->
         if not cfg.head_only or wrong:
             raise RunError(f"not a head-only config: head_only={cfg.head_only}, "
                            f"{', '.join(wrong)} set (they apply to fine-tuning only)")
+        head_step_path(device, cfg.cuda_graph)     # --cuda-graph on where impossible: refused
     mine = memo is None
     memo = FeatureMemo() if mine else memo
     summaries: dict[int, dict] = {}
@@ -82,14 +84,16 @@ def run_bank(preps: list[Prepared], info: dist.DistInfo, device: torch.device,
              "data_config": backbone.identity["data_config"], "head": first.cfg.z,
              "head_only": True, "backbone": backbone.record, **head_kind(first.cfg)}
     caches = {tag: feature_record(fc) for tag, fc in [(first.train.tag, train_fc), *eval_fcs.items()]}
+    # the record a capture that falls back (auto) updates: run.json says which step ran
+    step_path = head_step_path(device, first.cfg.cuda_graph)
     extras = [{**run_extras(p, sched), "head_only": True, "feature_caches": caches,
-               "oracle_build": build} for p in preps]
+               "oracle_build": build, "step_path": step_path} for p in preps]
     todo = [i for i, p in enumerate(preps) if p.state != "complete"]
     for i in todo:
         write_val_split(preps[i], info)
         preps[i].run.write(preps[i].record, "running", versions(), step=0, **extras[i])
-    trained, timing = train_bank([preps[i] for i in todo], train_fc, device, memo, sched) \
-        if todo else ([], {})
+    trained, timing = train_bank([preps[i] for i in todo], train_fc, device, memo, sched,
+                                 step_path) if todo else ([], {})
     trained = dict(zip(todo, trained))
     out, fcs = [], {first.train.tag: train_fc, **eval_fcs}   # train: its held-out rows
     for i, prep in enumerate(preps):
@@ -111,8 +115,9 @@ def run_bank(preps: list[Prepared], info: dist.DistInfo, device: torch.device,
 
 
 def train_bank(bank: list[Prepared], train_fc: ClassifierCache, device: torch.device,
-               memo: FeatureMemo, sched: dict) -> tuple[list[tuple], dict]:
-    """The loop over one bank of heads; per head (its state, best head, final head)."""
+               memo: FeatureMemo, sched: dict, step_path: dict) -> tuple[list[tuple], dict]:
+    """The loop over one bank of heads (eager, or captured in a CUDA graph as ``step_path``
+    says); per head (its state, best head, final head)."""
     first = bank[0]
     cfg = first.cfg
     check_valid(train_fc, first.train, np.concatenate([first.train_rows, first.val_rows]))
@@ -125,7 +130,7 @@ def train_bank(bank: list[Prepared], train_fc: ClassifierCache, device: torch.de
         state, session = train_heads(
             table, first.schedule, [p.loss for p in bank], optim, first.val_rows,
             tnr_logit(cfg.loss, first.record["num_classes"]),
-            loop_settings(first, None, f"train {cfg.loss} (head-only)"), logs)
+            loop_settings(first, None, f"train {cfg.loss} (head-only)"), logs, step_path)
     finally:
         for log in logs:
             log.close()

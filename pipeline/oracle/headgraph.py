@@ -1,0 +1,322 @@
+"""The head-only step captured in one CUDA graph (``train-oracle --head-only --cuda-graph``).
+
+An ImageNet-sized head-only run is ~30,000 steps of batch 40, each a few dozen tiny kernels plus
+torch.optim.SGD and OneCycleLR on the host: the eager step (``pipeline.oracle.bank``) is
+launch-bound, the GPU mostly waits for Python.  Here the whole step -- the batch's rows and view,
+forward, loss, backward, SGD's update -- is one graph, replayed once per step.
+
+Static state.  A graph replays fixed addresses, so everything a step reads is a device tensor read
+through device counters, never a Python int (a slice offset would be frozen into the graph): the
+epoch's rows (steps, B) as the table's positions of the views shown (``FeatureTable.index``: a
+flipped row's flipped copy), filled by the host in chunks computed ahead on a background thread
+(``Ahead``), read at ``pos`` (the position in the epoch, reset by the host at each new epoch);
+the run's lr and momentum of every step, read at ``at`` (the global step); the counters advanced
+inside the graph.  Each step's losses, z and rows go into window buffers at ``win``: ``step`` returns its row of losses, and ``drain`` counts TP/P/TN/N over the
+window with the eager drain's own function, so the loop sees what the eager session gives it.
+
+The lr and momentum are those torch.optim.SGD reads under the run's OneCycleLR: the host steps a
+throw-away OneCycleLR of the same settings once before training (``bank.onecycle_values``), and the
+device holds float32(-lr) and float32(momentum), the values torch's kernels compute with.
+
+Bit for bit.  The body runs the eager step's ops on the same values (an index read through a
+counter is the same index), and ``sgd_step`` is torch.optim.SGD's update: torch's foreach kernels
+on CUDA, its per-tensor ops on the CPU, as torch chooses; ``p += lr b`` as ``addcmul`` with the
+device lr (one rounding, as torch's ``add_(b, alpha=-lr)``; ``p + b * lr`` rounds twice).  The
+momentum buffers start as -0.0: ``-0 m + g`` is ``g`` exactly, signed zeros included (torch's first
+step copies g).  A graphed run equals the eager run in its losses, counts, best and final heads
+(tests/test_head_graph_cuda.py).
+
+Capture (``pipeline.oracle.graph``): warm-up steps on a side stream, capture, then every tensor the
+warm-up moved is put back, so the first replay is step 0.  Under ``auto`` a failed capture falls
+back to the eager step with one note.
+"""
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+from dataclasses import replace
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from torch.optim.optimizer import _default_to_fused_or_foreach
+
+from cache.runs import RunError
+from pipeline.core.losses import LossConfig
+from pipeline.oracle.features import FeatureTable
+from pipeline.oracle.capture import (GRAPH_MODES, device_unsupported, not_capturable, restore,
+                                     snapshot, warm_up_and_capture)
+from pipeline.oracle.losses import HeadLoss
+from pipeline.oracle.sampler import StepSchedule
+from pipeline.oracle.step import step_counts
+
+
+def head_step_path(device: torch.device, mode: str) -> dict:
+    """run.json's ``step_path`` of a head-only run, decided before anything is written: the graph
+    on a CUDA device unless ``off``; elsewhere eager (``auto``, silently: on a CPU there is nothing
+    to miss) or refused (``on``)."""
+    if mode not in GRAPH_MODES:
+        raise RunError(f"--cuda-graph {mode!r}: expected one of {GRAPH_MODES}")
+    if mode == "off":
+        return {"mode": "eager", "requested": mode}
+    why = device_unsupported(device)
+    if why is None:
+        return {"mode": "cuda_graph", "requested": mode}
+    if mode == "on":
+        raise not_capturable(why)
+    return {"mode": "eager", "requested": mode, "reason": why}
+
+
+def batches(schedule: StepSchedule, steps: range) -> tuple[np.ndarray, np.ndarray | None]:
+    """Rows (steps, B) and flips (steps, B) bool (None without flips) of ``steps``."""
+    rows = np.stack([schedule.batch_rows(k) for k in steps])
+    return rows, np.stack([schedule.batch_flips(k) for k in steps]) if schedule.flip else None
+
+
+def epoch_batches(schedule: StepSchedule, step: int, device: torch.device
+                  ) -> tuple[int, torch.Tensor, torch.Tensor | None]:
+    """(first step, rows, flips) of ``step``'s epoch, on the device at once (the eager step)."""
+    first = step - step % schedule.steps_per_epoch
+    rows, flips = batches(schedule, range(first, min(schedule.total_steps,
+                                                     first + schedule.steps_per_epoch)))
+    return (first, torch.as_tensor(rows, device=device),
+            None if flips is None else torch.as_tensor(flips, device=device))
+
+
+class Ahead:
+    """The table positions of the views shown (``FeatureTable.index``'s: row + N where flipped)
+    of every step from ``start`` on, in chunks of at most ``chunk`` steps within an epoch,
+    computed by a background thread: an epoch's flips take ~0.9 s of numpy on the host, done
+    while the host waits for the device at the loop's sync points instead of before step 0."""
+
+    def __init__(self, schedule: StepSchedule, start: int, num_rows: int, chunk: int):
+        self.queue: queue.Queue = queue.Queue(maxsize=4)
+        self.stop = threading.Event()
+        # its own copy: StepSchedule caches an epoch's order in itself
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       args=(replace(schedule), start, num_rows, chunk))
+        self.thread.start()
+
+    def _run(self, schedule: StepSchedule, k: int, num_rows: int, chunk: int) -> None:
+        try:
+            while k < schedule.total_steps and not self.stop.is_set():
+                end = min(k + chunk, k - k % schedule.steps_per_epoch + schedule.steps_per_epoch,
+                          schedule.total_steps)
+                rows, flips = batches(schedule, range(k, end))
+                self._put((k, rows if flips is None else rows + flips.astype(np.int64) * num_rows))
+                k = end
+        except BaseException as err:       # raised again by next(), in the training thread
+            self._put(err)
+
+    def _put(self, item) -> None:
+        while not self.stop.is_set():
+            try:
+                return self.queue.put(item, timeout=0.1)
+            except queue.Full:
+                continue
+
+    def next(self) -> tuple[int, np.ndarray]:
+        """(first step, positions (steps, B)) of the next chunk."""
+        item = self.queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+# p -= lr b with the lr on the device: the candidates (tests/test_head_graph_cuda.py compares
+# them with torch's update on the GPU); LR_UPDATE is the one sgd_step uses.
+LR_UPDATES: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]] = {
+    "addcmul": lambda p, b, neg_lr: p.addcmul_(b, neg_lr),     # p + b * neg_lr, one rounding
+    "mul_add": lambda p, b, neg_lr: p.add_(b * neg_lr),        # two roundings
+}
+LR_UPDATE = "addcmul"
+
+
+@torch.no_grad()
+def sgd_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
+             bufs: Sequence[torch.Tensor] | None, neg_lr: torch.Tensor, momentum: torch.Tensor,
+             weight_decay: float, foreach: bool) -> None:
+    """torch.optim.SGD's step (no dampening, Nesterov or maximize) with -lr and the momentum in
+    0-d float32 device tensors: ``g += wd p; b = m b + g; p += -lr b`` with torch's foreach
+    kernels (``foreach``, torch's choice on CUDA) or its per-tensor ops.  ``bufs``: the momentum
+    buffers (-0.0 before the first step), None for momentum 0."""
+    if foreach:
+        if weight_decay:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+        if bufs is not None:
+            torch._foreach_mul_(bufs, momentum)
+            torch._foreach_add_(bufs, grads)
+            grads = bufs
+    else:
+        if weight_decay:
+            grads = [g.add(p, alpha=weight_decay) for p, g in zip(params, grads)]
+        if bufs is not None:
+            for b, g in zip(bufs, grads):
+                b.mul_(momentum).add_(g)
+            grads = bufs
+    update = LR_UPDATES[LR_UPDATE]
+    for p, g in zip(params, grads):
+        update(p, g, neg_lr)
+
+
+def momentum_buffers(params: Sequence[torch.Tensor], moms: Sequence[float]
+                     ) -> list[torch.Tensor] | None:
+    """``sgd_step``'s momentum buffers before the first step: -0.0, so that ``-0 m + g`` is torch's
+    first-step copy of g, signed zeros included; None where torch keeps none (momentum 0: OneCycle's
+    momentum is constant, or cycled within 0.85-0.95)."""
+    return [torch.full_like(p, -0.0) for p in params] if any(moms) else None
+
+
+class HeadStep:
+    """The eager step of ``bank.FeatureSession`` on static state (module docstring): the body a
+    graph captures.  Run as it is (``step``), it is that body without a graph."""
+
+    def __init__(self, table: FeatureTable, schedule: StepSchedule, head: torch.nn.Module,
+                 losses: list[LossConfig], values: tuple[list[float], list[float]],
+                 weight_decay: float, window: int, tnr_logit: float, chunk: int = 1024):
+        dev = table.x.device
+        self.table, self.schedule, self.head, self.tnr_logit = table, schedule, head, tnr_logit
+        self.loss = HeadLoss(losses, dev)
+        lrs, moms = values
+        total = schedule.total_steps
+        self.lrs, self.weight_decay, self.window = lrs, weight_decay, window
+        # one tensor each, so that one kernel reads (or advances) them all: position in the
+        # epoch, global step, position in the window; (-lr, momentum) of every step
+        self.counters = torch.zeros(3, dtype=torch.long, device=dev)
+        self.pos, self.at, self.win = (self.counters[i:i + 1] for i in range(3))
+        self.lr_mom = torch.tensor([[-lr, m] for lr, m in zip(lrs[:total], moms[:total])],
+                                   dtype=torch.float32, device=dev)
+        self.params = list(head.parameters())
+        self.bufs = momentum_buffers(self.params, moms[:total])
+        self.foreach = bool(_default_to_fused_or_foreach(self.params, False, False)[1])
+        p, b = len(losses), schedule.batch_size
+        self.losses = torch.zeros(window, p, device=dev)
+        self.z = torch.zeros(window, b, p, device=dev)
+        self.idx = torch.zeros(window, b, dtype=torch.long, device=dev)
+        self.rows = torch.zeros(schedule.steps_per_epoch, b, dtype=torch.long, device=dev)
+        self.chunk, self.ahead, self.ready = chunk, None, 0
+        self.count = self.done = 0
+
+    def prepare(self, step: int) -> bool:
+        """Ready to run from ``step`` (False: run the eager step instead)."""
+        self.at.fill_(step)
+        self.win.zero_()
+        self.pos.fill_(step % self.schedule.steps_per_epoch)
+        self.ahead = Ahead(self.schedule, step, self.table.num_rows, self.chunk)
+        self.ready = step
+        self._fill(step)
+        return True
+
+    def close(self) -> None:
+        if self.ahead is not None:
+            self.ahead.close()
+
+    def step(self, step: int) -> torch.Tensor:
+        """Step ``step`` (0-based); its (P,) losses, a row of the window."""
+        self._enter(step)
+        self._no_grads()
+        self.body()
+        return self._out(step)
+
+    def drain(self) -> torch.Tensor:
+        """TP, P, TN, N of the window's steps (4, P), counted as the eager drain counts them."""
+        n, p = self.count, self.losses.shape[1]
+        o = self.table.correct[self.idx[:n].reshape(-1)]
+        counts = step_counts(self.z[:n].reshape(-1, p), o, self.tnr_logit)
+        self.win.zero_()
+        self.count = 0
+        return counts
+
+    def lr(self) -> float:
+        return self.lrs[self.done]
+
+    def body(self) -> None:
+        """One step, reading and advancing the device counters only."""
+        t = self.table
+        idx = self.rows.index_select(0, self.pos)[0]
+        z = self.head(t.inputs(idx))
+        per_head = self.loss(z, t.correct[idx], t.p_true[idx]).mean(0)
+        per_head.sum().backward()
+        with torch.no_grad():
+            self.losses.index_copy_(0, self.win, per_head[None])
+            self.z.index_copy_(0, self.win, z[None])
+            self.idx.index_copy_(0, self.win, idx[None])
+            neg_lr, momentum = self.lr_mom.index_select(0, self.at)[0]
+            sgd_step(self.params, [q.grad for q in self.params], self.bufs, neg_lr, momentum,
+                     self.weight_decay, self.foreach)
+            self.counters += 1
+
+    def _fill(self, step: int) -> None:
+        """The chunks up to ``step``'s into the epoch buffer (same shape every epoch: the
+        schedule drops the last partial batch).  Stream-ordered after the replays before them,
+        so a chunk of the next epoch overwrites only what was read."""
+        per_epoch = self.schedule.steps_per_epoch
+        while self.ready <= step:
+            first, positions = self.ahead.next()
+            at = first % per_epoch
+            self.rows[at:at + len(positions)].copy_(torch.from_numpy(positions))
+            self.ready = first + len(positions)
+
+    def _enter(self, step: int) -> None:
+        if step >= self.ready:
+            self._fill(step)
+        if step % self.schedule.steps_per_epoch == 0:
+            self.pos.zero_()            # a new epoch
+        if self.count == self.window:
+            raise RuntimeError(f"step {step + 1}: more than {self.window} steps between two "
+                               "drains (the loop syncs every --log-every steps)")
+
+    def _out(self, step: int) -> torch.Tensor:
+        out = self.losses[self.count]
+        self.count, self.done = self.count + 1, step + 1
+        return out
+
+    def _no_grads(self) -> None:
+        for q in self.params:
+            q.grad = None
+
+
+class GraphedHeadStep(HeadStep):
+    """``HeadStep``'s body captured in one CUDA graph at ``prepare``, replayed by ``step``.
+    ``record``: run.json's ``step_path``, updated where a capture under ``auto`` falls back."""
+
+    def __init__(self, *args, record: dict,
+                 say: Callable[[str], None] = lambda m: print(m, file=sys.stderr), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.record, self.say = record, say
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def prepare(self, step: int) -> bool:
+        super().prepare(step)
+        dev = self.table.x.device
+        saved = snapshot(self.params + (self.bufs or []) + [
+            self.counters, self.losses, self.z, self.idx], dev)
+        try:
+            self.graph, _ = warm_up_and_capture(self.body, self._no_grads, dev)
+        except torch.cuda.OutOfMemoryError:
+            self.graph = None
+            restore(saved, dev)
+            raise                       # as in eager mode
+        except Exception as err:        # an op that syncs or cannot be captured
+            self.graph = None
+            restore(saved, dev)
+            self._no_grads()
+            if self.record["requested"] == "on":
+                raise RunError(f"--cuda-graph on: capturing the head-only step failed ({err}); "
+                               "use --cuda-graph off") from err
+            self.record.update(mode="eager", reason=f"capture failed: {err}")
+            self.say(f"note: capturing the head-only step in a CUDA graph failed ({err}); "
+                     "running it eagerly")
+            return False
+        restore(saved, dev)
+        return True
+
+    def step(self, step: int) -> torch.Tensor:
+        self._enter(step)
+        self.graph.replay()
+        return self._out(step)

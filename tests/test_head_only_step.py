@@ -1,0 +1,143 @@
+"""The head-only step on static state (pipeline/oracle/headgraph.py), the body a CUDA graph
+captures, run eagerly on the CPU: bit for bit the eager FeatureSession (losses, lr, counts, best
+step and score, best and final heads) over several epochs with flips, momentum, weight decay and
+cycled momentum; its SGD update is torch.optim.SGD's; the lr/momentum precomputed on the host are
+OneCycleLR's.  The graph itself: tests/test_head_graph_cuda.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.core.losses import resolve_loss
+from pipeline.oracle.bank import (BankOptim, FeatureSession, make_bank, onecycle_values,
+                                  sgd_onecycle)
+from pipeline.oracle.features import FeatureTable
+from pipeline.oracle.headgraph import GraphedHeadStep, HeadStep, momentum_buffers, sgd_step
+from pipeline.oracle.loop import LoopSettings, LoopState, fit
+from pipeline.oracle.sampler import StepSchedule
+
+ROWS, DIM, BATCH, LOG_EVERY = 1200, 16, 16, 7
+CHUNK = 16            # the epoch buffer filled in chunks of 16 steps: 4 and a partial one
+VAL = np.arange(0, 100)
+
+
+class Log:
+    """A StepLog's write(), kept in memory; img/s (a timing) left out."""
+
+    def __init__(self):
+        self.entries = []
+
+    def write(self, entry: dict) -> None:
+        self.entries.append({k: v for k, v in entry.items() if k != "img_per_s"})
+
+    def close(self) -> None:
+        pass
+
+
+def feature_table(device: torch.device, stacked: bool = False) -> FeatureTable:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2 * ROWS, DIM, generator=g).half()
+    correct = (x[:, :4].float().sum(1) + torch.randn(2 * ROWS, generator=g) > -1).float()
+    p_true = torch.rand(2 * ROWS, generator=g)
+    return FeatureTable(x.to(device), correct.to(device), p_true.to(device), ROWS, True)
+
+
+def bank_setup(loss: str, arch: str, epochs: int = 3):
+    schedule = StepSchedule(np.arange(100, ROWS), BATCH, epochs, 0, True)
+    params = [{"alpha_pos": a, "alpha_neg": b} for a, b in ((1, 3), (2, 5), (0.5, 8))]
+    losses = [resolve_loss(loss, p if loss == "ss" else {}, (1.0, 3.0), None) for p in params]
+    opt = BankOptim(0, loss == "ss", 0.05, 0.9, 1e-3, 0.3, True, arch)
+    total = schedule.total_steps
+    settings = LoopSettings(total, BATCH, LOG_EVERY, max(1, total // 4), None, None, False, "t")
+    return schedule, losses, opt, settings
+
+
+def run_bank(table: FeatureTable, loss: str, arch: str, step: str, epochs: int = 3) -> dict:
+    """One bank through the loop: ``step`` 'eager' (today's FeatureSession), 'body' (HeadStep
+    without a graph) or 'graph' (GraphedHeadStep, a CUDA graph); the epoch buffer filled in
+    chunks of CHUNK steps."""
+    schedule, losses, opt, settings = bank_setup(loss, arch, epochs)
+    logs = [Log() for _ in losses]
+    head, sgd, sched = make_bank(table, schedule, losses, opt)
+    args = (table, schedule, head, losses, onecycle_values(opt, schedule.total_steps),
+            opt.weight_decay, LOG_EVERY, 0.0)
+    path = {"mode": "cuda_graph", "requested": "on"}
+    fast = {"eager": lambda: None, "body": lambda: HeadStep(*args, chunk=CHUNK),
+            "graph": lambda: GraphedHeadStep(*args, chunk=CHUNK, record=path)}[step]()
+    session = FeatureSession(table, schedule, losses, head, sgd, sched, VAL, 0.0, fast)
+    state = LoopState.for_heads(len(losses))
+    fit(session, state, settings, logs)
+    assert (session.fast is not None) == (step != "eager") and path["mode"] == "cuda_graph"
+    return {"logs": [log.entries for log in logs], "state": state.heads, "best": session.best,
+            "final": [session.head.state_of(p) for p in range(len(losses))],
+            "steps": schedule.total_steps}
+
+
+def assert_identical(a: dict, b: dict) -> None:
+    """Bit for bit: every log entry (losses, lr, TPR/TNR, validation), counts, best step and
+    score, best and final heads."""
+    assert a["logs"] == b["logs"]
+    for ha, hb in zip(a["state"], b["state"]):
+        assert np.array_equal(ha.counts, hb.counts)
+        assert (ha.best_step, ha.best_score, ha.diverged_at) == \
+            (hb.best_step, hb.best_score, hb.diverged_at)
+    for side in ("best", "final"):
+        for sa, sb in zip(a[side], b[side]):
+            assert sa.keys() == sb.keys()
+            for k in sa:
+                assert torch.equal(sa[k], sb[k]), (side, k)
+
+
+@pytest.mark.parametrize("loss,arch", [("ss", "linear"), ("tcp", "linear"), ("ss", "confidnet")])
+def test_the_graphs_body_run_eagerly_equals_the_eager_session_bit_for_bit(loss, arch):
+    table = feature_table(torch.device("cpu"))
+    eager = run_bank(table, loss, arch, "eager")
+    body = run_bank(table, loss, arch, "body")
+    assert eager["steps"] > 200 and eager["steps"] % LOG_EVERY       # a partial last window
+    assert (eager["steps"] // 3) % CHUNK                               # a partial last chunk
+    assert_identical(eager, body)
+    losses = [e["loss"] for e in eager["logs"][0] if "loss" in e]
+    assert losses[0] != losses[-1] and all(h.best_step for h in eager["state"])
+
+
+def test_the_precomputed_schedule_is_onecycles_and_sgd_step_is_torchs_update():
+    check_sgd_step(torch.device("cpu"))
+
+
+def check_sgd_step(device: torch.device) -> None:
+    """``sgd_step`` with the precomputed lr/momentum (as device scalars) = torch.optim.SGD under
+    OneCycleLR, bit for bit, with the kernels torch chooses on ``device`` (foreach on CUDA):
+    cycled momentum and weight decay; momentum 0 keeps no buffer, as torch."""
+    for momentum, cycle in ((0.9, True), (0.05, False), (0.0, False)):
+        opt = BankOptim(0, True, 0.1, momentum, 0.01, 0.3, cycle)
+        total = 12
+        lrs, moms = onecycle_values(opt, total)
+        g = torch.Generator().manual_seed(0)
+        ref = [torch.randn(s, generator=g).to(device) for s in ((3, 5), (3,))]
+        ref[0][0, 0] = -0.0           # with a -0.0 gradient: a -0.0 buffer after step 0
+        sgd, sched = sgd_onecycle([torch.nn.Parameter(p.clone()) for p in ref], opt, total)
+        ours = [p.clone() for p in ref]
+        bufs = momentum_buffers(ours, moms[:total])
+        for k in range(total):
+            grads = [torch.randn(p.shape, generator=g).to(device) for p in ref]
+            if k == 0:
+                grads[0][0, 0] = -0.0
+            group = sgd.param_groups[0]
+            assert (group["lr"], group["momentum"]) == (lrs[k], moms[k])
+            for p, gr in zip(group["params"], grads):
+                p.grad = gr.clone()
+            sgd.step()
+            sched.step()
+            sgd_step(ours, grads, bufs, torch.tensor(-lrs[k], device=device),
+                     torch.tensor(moms[k], device=device), opt.weight_decay,
+                     foreach=device.type == "cuda")
+            for p, q in zip(group["params"], ours):
+                assert torch.equal(p.detach(), q)
+            if bufs is None:
+                assert not sgd.state[group["params"][0]]
+            else:
+                state = [sgd.state[p]["momentum_buffer"] for p in group["params"]]
+                assert all(torch.equal(a, b) and torch.equal(a.signbit(), b.signbit())
+                           for a, b in zip(state, bufs))
+        assert sgd.param_groups[0]["lr"] == lrs[total]
