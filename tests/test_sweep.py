@@ -41,6 +41,24 @@ def test_choose_uses_validation_only():
     assert choose(pts, "tpr-tnr")["values"]["alpha_neg"] == 3   # eval would pick 5 (or 1)
 
 
+def test_held_out_metrics_undefined_by_one_class_are_not_chosen_and_tabulated_as_missing():
+    """Run files write a metric one class leaves undefined as null: no TypeError, the point is
+    never chosen, its cell is '–'; no point defined -> None (the sweep's one-class message)."""
+    from pipeline.sweep.grid import choose
+    from pipeline.sweep.report import markdown
+
+    undefined = {"tpr": 1.0, "tnr": None, "auc": None, "aupr_error": None, "aupr_success": 1.0}
+    pts = [{"values": {"alpha_neg": a}, "val": val, "eval": None, "stage": 1, "status": "ok",
+            "mean_train_loss": 0.1, "run_dir": f"r{a}"}
+           for a, val in ((1, undefined), (3, {**undefined, "tnr": 0.5, "auc": 0.7}))]
+    assert choose(pts, "tpr-tnr")["values"]["alpha_neg"] == 3
+    assert choose(pts[:1], "tpr-tnr") is None and choose(pts[:1], "auc") is None
+    text = markdown({"swept": ["alpha_neg"], "criterion": "tpr-tnr", "points": pts,
+                     "chosen": {"alpha_neg": 3.0}, "fine_tune": False, "mode": "grid",
+                     "command": "python cli.py train-oracle ..."})
+    assert "| 1 | 1 | ok | – | 1 | – |" in text
+
+
 def invert_correctness(cache_dir: Path) -> None:
     """Make the evaluation split disagree with the training split: flip o on every row.  The
     edit is re-sealed (column hashes, manifest entries) as a writer would, since every read

@@ -72,13 +72,20 @@ def stage_points(options: list[str], swept: dict[str, tuple[float, ...]],
     return [{**chosen, **dict(zip(options, combo))} for combo in combos]
 
 
+def score_of(val: dict | None, criterion: str) -> float:
+    """A point's validation ``criterion``; NaN where undefined (run files write a metric that
+    one class among the held-out rows leaves undefined as null)."""
+    if not val:
+        return math.nan
+    return float(CRITERIA[criterion]({k: math.nan if v is None else v for k, v in val.items()}))
+
+
 def choose(points: list[dict], criterion: str) -> dict | None:
     """The point with the highest validation criterion (NaN never chosen; the first on ties).
     ``points``: dicts with ``val`` = the chosen checkpoint's held-out metrics."""
-    score = CRITERIA[criterion]
     best, best_score = None, -math.inf
     for p in points:
-        s = score(p["val"]) if p.get("val") else math.nan
+        s = score_of(p.get("val"), criterion)
         if math.isfinite(s) and s > best_score:
             best, best_score = p, s
     return best

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from pipeline.core.losses import PARAMS
-from pipeline.sweep.grid import CRITERIA
+from pipeline.sweep.grid import score_of
 
 NAMES = {name: p.symbol for name, p in PARAMS.items()}
 
@@ -24,7 +24,7 @@ def table_rows(summary: dict) -> tuple[list[str], list[list]]:
     rows = []
     for p in summary["points"]:
         v, e = p.get("val") or {}, p.get("eval") or {}
-        score = CRITERIA[crit](v) if v else math.nan
+        score = score_of(v, crit)
         rows.append([p["stage"], *[p["values"][o] for o in opts], p["status"], score,
                      v.get("tpr"), v.get("tnr"), v.get("aupr_error"), v.get("auc"),
                      p["mean_train_loss"], e.get("tpr"), e.get("tnr"), e.get("auc"),
