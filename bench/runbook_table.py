@@ -7,7 +7,8 @@ docs/PERFORMANCE.md, generated from committed measurements (one source for those
 
 Inputs (default: the files of bench/results/ when present): a GPU rehearsal of the runbook
 (bench/rehearse_imagenet.py --json), the training benchmark (bench/bench_train.py --json), and a
-rehearsal under torchrun (--launch ...).  A figure without a measurement is written
+rehearsal under torchrun (--launch ...), and bench/bench_ddp.py's JSONs (bench/results/ddp-*.json:
+one GPU against several through the command line).  A figure without a measurement is written
 "not measured"; CPU or --tiny JSONs are refused (they are test fixtures, never the docs' figures).
 The text between the marker comments is replaced; everything else is left as it is.
 """
@@ -83,7 +84,29 @@ def train_rows(t: dict | None) -> list[str]:
     return rows
 
 
-def sentences(r: dict | None, t: dict | None, d: dict | None) -> list[str]:
+def ddp_sentence(runs: list[dict]) -> str:
+    """What bench_ddp.py measured, per file and model (several GPUs only as measured)."""
+    said = []
+    for b in runs:
+        for model, res in b["models"].items():
+            one, *many = res["train"]
+            parts = [f"{r['gpus']} GPUs × {r['per_gpu_batch']} (global {r['global_batch']}, "
+                     f"{r['step_path'].replace('_', ' ')}) {r['img_per_s']:,.0f} img/s = "
+                     f"{r['vs_one_gpu']:.2f}×" for r in many]
+            ex = res["extract"]
+            said.append(f"{model} oracle on {b['gpus']}× {b['device']} ({b['date']}): one GPU × "
+                        f"{one['per_gpu_batch']} {one['img_per_s']:,.0f} img/s; "
+                        + "; ".join(parts) + f"; extract train+val --flip-view "
+                        f"{ex['ratio']:.2f}× one GPU")
+    if not said:
+        return f"Several GPUs through `bench/bench_ddp.py`: {NM}."
+    return ("Several GPUs, measured by `bench/bench_ddp.py` (training img/s, median of the logged "
+            "windows, one run each): " + ". ".join(said) + ". Other models and GPU counts: "
+            f"{NM}.")
+
+
+def sentences(r: dict | None, t: dict | None, d: dict | None,
+              ddp: list[dict] | None = None) -> list[str]:
     out = []
     if r and r["grid"]["total_h"] is not None:
         env = r["environment"]
@@ -105,11 +128,12 @@ def sentences(r: dict | None, t: dict | None, d: dict | None) -> list[str]:
         out.append(f"Several GPUs, measured with LAUNCH=\"{d['settings']['launch']}\": the grid "
                    f"projects to **{d['grid']['total_h']:.1f} h** ({d['environment']['gpus']} GPUs).")
     else:
-        out.append(f"Several GPUs (`--launch \"torchrun ...\"`): {NM}.")
+        out.append(f"The rehearsal under `--launch \"torchrun ...\"`: {NM}.")
+    out.append(ddp_sentence(ddp or []))
     return out
 
 
-def render(r: dict | None, t: dict | None, d: dict | None) -> str:
+def render(r: dict | None, t: dict | None, d: dict | None, ddp: list[dict] | None = None) -> str:
     head = ("| step | model | measured rows/s | at ImageNet scale, per command | peak RSS GB "
             "(rehearsal) | peak GPU GB (rehearsal) | disk at ImageNet GB, per command |\n"
             "|---|---|---|---|---|---|---|")
@@ -121,7 +145,7 @@ def render(r: dict | None, t: dict | None, d: dict | None) -> str:
     else:
         source = f"The runbook's rehearsal on a GPU: {NM} yet."
     body = "\n".join([head, *rehearsal_rows(r), *train_rows(t)])
-    return "\n".join([BEGIN, source, "", body, "", " ".join(sentences(r, t, d)), END])
+    return "\n".join([BEGIN, source, "", body, "", " ".join(sentences(r, t, d, ddp)), END])
 
 
 def replace(text: str, block: str, where: Path) -> str:
@@ -135,11 +159,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     for key, path in DEFAULTS.items():
         p.add_argument(f"--{key.replace('_', '-')}", type=Path, default=path)
+    p.add_argument("--ddp", type=Path, nargs="*", default=sorted(RESULTS.glob("ddp-*.json")),
+                   help="bench_ddp.py JSONs (default: bench/results/ddp-*.json)")
     p.add_argument("--check", action="store_true", help="exit 1 when the docs differ")
     a = p.parse_args(argv)
     try:
         block = render(load(a.rehearsal, "rehearsal"), load(a.train_bench, "training benchmark"),
-                       load(a.launched, "torchrun rehearsal"))
+                       load(a.launched, "torchrun rehearsal"),
+                       [load(p, "multi-GPU benchmark") for p in a.ddp])
         stale = []
         for path in DOCS.values():
             text = path.read_text()
