@@ -226,9 +226,10 @@ class RunDir:
         self.path.mkdir(parents=True, exist_ok=True)
         self.log_file.write_text("".join(l + "\n" for l in lines))
 
-    def append_log(self, entry: Mapping[str, Any]) -> None:
+    def append_log(self, *entries: Mapping[str, Any]) -> None:
+        """One line per entry, in one append."""
         with open(self.log_file, "a") as fh:
-            fh.write(json.dumps(finite(dict(entry)), sort_keys=True) + "\n")
+            fh.write("".join(json.dumps(finite(dict(e)), sort_keys=True) + "\n" for e in entries))
 
     # -- outputs and their timing ----------------------------------------------------------------
     def output_digest(self, run: Mapping[str, Any], output: Path) -> dict | None:

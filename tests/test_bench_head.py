@@ -50,3 +50,14 @@ def test_bench_head_writes_checksummed_caches(tmp_path):
     raw[-100] ^= 0xFF
     shard.write_bytes(bytes(raw))
     assert list(cache.problems(full=True)) == [shard.name]
+
+
+def test_bench_bank_host_runs_and_prints_the_logs_digest():
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_bank_host.py"), "--rows",
+                           "3000", "--grid", "2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "x 4 heads" in done.stdout and "sha256" in done.stdout

@@ -24,15 +24,21 @@ class StepLog:
             run.restart_log(resume_step)
             self.tb = tensorboard_writer(run, resume_step)
 
-    def write(self, entry: Mapping) -> None:
+    @property
+    def writes(self) -> bool:
+        return self.enabled or self.tb is not None
+
+    def write(self, *entries: Mapping) -> None:
+        """Append ``entries`` (one file append for all of them)."""
         if self.enabled:
-            self.run.append_log(entry)
+            self.run.append_log(*entries)
         if self.tb is not None:
-            step = int(entry["step"])
-            for tag, value in scalars(entry):
-                self.tb.add_scalar(tag, value, step)
-            if "val" in entry:
-                self.tb.flush()
+            for entry in entries:
+                step = int(entry["step"])
+                for tag, value in scalars(entry):
+                    self.tb.add_scalar(tag, value, step)
+                if "val" in entry:
+                    self.tb.flush()
 
     def close(self) -> None:
         if self.tb is not None:
