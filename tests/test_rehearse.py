@@ -29,10 +29,18 @@ def refused(capsys, argv) -> str:
 
 @pytest.mark.slow  # ~80 s on the shared 2-core machine: 17 cli.py processes, each importing torch
 def test_a_tiny_rehearsal_measures_and_projects_every_step(tmp_path):
+    """In two calls, as on a device whose commands are capped at 10 minutes: --keep, then
+    --continue with the remaining steps; the second JSON holds every step of both."""
     out, report = tmp_path / "rehearsal", tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "rehearse_imagenet.py"), "--out",
-                           str(out), *TINY, "--json", str(report)],
-                          capture_output=True, text=True, timeout=900)
+    script = [sys.executable, str(ROOT / "bench" / "rehearse_imagenet.py"), "--out", str(out),
+              *TINY]
+    first = subprocess.run([*script, "--keep", "--steps", "extract,train,report", "--json",
+                            str(tmp_path / "first.json")], capture_output=True, text=True,
+                           timeout=900)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert (out / "imagenet").is_dir() and (out / "runbook").is_dir()      # kept
+    proc = subprocess.run([*script, "--continue", "--steps", "corrupt,attack,head-only", "--json",
+                           str(report)], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(report.read_text())
     measured = {(m["step"], m["model"]): m for m in result["steps"]}
