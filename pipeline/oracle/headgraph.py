@@ -9,10 +9,10 @@ Static state.  A graph replays fixed addresses, so everything a step reads is a 
 through device counters, never a Python int (a slice offset would be frozen into the graph): the
 epoch's rows (steps, B) as the table's positions of the views shown (``FeatureTable.index``: a
 flipped row's flipped copy), filled by the host in chunks computed ahead on a background thread
-(``Ahead``), read at ``pos`` (the position in the epoch, reset by the host at each new epoch);
+(``sampler.Ahead``), read at ``pos`` (the position in the epoch, reset by the host at each new epoch);
 the run's lr and momentum of every step, read at ``at`` (the global step); the counters advanced
-inside the graph.  Each step's losses, z and rows go into window buffers at ``win``: ``step`` returns its row of losses, and ``drain`` counts TP/P/TN/N over the
-window with the eager drain's own function, so the loop sees what the eager session gives it.
+inside the graph.  Each step's losses, z and rows go into window buffers at ``win``: ``step``
+returns its row of losses, and ``drain`` counts TP/P/TN/N over the window with the eager drain's own function, so the loop sees what the eager session gives it.
 
 The lr and momentum are those torch.optim.SGD reads under the run's OneCycleLR: the host steps a
 throw-away OneCycleLR of the same settings once before training (``bank.onecycle_values``), and the
@@ -26,16 +26,13 @@ momentum buffers start as -0.0: ``-0 m + g`` is ``g`` exactly, signed zeros incl
 step copies g).  A graphed run equals the eager run in its losses, counts, best and final heads
 (tests/test_head_graph_cuda.py).
 
-Capture (``pipeline.oracle.graph``): warm-up steps on a side stream, capture, then every tensor the
+Capture (``pipeline.oracle.capture``): warm-up steps on a side stream, capture, then every tensor the
 warm-up moved is put back, so the first replay is step 0.  Under ``auto`` a failed capture falls
 back to the eager step with one note.
 """
 from __future__ import annotations
 
-import queue
 import sys
-import threading
-from dataclasses import replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -48,7 +45,7 @@ from pipeline.oracle.features import FeatureTable
 from pipeline.oracle.capture import (GRAPH_MODES, device_unsupported, not_capturable, restore,
                                      snapshot, warm_up_and_capture)
 from pipeline.oracle.losses import HeadLoss
-from pipeline.oracle.sampler import StepSchedule
+from pipeline.oracle.sampler import Ahead, StepSchedule, batches
 from pipeline.oracle.step import step_counts
 
 
@@ -68,12 +65,6 @@ def head_step_path(device: torch.device, mode: str) -> dict:
     return {"mode": "eager", "requested": mode, "reason": why}
 
 
-def batches(schedule: StepSchedule, steps: range) -> tuple[np.ndarray, np.ndarray | None]:
-    """Rows (steps, B) and flips (steps, B) bool (None without flips) of ``steps``."""
-    rows = np.stack([schedule.batch_rows(k) for k in steps])
-    return rows, np.stack([schedule.batch_flips(k) for k in steps]) if schedule.flip else None
-
-
 def epoch_batches(schedule: StepSchedule, step: int, device: torch.device
                   ) -> tuple[int, torch.Tensor, torch.Tensor | None]:
     """(first step, rows, flips) of ``step``'s epoch, on the device at once (the eager step)."""
@@ -82,50 +73,6 @@ def epoch_batches(schedule: StepSchedule, step: int, device: torch.device
                                                      first + schedule.steps_per_epoch)))
     return (first, torch.as_tensor(rows, device=device),
             None if flips is None else torch.as_tensor(flips, device=device))
-
-
-class Ahead:
-    """The table positions of the views shown (``FeatureTable.index``'s: row + N where flipped)
-    of every step from ``start`` on, in chunks of at most ``chunk`` steps within an epoch,
-    computed by a background thread: an epoch's flips take ~0.9 s of numpy on the host, done
-    while the host waits for the device at the loop's sync points instead of before step 0."""
-
-    def __init__(self, schedule: StepSchedule, start: int, num_rows: int, chunk: int):
-        self.queue: queue.Queue = queue.Queue(maxsize=4)
-        self.stop = threading.Event()
-        # its own copy: StepSchedule caches an epoch's order in itself
-        self.thread = threading.Thread(target=self._run, daemon=True,
-                                       args=(replace(schedule), start, num_rows, chunk))
-        self.thread.start()
-
-    def _run(self, schedule: StepSchedule, k: int, num_rows: int, chunk: int) -> None:
-        try:
-            while k < schedule.total_steps and not self.stop.is_set():
-                end = min(k + chunk, k - k % schedule.steps_per_epoch + schedule.steps_per_epoch,
-                          schedule.total_steps)
-                rows, flips = batches(schedule, range(k, end))
-                self._put((k, rows if flips is None else rows + flips.astype(np.int64) * num_rows))
-                k = end
-        except BaseException as err:       # raised again by next(), in the training thread
-            self._put(err)
-
-    def _put(self, item) -> None:
-        while not self.stop.is_set():
-            try:
-                return self.queue.put(item, timeout=0.1)
-            except queue.Full:
-                continue
-
-    def next(self) -> tuple[int, np.ndarray]:
-        """(first step, positions (steps, B)) of the next chunk."""
-        item = self.queue.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join()
 
 
 # p -= lr b with the lr on the device: the candidates (tests/test_head_graph_cuda.py compares
