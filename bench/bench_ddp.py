@@ -82,8 +82,11 @@ def extract(model: str, data: Path, out: Path, gpus: int, a, work: Path) -> dict
            "--precision", "bf16", "--no-progress", *(["--compile"] if a.compile else [])]
     wall = call(cmd, work / f"extract-{model}-{gpus}.log")
     summary = ClassifierCache.open(out / model / "train").manifest["summary"]
+    # extract's manifests before steady_rows existed held rank 0's steady rate alone
+    scope = "all processes" if "steady_rows" in summary else "rank 0 only"
     return {"gpus": gpus, "wall_s": round(wall, 1), "rows": summary["computed_rows"],
-            "img_per_s": summary["img_per_s"], "steady_img_per_s": summary["steady_img_per_s"]}
+            "img_per_s": summary["img_per_s"], "steady_img_per_s": summary["steady_img_per_s"],
+            "steady_scope": scope}
 
 
 def train(model: str, data: Path, cache: Path, run: Path, gpus: int, batch: int, graph: str,

@@ -51,6 +51,10 @@ def test_torchrun_two_processes_equal_one(tmp_path, mc):
     assert a.manifest["info"]["world_size"] == 1 and b.manifest["info"]["world_size"] == 2
     assert a.identity == b.identity and a.manifest["shards"] == b.manifest["shards"]
     assert b.manifest["summary"]["computed_rows"] == 20  # every row once, none padded
+    # the steady throughput counts both ranks' rows after their first batch of 4 (rank 0's
+    # alone would be 12 - 4 = 8: a per-process rate labelled as the command's)
+    assert a.manifest["summary"]["steady_rows"] == 16
+    assert b.manifest["summary"]["steady_rows"] == 20 - 4 - 4
     columns = COLUMNS + (MC if mc else [])
     ca, cb = a.load(columns), b.load(columns)
     np.testing.assert_array_equal(cb["index"], np.arange(20))

@@ -85,6 +85,17 @@ def sum_int(info: DistInfo, value: int) -> int:
     return int(t.item())
 
 
+def max_float(info: DistInfo, value: float) -> float:
+    """The largest ``value`` over ranks (a collective: every rank calls it)."""
+    if not info.enabled:
+        return value
+    t = torch.tensor([value], dtype=torch.float64)
+    if tdist.get_backend() == "nccl":
+        t = t.cuda()
+    tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+    return float(t.item())
+
+
 def gather_objects(info: DistInfo, value) -> list:
     """Every rank's ``value`` (picklable), in rank order (a collective: every rank calls it)."""
     if not info.enabled:

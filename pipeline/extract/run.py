@@ -177,7 +177,10 @@ def _extract_missing(cfg, complete, samples, dataset, decoder, model, data_cfg, 
         timing = _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo,
                              info, device)
         n_done = dist.sum_int(info, timing["rows"])  # also waits until every rank is done
-        timing.update(rows=n_done, elapsed=time.perf_counter() - start)
+        # every rank's steady rows over the slowest rank's steady time: the global rate
+        timing.update(rows=n_done, elapsed=time.perf_counter() - start,
+                      steady_rows=dist.sum_int(info, timing["steady_rows"]),
+                      steady_s=dist.max_float(info, timing["steady_s"] or 0.0) or None)
         if info.is_main:
             _write_manifest(cfg, samples, identity, ranges, timing, info)
         dist.barrier(info)
@@ -275,8 +278,10 @@ def _summary(samples, shard_stats: tuple, timing: dict) -> dict:
             "accuracy": correct / valid if valid else float("nan"),
             "elapsed_s": round(timing["elapsed"], 3), "computed_rows": timing["rows"],
             "img_per_s": round(timing["rows"] / timing["elapsed"], 1) if timing["elapsed"] else None,
-            # throughput after the first batch (excludes worker start-up and compilation)
+            # throughput after each process's first batch (excludes worker start-up and
+            # compilation), over every process's rows
             "steady_img_per_s": round(timing["steady_rows"] / steady, 1) if steady else None,
+            "steady_rows": timing["steady_rows"],
             # this process's forward passes alone (pipeline/core/timing.py)
             "inference": {**timing.get("model", {}), "wall_ms_per_img": round(
                 1000.0 * steady / timing["steady_rows"], 4) if steady and timing["steady_rows"]
