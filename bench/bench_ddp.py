@@ -63,9 +63,6 @@ def call(cmd: list, log: Path) -> float:
     return time.perf_counter() - t0
 
 
-KW: list[str] = []      # the models' options, set by ``model_options``
-
-
 def model_options(data: Path) -> list[str]:
     """Random init over the tree's own classes: right on ~1/K of the rows (train-oracle refuses a
     split a 1000-way random classifier gets all wrong); fewer than 1,000 wnid folders are
@@ -76,10 +73,11 @@ def model_options(data: Path) -> list[str]:
     return ["--random-init", "--model-kwargs", json.dumps({"num_classes": len(classes)})]
 
 
-def extract(model: str, data: Path, out: Path, gpus: int, a, work: Path) -> dict:
-    cmd = [*launcher(gpus, 29600 + gpus), "extract", "--classifier", model, *KW,
+def extract(model: str, data: Path, out: Path, gpus: int, opts: list, work: Path) -> dict:
+    """``opts``: the options every command of the benchmark shares (models, --compile)."""
+    cmd = [*launcher(gpus, 29600 + gpus), "extract", "--classifier", model, *opts,
            "--data", data, "--out", out, "--split", "train", "--split", "val", "--flip-view",
-           "--precision", "bf16", "--no-progress", *(["--compile"] if a.compile else [])]
+           "--precision", "bf16", "--no-progress"]
     wall = call(cmd, work / f"extract-{model}-{gpus}.log")
     summary = ClassifierCache.open(out / model / "train").manifest["summary"]
     # extract's manifests before steady_rows existed held rank 0's steady rate alone
@@ -90,12 +88,11 @@ def extract(model: str, data: Path, out: Path, gpus: int, a, work: Path) -> dict
 
 
 def train(model: str, data: Path, cache: Path, run: Path, gpus: int, batch: int, graph: str,
-          a, work: Path) -> dict:
+          opts: list, work: Path) -> dict:
     cmd = [*launcher(gpus, 29700 + gpus), "train-oracle", "--classifier", model, "--oracle",
-           model, *KW, "--data", data, "--cache", cache, "--out", run, "--loss", "ss",
+           model, *opts, "--data", data, "--cache", cache, "--out", run, "--loss", "ss",
            "--batch-size", batch, "--epochs", 1, "--precision", "bf16", "--log-every", 10,
-           "--cuda-graph", graph, "--no-progress", "--eval-split", "val",
-           *(["--compile"] if a.compile else [])]
+           "--cuda-graph", graph, "--no-progress", "--eval-split", "val"]
     wall = call(cmd, work / f"train-{model}-{gpus}-{batch}-{graph}.log")
     rd = RunDir(run)
     rates = [e["img_per_s"] for e in rd.log_entries() if "img_per_s" in e][1:]
@@ -106,13 +103,14 @@ def train(model: str, data: Path, cache: Path, run: Path, gpus: int, batch: int,
 
 
 def bench_model(model: str, data: Path, a, work: Path) -> dict:
-    one = extract(model, data, work / "cache1", 1, a, work)
-    many = extract(model, data, work / f"cache{a.gpus}", a.gpus, a, work)
+    opts = [*model_options(data), *(["--compile"] if a.compile else [])]
+    one = extract(model, data, work / "cache1", 1, opts, work)
+    many = extract(model, data, work / f"cache{a.gpus}", a.gpus, opts, work)
     points = [(1, 40, "auto"), (a.gpus, 40 * a.gpus, "auto"), (a.gpus, 40, "auto")]
     if a.eager:
         points += [(a.gpus, 40 * a.gpus, "off"), (a.gpus, 40, "off")]
-    runs = [train(model, data, work / "cache1", work / f"run-{model}-{g}-{b}-{m}", g, b, m, a,
-                  work) for g, b, m in points]
+    runs = [train(model, data, work / "cache1", work / f"run-{model}-{g}-{b}-{m}", g, b, m,
+                  opts, work) for g, b, m in points]
     base = runs[0]["img_per_s"]
     for r in runs:
         r["vs_one_gpu"] = round(r["img_per_s"] / base, 2) if base and r["img_per_s"] else None
@@ -144,7 +142,6 @@ def main() -> None:
         data = work / "jpegs"
         generate(data, a.images, max(200, a.images // 40), classes=10, seed=0,
                  procs=max(1, (os.cpu_count() or 2) - 1))
-    KW[:] = model_options(data)
     report = {"device": torch.cuda.get_device_name(0), "gpus": a.gpus, "torch": torch.__version__,
               "date": time.strftime("%Y-%m-%d"), "images": a.images, "compile": a.compile,
               "models": {}}

@@ -36,7 +36,7 @@ NM = "not measured"
 
 
 class Refused(Exception):
-    pass
+    """Inputs that must not reach the docs (CPU/tiny JSONs, missing markers): exit 1."""
 
 
 def load(path: Path | None, what: str) -> dict | None:

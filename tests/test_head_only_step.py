@@ -34,7 +34,7 @@ class Log:
         self.entries += [{k: v for k, v in e.items() if k != "img_per_s"} for e in entries]
 
     def close(self) -> None:
-        pass
+        """Nothing to close: the entries stay in memory for the test."""
 
 
 def feature_table(device: torch.device, stacked: bool = False) -> FeatureTable:

@@ -63,37 +63,34 @@ def barrier(info: DistInfo) -> None:
         tdist.barrier()
 
 
+def _reduce(value, dtype: torch.dtype, op=tdist.ReduceOp.SUM) -> torch.Tensor:
+    """One number all-reduced over ranks (on the device under NCCL, which needs CUDA tensors)."""
+    t = torch.tensor([value], dtype=dtype)
+    if tdist.get_backend() == "nccl":
+        t = t.cuda()
+    tdist.all_reduce(t, op=op)
+    return t
+
+
 def all_ok(info: DistInfo, ok: bool) -> bool:
     """True when every rank reports ok (so one rank's failure stops all of them cleanly)."""
     if not info.enabled:
         return ok
-    flag = torch.tensor([0 if ok else 1], dtype=torch.int64)
-    if tdist.get_backend() == "nccl":
-        flag = flag.cuda()
-    tdist.all_reduce(flag)
-    return int(flag.item()) == 0
+    return int(_reduce(0 if ok else 1, torch.int64).item()) == 0
 
 
 def sum_int(info: DistInfo, value: int) -> int:
     """Sum of ``value`` over ranks (also a barrier: every rank must have finished its part)."""
     if not info.enabled:
         return value
-    t = torch.tensor([value], dtype=torch.int64)
-    if tdist.get_backend() == "nccl":
-        t = t.cuda()
-    tdist.all_reduce(t)
-    return int(t.item())
+    return int(_reduce(value, torch.int64).item())
 
 
 def max_float(info: DistInfo, value: float) -> float:
     """The largest ``value`` over ranks (a collective: every rank calls it)."""
     if not info.enabled:
         return value
-    t = torch.tensor([value], dtype=torch.float64)
-    if tdist.get_backend() == "nccl":
-        t = t.cuda()
-    tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
-    return float(t.item())
+    return float(_reduce(value, torch.float64, tdist.ReduceOp.MAX).item())
 
 
 def gather_objects(info: DistInfo, value) -> list:
