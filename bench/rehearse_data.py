@@ -7,9 +7,10 @@ over the cores into one staging folder.  Labels: each classifier of the rehearsa
 CLASSIFIERS, built as its commands build them: random-init presets, or the tiny stand-ins)
 classifies the staging folder through `cli.py extract` itself (same preprocessing, precision
 and model as the runbook's extract); then each image is given one of those classifiers at random
-and, with probability ``right``, that classifier's prediction as its label, else a wnid none of
-them predicted.  So each of n classifiers is right on ~right/n of the rows (at least), and
-every split mixes correct and incorrect rows as a real classifier's would.  A pretrained
+in turn (image i to classifier i mod n, so each split is shared exactly) and, with probability
+``right``, that classifier's prediction as its label, else a wnid none of them predicted.  So
+each of n classifiers is right on ~right/n of the rows at least (plus the rows where they agree),
+and every split mixes correct and incorrect rows as a real classifier's would.  A pretrained
 classifier (EfficientNet-Lite0) would label by meaning, but the runbook's classifiers, random
 without the hub, would then be right on ~0.1% of the rows and train-oracle refuses such a split.
 Everything is drawn from ``seed`` and the image's index.
@@ -66,7 +67,7 @@ def generate(out: Path, s: dict, procs: int, env: dict) -> dict:
     labels = np.empty(n, dtype=np.int64)
     for i in range(n):
         rng = np.random.default_rng([s["seed"], i, 7])
-        j, right = rng.integers(len(clfs)), rng.random() < s["right"]
+        j, right = i % len(clfs), rng.random() < s["right"]
         others = np.setdiff1d(wrong_pool, preds[:, i]) if not right else None
         labels[i] = preds[j, i] if right else rng.choice(others if len(others) else
                                                          np.setdiff1d(np.arange(1000), preds[:, i]))
