@@ -63,12 +63,14 @@ class Refused(Exception):
 
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=Path, required=True, help="the rehearsal's folder")
+    p.add_argument("--out", type=Path, help="the rehearsal's folder (required unless --replan)")
     p.add_argument("--train", type=int, default=100_000)
     p.add_argument("--val", type=int, default=10_000)
     p.add_argument("--classes", type=int, default=1000)
-    p.add_argument("--right", type=float, default=0.9, help="share of rows labelled with a "
-                   "classifier's prediction (each of n classifiers is right on >= right/n)")
+    p.add_argument("--right", type=float, default=None, help="share of rows labelled with a "
+                   "classifier's prediction (each of n classifiers is right on >= right/n); "
+                   "default 0.9 with one classifier, 1.0 with several (each right on >= 1/n: "
+                   "50%% with the runbook's two)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--attack-rows", type=int, default=300)
     p.add_argument("--train-rows", type=int, default=20_000, help="rows per fine-tuned run "
@@ -84,7 +86,15 @@ def parse(argv=None) -> argparse.Namespace:
                    "of an earlier --keep call with the same settings (one JSON for all of them)")
     p.add_argument("--procs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--json", type=Path, default=None)
-    return p.parse_args(argv)
+    p.add_argument("--replan", type=Path, default=None, metavar="JSON", help="re-project a "
+                   "stored rehearsal's measurements with this version's model (rewrites it)")
+    p.add_argument("--train-bench", type=Path, default=None, metavar="JSON", help="with --replan: "
+                   "bench_train.py's JSON, the training rate of fine-tuned runs whose commands "
+                   "recorded none")
+    a = p.parse_args(argv)
+    if a.out is None and a.replan is None:
+        p.error("--out is required (or --replan JSON)")
+    return a
 
 
 def settings(a: argparse.Namespace) -> dict:
@@ -98,6 +108,8 @@ def settings(a: argparse.Namespace) -> dict:
         if not sep or name not in GRID:
             raise Refused(f"--set {item}: expected VAR=VALUE with VAR one of {', '.join(GRID)}")
         grid[name] = value
+    if a.right is None:          # two classifiers: every row labelled so that each is >= 50% right
+        a.right = 0.9 if len(grid["CLASSIFIERS"].split()) == 1 else 1.0
     if a.classes < 2 or a.train < 1 or a.val < 1 or not 0 <= a.right <= 1:
         raise Refused("--classes must be >= 2, --train/--val >= 1, --right in [0, 1]")
     return {"train": a.train, "val": a.val, "classes": a.classes, "right": a.right,
@@ -187,7 +199,9 @@ def make_data(out: Path, s: dict, a, env: dict, reuse: bool) -> dict:
 
 
 def shim_env(out: Path, s: dict, a, tiny: Path | None) -> dict:
-    env = {**os.environ, "REHEARSE_DISK_ROOT": str(out / RUNBOOK), "PYTHONPATH": str(ROOT),
+    # the repository first, the caller's PYTHONPATH kept (packages installed with --target)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "REHEARSE_DISK_ROOT": str(out / RUNBOOK), "PYTHONPATH": path,
            "REHEARSE_ATTACK_ROWS": str(s["attack_rows"]),
            "REHEARSE_TRAIN_ROWS": str(s["train_rows"] or "")}
     env.pop("REHEARSE_LOG", None)
@@ -251,8 +265,19 @@ def print_table(result: dict) -> None:
           + (f" (not measured: {', '.join(g['missing'])})" if g["missing"] else ""))
 
 
+def replan(path: Path, bench: Path | None) -> int:
+    rates = plan.bench_rates(json.loads(bench.read_text())) if bench else None
+    result = plan.replan(json.loads(path.read_text()), rates)
+    path.write_text(json.dumps(result, indent=2))
+    print_table(result)
+    print(f"\nrewrote {path}")
+    return 0
+
+
 def main(argv=None) -> int:
     a = parse(argv)
+    if a.replan:
+        return replan(a.replan, a.train_bench)
     try:
         s = settings(a)
         out = a.out.resolve()

@@ -20,6 +20,7 @@ JPEG, C_JPEG, PNG = 110e3, 30e3, 0.3e6       # a generated JPEG (~95 KB), ImageN
 RUN = {"vit": 1.03e9, "resnet": 0.28e9}      # a fine-tuned run's checkpoints (docs: Disk)
 TINY_RUN = 20e6
 # the paper's grid as the runbook's settings block writes it
+SLICE_STEPS = ("attack val", "extract adversarial", "predict adversarial")   # on --attack-rows
 PAPER = {"seeds": 3, "classifiers": ("vit", "resnet"), "oracles": ("vit", "resnet"),
          "losses": 4, "broadcast": 2, "corruptions": 4, "reports": 4}
 
@@ -81,8 +82,8 @@ def classify(args: list[str], s: dict) -> dict:
         step = " ".join([cmd, what, *flags])
         return {"step": step, "model": model if cmd != "corrupt" else "", "rows": rows,
                 "full_rows": full, "scale": "by images", "disk_fixed": False}
-    if cmd == "train-oracle" and "--head-only" not in args:
-        rows = min(trained, s["train_rows"] or trained)
+    if cmd == "train-oracle" and "--head-only" not in args:      # --train-limit holds out 5% too
+        rows = round(min(s["train"], s["train_rows"] or s["train"]) * (1 - HELD_OUT))
         return {"step": "train-oracle (fine-tuned)", "model": model, "rows": rows,
                 "full_rows": full_trained, "scale": "by rows trained (start-up and scoring "
                 "included: an upper bound)", "disk_fixed": True}
@@ -95,8 +96,48 @@ def classify(args: list[str], s: dict) -> dict:
             "scale": "by val rows", "disk_fixed": True}
 
 
-def steps(records: list[dict], s: dict) -> list[dict]:
-    """Commands grouped by (step, model): summed rows, wall and disk; peaks; the projection."""
+def oracle_of(args: list[str]) -> str:
+    """The oracle preset of `predict --run DIR`: run directories are named <oracle>-<classifier>_...
+    (the runbook's own `runs/*-${clf}_*/` relies on it)."""
+    return Path(option(args, "--run") or "").name.split("-")[0]
+
+
+def startups(records: list[dict]) -> dict[str, float]:
+    """{oracle: seconds}: the shortest `predict` on the attack's slice (a few hundred rows: its
+    wall is almost all start-up -- interpreter, model, caches, loader), per oracle preset."""
+    out: dict[str, float] = {}
+    for r in records:
+        if r["argv"][0] == "predict" and "adversarial" in (option(r["argv"], "--data") or ""):
+            o = oracle_of(r["argv"])
+            out[o] = min(out.get(o, r["wall_s"]), r["wall_s"])
+    return out
+
+
+def inference_ratio(s: dict) -> float:
+    """Images a fine-tuned run scores at ImageNet scale over those it scored in the rehearsal:
+    4 validations of the held-out 5%, then val and the runbook's --eval-split (val-sized)."""
+    held = round(min(s["train"], s["train_rows"] or s["train"]) * HELD_OUT)
+    return (4 * round(N_TRAIN * HELD_OUT) + 2 * N_VAL) / (4 * held + 2 * s["val"])
+
+
+def project_training(g: dict, s: dict, rate: float, source: str, startup: float) -> None:
+    """A fine-tuned run at ImageNet scale: training by rows at the run's steady rate, the rest of
+    its wall (validation, scoring) by the images scored, the start-up once."""
+    per_cmd = g["wall_s"] / g["commands"]
+    train_s = g["rows"] / g["commands"] / rate
+    rest = max(0.0, per_cmd - train_s - startup)
+    full_s = startup + g["full_rows"] / g["commands"] / rate + rest * inference_ratio(s)
+    g["full_min"] = full_s / 60
+    g["train_img_per_s"] = round(rate, 1)
+    g["scale"] = (f"training by rows at {rate:,.0f} img/s ({source}), validation and scoring by "
+                  f"images, start-up {startup:.0f} s once: an upper bound")
+
+
+def steps(records: list[dict], s: dict, rates: dict[str, tuple[float, str]] | None = None
+          ) -> list[dict]:
+    """Commands grouped by (step, model): summed rows, wall and disk; peaks; the projection.
+    ``rates``: {oracle preset: (img/s, source)}, the steady training rate of a fine-tuned run
+    where its commands recorded none (rehearsals before the shim read the run's log)."""
     groups: dict[tuple, dict] = {}
     for r in records:
         c = classify(r["argv"], s)
@@ -111,15 +152,32 @@ def steps(records: list[dict], s: dict) -> list[dict]:
         g["rss_peak_bytes"] = max(g["rss_peak_bytes"], r["rss_peak_bytes"])
         if r["gpu_peak_bytes"] is not None:
             g["gpu_peak_bytes"] = max(g["gpu_peak_bytes"] or 0, r["gpu_peak_bytes"])
-    out = []
-    for g in groups.values():
+    return project(list(groups.values()), records, s, rates)
+
+
+def project(groups: list[dict], records: list[dict], s: dict,
+            rates: dict[str, tuple[float, str]] | None = None) -> list[dict]:
+    """Each group's rate and its projection to ImageNet (time, disk), in place; also re-projects
+    a stored rehearsal's groups with this model (bench/rehearse_imagenet.py --replan)."""
+    logged: dict[str, list[float]] = {}       # fine-tuned runs' own rates, by oracle preset
+    for r in records:
+        if r.get("train_img_per_s") and r["argv"][0] == "train-oracle":
+            logged.setdefault(classify(r["argv"], s)["model"], []).append(r["train_img_per_s"])
+    start = startups(records)
+    for g in groups:
         g["rows_per_s"] = g["rows"] / g["wall_s"]
         g["full_min"] = g["wall_s"] * g["full_rows"] / g["rows"] / 60 / g["commands"]
+        own = sorted(logged.get(g["model"], []))
+        rate = (own[len(own) // 2], "the run's log") if own else (rates or {}).get(g["model"])
+        if g["step"] == "train-oracle (fine-tuned)" and rate:
+            project_training(g, s, *rate, start.get(g["model"], 0.0))
+        if g["step"] in SLICE_STEPS:
+            g["scale"] = (f"by images from a {g['rows'] // g['commands']:,}-row slice: start-up "
+                          "scaled too, an upper bound")
         # checkpoints and report files do not grow with the rows; caches and images do
         g["full_disk_bytes"] = g["disk_bytes"] / g["commands"] * (
             1 if g["disk_fixed"] else g["full_rows"] / g["rows"])
-        out.append(g)
-    return out
+    return groups
 
 
 def grid(measured: list[dict]) -> dict:
@@ -139,16 +197,50 @@ def grid(measured: list[dict]) -> dict:
         add("extract train+val --flip-view", 1, "extract train+val --flip-view", c)
         add("extract val --corruption", 1, "extract val --corruption", c)
         add("extract ImageNet-C sets", PAPER["corruptions"], "extract imagenet-c", c)
-        add("attack val (as rehearsed)", 1, "attack val", c)
-        add("extract adversarial", 1, "extract adversarial", c)
+        add("attack val (from the slice: an upper bound)", 1, "attack val", c)
+        # 50,000 adversarial images: extracted at the ImageNet-C extract's projection (val-sized)
+        add("extract adversarial", 1, "extract imagenet-c" if (
+            "extract imagenet-c", c) in per else "extract adversarial", c)
         for o in oracles:
             add("train-oracle (fine-tuned)", runs, "train-oracle (fine-tuned)", o)
     n_runs = runs * len(clfs) * len(oracles)
     add("corrupt", PAPER["corruptions"], "corrupt val --corruption")
-    predict = [m for m in measured if m["step"].startswith("predict")]
-    parts["predict"] = (n_runs * (PAPER["corruptions"] + 1) * sum(m["full_min"] for m in predict)
-                        / len(predict)) if predict else None
+    # every predict of the grid scores 50,000 images: the 10,000-row ImageNet-C predict's
+    # projection stands for the adversarial one too (the attack's slice is mostly start-up)
+    predict = per.get(("predict imagenet-c", ""), per.get(("predict adversarial", "")))
+    parts["predict"] = None if predict is None else n_runs * (PAPER["corruptions"] + 1) * predict
     add("report", PAPER["reports"], "report")
     total = None if any(v is None for v in parts.values()) else sum(parts.values())
     return {"runs": n_runs, "minutes": parts, "total_h": None if total is None else total / 60,
             "missing": sorted(k for k, v in parts.items() if v is None)}
+
+
+def bench_rates(bench: dict) -> dict[str, tuple[float, str]]:
+    """{oracle preset: (img/s, source)} from bench/bench_train.py's JSON: the graphed step at the
+    paper's batch of 40 with its loader (train-oracle's default path), for the presets it timed."""
+    from pipeline.core.presets import IMAGENET_PRESETS
+    out = {}
+    for preset, name in IMAGENET_PRESETS.items():
+        res = bench["results"].get(name.split(".")[0])
+        if res and "graph" in res["steps"]["paper"]:
+            out[preset] = (res["steps"]["paper"]["graph"]["e2e"],
+                           f"bench_train.py, graphed, batch 40, {bench['date']}")
+    return out
+
+
+def replan(result: dict, rates: dict[str, tuple[float, str]] | None) -> dict:
+    """A stored rehearsal's steps and grid under this module's projection (the measured walls,
+    rows, peaks and disk as they were; the fine-tuned rows as classify() counts them now)."""
+    s, records = result["settings"], [r for r in result["commands"] if r["rc"] == 0]
+    keep = ("step", "model", "rows", "full_rows", "scale", "disk_fixed", "commands", "wall_s",
+            "disk_bytes", "rss_peak_bytes", "gpu_peak_bytes")
+    groups = [{k: m[k] for k in keep} for m in result["steps"]]
+    for g in groups:
+        if g["step"] == "train-oracle (fine-tuned)":
+            one = next(r for r in records if r["argv"][0] == "train-oracle"
+                       and "--head-only" not in r["argv"])
+            c = classify(one["argv"], s)
+            g.update(rows=c["rows"] * g["commands"], scale=c["scale"])
+    measured = project(groups, records, s, rates)
+    return {**result, "steps": measured, "grid": grid(measured)}
+

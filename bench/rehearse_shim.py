@@ -16,7 +16,9 @@ The commands run as written, with what a rehearsal without the model hub needs a
 Per command it appends one JSON line to $REHEARSE_LOG: argv, exit status, wall seconds, peak
 RSS of the process tree (bench/proctree.py, sampled every 0.1 s), peak GPU memory (nvidia-smi's
 memory.used summed over the GPUs, polled every 0.5 s, minus its value before the command: every
-process on the GPUs counts) and the bytes the command added under $REHEARSE_DISK_ROOT.
+process on the GPUs counts) and the bytes the command added under $REHEARSE_DISK_ROOT; for a
+fine-tuned `train-oracle`, the run's own training rate (the median img/s of its log's windows,
+the first left out: capture and warm-up), so that the projection scales training alone by rows.
 """
 from __future__ import annotations
 
@@ -59,6 +61,22 @@ def added_options(args: list[str], env: dict) -> list[str]:
     if command in NO_PROGRESS:
         extra.append("--no-progress")
     return extra
+
+
+def train_rate(args: list[str], since: float) -> float | None:
+    """The median logged img/s of the run a fine-tuned train-oracle wrote (its log.jsonl modified
+    after ``since``), the first window left out; None when there is none."""
+    from cache.runs import LOG_FILE, read_log
+    root = option(args, "--runs-root")
+    if args[0] != "train-oracle" or "--head-only" in args or not root:
+        return None
+    logs = [p for p in Path(root).glob(f"*/{LOG_FILE}") if p.stat().st_mtime >= since]
+    if not logs:
+        return None
+    rates = [e["img_per_s"] for _, e in read_log(max(logs, key=lambda p: p.stat().st_mtime))
+             if e.get("img_per_s")]
+    rates = rates[1:] if len(rates) > 1 else rates
+    return float(sorted(rates)[len(rates) // 2]) if rates else None
 
 
 def tree_bytes(root: str | None) -> int:
@@ -126,6 +144,7 @@ def main(argv: list[str]) -> int:
     args = [*argv[1:], *added_options(argv[1:], env)]
     print("+", " ".join(argv), flush=True)
     disk_before, start = tree_bytes(env.get("REHEARSE_DISK_ROOT")), time.perf_counter()
+    started = time.time()
     with GpuPeak() as gpu:
         proc = subprocess.Popen([*launcher, str(ROOT / "cli.py"), *args], env=env)
         with PeakTreeRSS(proc.pid, interval=0.1) as rss:
@@ -133,7 +152,8 @@ def main(argv: list[str]) -> int:
     record = {"argv": argv[1:], "launcher": launcher[1:], "rc": rc,
               "wall_s": time.perf_counter() - start, "rss_peak_bytes": rss.bytes,
               "gpu_peak_bytes": gpu.bytes(),
-              "disk_bytes": tree_bytes(env.get("REHEARSE_DISK_ROOT")) - disk_before}
+              "disk_bytes": tree_bytes(env.get("REHEARSE_DISK_ROOT")) - disk_before,
+              "train_img_per_s": train_rate(args, started) if rc == 0 else None}
     if env.get("REHEARSE_LOG"):
         with open(env["REHEARSE_LOG"], "a") as fh:
             fh.write(json.dumps(record) + "\n")

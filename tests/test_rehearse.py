@@ -8,11 +8,12 @@ import json
 import math
 import subprocess
 import sys
+import time
 
 import pytest
 
 from bench import rehearse_imagenet, rehearse_plan, runbook_table
-from bench.rehearse_shim import added_options
+from bench.rehearse_shim import added_options, train_rate
 from conftest import ROOT
 
 FIXTURES = ROOT / "bench" / "results" / "fixtures"
@@ -50,7 +51,10 @@ def test_a_tiny_rehearsal_measures_and_projects_every_step(tmp_path):
         for key in ("wall_s", "rows_per_s", "full_min", "rss_peak_bytes", "full_disk_bytes"):
             assert math.isfinite(m[key]) and m[key] >= 0, (m["step"], key)
         assert m["rows"] > 0 and m["wall_s"] > 0 and m["rss_peak_bytes"] > 0
-        assert m["scale"].startswith("by ")
+        assert m["scale"].startswith(("by ", "training by rows at "))
+    # the fine-tuned run's own steady rate (its log) scales its training alone
+    tuned = measured[("train-oracle (fine-tuned)", "vit")]
+    assert tuned["train_img_per_s"] > 0 and "(the run's log)" in tuned["scale"]
     assert measured[("attack val", "vit")]["rows"] == 20
     assert measured[("extract train+val --flip-view", "vit")]["full_rows"] == 1_331_167
     assert result["environment"]["torch"] and result["settings"]["train"] == 150
@@ -152,6 +156,50 @@ def test_the_grid_is_given_only_when_every_part_was_measured():
         sum(full["minutes"].values()) / 60)
     train = next(m for m in steps if m["step"] == "train-oracle (fine-tuned)")["full_min"]
     assert full["minutes"]["train-oracle (fine-tuned)"] == pytest.approx(4 * 18 * train)
+
+
+def test_a_stored_rehearsal_is_re_projected_with_a_training_rate_and_startup():
+    """Fine-tuned runs: start-up (the shortest predict of that oracle on the attack's slice) once,
+    training by rows at the given rate, the rest by the images scored; every predict of the grid
+    at the ImageNet-C predict's projection, not the slice's."""
+    s = {"train": 10_000, "val": 1_000, "train_rows": 2_000, "attack_rows": 100}
+    tuned = ["train-oracle", "--runs-root", "R", "--oracle", "vit", "--classifier", "vit"]
+    records = [{"argv": tuned, "rc": 0, "wall_s": 30.0},
+               {"argv": ["predict", "--run", "R/vit-vit_ss_seed0_x/", "--data", "R/adversarial"],
+                "rc": 0, "wall_s": 9.0},
+               {"argv": ["predict", "--run", "R/vit-vit_ss_seed0_x/", "--data", "R/adversarial"],
+                "rc": 0, "wall_s": 7.0}]
+    base = {"disk_fixed": True, "disk_bytes": 0, "rss_peak_bytes": 1, "gpu_peak_bytes": None}
+    stored = [{**base, "step": "train-oracle (fine-tuned)", "model": "vit", "rows": 2_000,
+               "full_rows": 1_217_109, "scale": "old", "commands": 1, "wall_s": 30.0},
+              {**base, "step": "predict imagenet-c", "model": "", "rows": 1_000,
+               "full_rows": 50_000, "scale": "by images", "commands": 1, "wall_s": 6.0},
+              {**base, "step": "predict adversarial", "model": "", "rows": 100,
+               "full_rows": 50_000, "scale": "by images", "commands": 1, "wall_s": 8.0}]
+    out = rehearse_plan.replan({"settings": s, "steps": stored, "commands": records},
+                               {"vit": (100.0, "a bench")})
+    run = next(m for m in out["steps"] if m["model"] == "vit")
+    assert run["rows"] == 1_900                             # --train-limit holds out 5% too
+    ratio = (4 * round(1_281_167 * 0.05) + 2 * 50_000) / (4 * 100 + 2 * 1_000)
+    assert rehearse_plan.inference_ratio(s) == pytest.approx(ratio)
+    expected = 7.0 + 1_217_109 / 100 + (30.0 - 1_900 / 100 - 7.0) * ratio
+    assert run["full_min"] == pytest.approx(expected / 60)
+    assert "100 img/s (a bench)" in run["scale"] and "start-up 7 s" in run["scale"]
+    predict = out["grid"]["minutes"]["predict"]
+    assert predict == pytest.approx(72 * 5 * 6.0 * 50 / 60)     # the 1,000-row predict's rate
+
+
+def test_the_shim_reads_a_fine_tuned_runs_median_logged_rate(tmp_path):
+    run = tmp_path / "runs" / "vit-vit_ss_seed0_x"
+    run.mkdir(parents=True)
+    lines = [{"step": 1, "loss": 1.0, "img_per_s": 5.0}, {"step": 2, "loss": 0.9},
+             {"step": 3, "loss": 0.8, "img_per_s": 300.0}, {"step": 5, "img_per_s": 100.0},
+             {"step": 7, "img_per_s": 200.0}]
+    (run / "log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    args = ["train-oracle", "--runs-root", str(tmp_path / "runs"), "--oracle", "vit"]
+    assert train_rate(args, since=0.0) == 200.0             # the capture's window left out
+    assert train_rate([*args, "--head-only"], since=0.0) is None
+    assert train_rate(args, since=time.time() + 60) is None  # no run written by this command
 
 
 def test_continue_needs_a_kept_rehearsal_and_new_steps(tmp_path, capsys):
