@@ -273,12 +273,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(a.data) if a.data else make_jpegs(Path(tmp), a.images or (64 if a.tiny else 2000))
         samples = list_split(str(root), a.split)
-        res = {m: bench_model(m, samples, a, device) for m in models}
+        res = {}
+        for m in models:        # the JSON after each model: a run cut short keeps what it measured
+            res[m] = bench_model(m, samples, a, device)
+            write_json(a, device, res, project(res, a))
     proj = project(res, a)
     print_table(res, proj, a, device)
     if not cuda:
         print("\n(CPU smoke run: the loader workers and the step share the same cores, so these "
               "figures only show that the benchmark runs; the targets are for CUDA.)")
+
+
+def write_json(a, device, res: dict, proj: dict) -> None:
     if a.json:
         Path(a.json).write_text(json.dumps({"device": device_name(device), "date": time.strftime(
             "%Y-%m-%d"), "args": vars(a), "results": res, "projection": proj}, indent=2, default=str))
