@@ -6,7 +6,10 @@ their parent.  So the tree is sampled every ``interval`` seconds through /proc: 
 process and all its descendants (children of children too) summed, the peak sum kept.  Pages
 shared between the processes (the same libraries) count once per process, so the sum is an upper
 bound of the memory the tree needs; a spike shorter than ``interval`` can be missed, which is why
-the exact single-process ``ru_maxrss`` is printed beside it.
+the exact single-process ``ru_maxrss`` is printed beside it.  Beside the RSS sum, the PSS sum
+(``/proc/PID/smaps_rollup``, Linux >= 4.14: each shared page divided among the processes mapping
+it) is what the tree holds at once: DataLoader workers forked from a parent that loaded torch
+and CUDA count each of those pages once in total instead of once per worker.
 """
 from __future__ import annotations
 
@@ -33,9 +36,21 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def tree_rss(pid: int) -> tuple[int, int]:
-    """(summed RSS in bytes, number of processes) of ``pid`` and its descendants."""
-    kids, todo, total, count = _children(), [pid], 0, 0
+def pss(pid: int) -> int | None:
+    """Proportional set size in bytes (None where the kernel gives no smaps_rollup)."""
+    try:
+        for line in (PROC / str(pid) / "smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return None
+
+
+def tree_rss(pid: int, with_pss: bool = False) -> tuple[int, int, int | None]:
+    """(summed RSS in bytes, number of processes, summed PSS in bytes or None) of ``pid`` and its
+    descendants; PSS only ``with_pss`` (a process that ended meanwhile, or a zombie, adds 0)."""
+    kids, todo, total, count, prop = _children(), [pid], 0, 0, 0
     while todo:
         p = todo.pop()
         try:
@@ -43,8 +58,10 @@ def tree_rss(pid: int) -> tuple[int, int]:
             count += 1
         except (OSError, IndexError, ValueError):
             pass                 # it ended meanwhile: nothing left to count
+        else:
+            prop += (pss(p) or 0) if with_pss else 0
         todo += kids.get(p, [])
-    return total, count
+    return total, count, prop if with_pss else None
 
 
 class PeakTreeRSS:
@@ -53,13 +70,17 @@ class PeakTreeRSS:
     def __init__(self, pid: int, interval: float = 0.05):
         self.pid, self.interval = pid, interval
         self.bytes, self.processes, self.samples = 0, 0, 0
+        # None: this kernel gives no smaps_rollup (asked of this process, which surely lives)
+        self.pss_bytes: int | None = 0 if pss(os.getpid()) is not None else None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
     def _poll(self) -> None:
         while not self._stop.is_set():
-            rss, count = tree_rss(self.pid)
+            rss, count, prop = tree_rss(self.pid, with_pss=self.pss_bytes is not None)
             self.bytes, self.processes = max(self.bytes, rss), max(self.processes, count)
+            if prop is not None:
+                self.pss_bytes = max(self.pss_bytes, prop)
             self.samples += 1
             self._stop.wait(self.interval)
 

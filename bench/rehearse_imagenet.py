@@ -246,30 +246,11 @@ def environment(device: str) -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
-def print_table(result: dict) -> None:
-    env = result["environment"]
-    print(f"\n## The runbook rehearsed ({env['device_name']}, {env['date']}, torch {env['torch']}, "
-          f"{result['settings']['train']:,} train / {result['settings']['val']:,} val, "
-          f"LAUNCH={result['settings']['launch']})\n")
-    print("| step | model | cmds | rows | wall s | rows/s | peak RSS GB | peak GPU GB | disk MB |"
-          " ImageNet min (scaling) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for m in result["steps"]:
-        gpu = "n/a" if m["gpu_peak_bytes"] is None else f"{m['gpu_peak_bytes'] / 1e9:.1f}"
-        print(f"| {m['step']} | {m['model']} | {m['commands']} | {m['rows']:,} | "
-              f"{m['wall_s']:.1f} | {m['rows_per_s']:,.1f} | {m['rss_peak_bytes'] / 1e9:.2f} | "
-              f"{gpu} | {m['disk_bytes'] / 1e6:.1f} | {m['full_min']:.1f} ({m['scale']}) |")
-    g = result["grid"]
-    total = "not measured" if g["total_h"] is None else f"{g['total_h']:.1f} h"
-    print(f"\nThe paper's grid ({g['runs']} fine-tuned runs, one device): {total}"
-          + (f" (not measured: {', '.join(g['missing'])})" if g["missing"] else ""))
-
-
 def replan(path: Path, bench: Path | None) -> int:
     rates = plan.bench_rates(json.loads(bench.read_text())) if bench else None
     result = plan.replan(json.loads(path.read_text()), rates)
     path.write_text(json.dumps(result, indent=2))
-    print_table(result)
+    print(plan.table(result))
     print(f"\nrewrote {path}")
     return 0
 
@@ -299,14 +280,15 @@ def main(argv=None) -> int:
     measured = plan.steps([r for r in records if r["rc"] == 0], s) if records else []
     result = {"status": "complete" if rc == 0 else "failed", "environment": environment(device),
               "settings": s, "generation": info, "disk_estimate_bytes": need,
-              "sources": {"rss": "bench/proctree.py: the command's process tree, every 0.1 s",
+              "sources": {"rss": "bench/proctree.py: the command's process tree, every 0.1 s "
+                          "(RSS summed: an upper bound; PSS summed: shared pages once)",
                           "gpu": "nvidia-smi memory.used, all GPUs, every 0.5 s, minus before",
                           "disk": "bytes added under the runbook's OUT by the command"},
               "steps": measured, "grid": plan.grid(measured), "commands": records}
     path = a.json or out / "rehearsal.json"
     path.write_text(json.dumps(result, indent=2))
     if measured:
-        print_table(result)
+        print(plan.table(result))
     if not a.keep:
         for name in (DATA, RUNBOOK, "tiny", SETTINGS):
             target = out / name

@@ -143,13 +143,17 @@ def steps(records: list[dict], s: dict, rates: dict[str, tuple[float, str]] | No
         c = classify(r["argv"], s)
         g = groups.setdefault((c["step"], c["model"]), {**c, "commands": 0, "rows": 0,
                               "full_rows": 0, "wall_s": 0.0, "disk_bytes": 0,
-                              "rss_peak_bytes": 0, "gpu_peak_bytes": None})
+                              "rss_peak_bytes": 0, "pss_peak_bytes": 0,
+                              "gpu_peak_bytes": None})
         g["commands"] += 1
         g["rows"] += c["rows"]
         g["full_rows"] += c["full_rows"]
         g["wall_s"] += r["wall_s"]
         g["disk_bytes"] += r["disk_bytes"]
         g["rss_peak_bytes"] = max(g["rss_peak_bytes"], r["rss_peak_bytes"])
+        # None where a command measured none (older rehearsals, a kernel without smaps_rollup)
+        g["pss_peak_bytes"] = None if g["pss_peak_bytes"] is None or r.get("pss_peak_bytes") is \
+            None else max(g["pss_peak_bytes"], r["pss_peak_bytes"])
         if r["gpu_peak_bytes"] is not None:
             g["gpu_peak_bytes"] = max(g["gpu_peak_bytes"] or 0, r["gpu_peak_bytes"])
     return project(list(groups.values()), records, s, rates)
@@ -234,7 +238,8 @@ def replan(result: dict, rates: dict[str, tuple[float, str]] | None) -> dict:
     s, records = result["settings"], [r for r in result["commands"] if r["rc"] == 0]
     keep = ("step", "model", "rows", "full_rows", "scale", "disk_fixed", "commands", "wall_s",
             "disk_bytes", "rss_peak_bytes", "gpu_peak_bytes")
-    groups = [{k: m[k] for k in keep} for m in result["steps"]]
+    groups = [{**{k: m[k] for k in keep}, "pss_peak_bytes": m.get("pss_peak_bytes")}
+              for m in result["steps"]]
     for g in groups:
         if g["step"] == "train-oracle (fine-tuned)":
             one = next(r for r in records if r["argv"][0] == "train-oracle"
@@ -243,4 +248,25 @@ def replan(result: dict, rates: dict[str, tuple[float, str]] | None) -> dict:
             g.update(rows=c["rows"] * g["commands"], scale=c["scale"])
     measured = project(groups, records, s, rates)
     return {**result, "steps": measured, "grid": grid(measured)}
+
+
+def table(result: dict) -> str:
+    """The rehearsal's per-step table and grid line, as printed at its end."""
+    env, s = result["environment"], result["settings"]
+    lines = [f"\n## The runbook rehearsed ({env['device_name']}, {env['date']}, torch {env['torch']}, "
+             f"{s['train']:,} train / {s['val']:,} val, LAUNCH={s['launch']})\n",
+             "| step | model | cmds | rows | wall s | rows/s | peak RSS sum / PSS sum GB | peak GPU GB "
+             "| disk MB | ImageNet min (scaling) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for m in result["steps"]:
+        gpu = "n/a" if m["gpu_peak_bytes"] is None else f"{m['gpu_peak_bytes'] / 1e9:.1f}"
+        pss = "n/a" if m.get("pss_peak_bytes") is None else f"{m['pss_peak_bytes'] / 1e9:.2f}"
+        lines.append(f"| {m['step']} | {m['model']} | {m['commands']} | {m['rows']:,} | "
+                     f"{m['wall_s']:.1f} | {m['rows_per_s']:,.1f} | {m['rss_peak_bytes'] / 1e9:.2f} / "
+                     f"{pss} | {gpu} | {m['disk_bytes'] / 1e6:.1f} | {m['full_min']:.1f} "
+                     f"({m['scale']}) |")
+    g = result["grid"]
+    total = "not measured" if g["total_h"] is None else f"{g['total_h']:.1f} h"
+    lines.append(f"\nThe paper's grid ({g['runs']} fine-tuned runs, one device): {total}"
+                 + (f" (not measured: {', '.join(g['missing'])})" if g["missing"] else ""))
+    return "\n".join(lines)
 

@@ -14,7 +14,8 @@ The commands run as written, with what a rehearsal without the model hub needs a
 * tiny: `train-oracle`/`sweep` get `--epochs 1 --batch-size 40` (as tests/runbook_shim.py);
 * `--no-progress` where the command has it.
 Per command it appends one JSON line to $REHEARSE_LOG: argv, exit status, wall seconds, peak
-RSS of the process tree (bench/proctree.py, sampled every 0.1 s), peak GPU memory (nvidia-smi's
+RSS and PSS of the process tree (bench/proctree.py, sampled every 0.1 s; the PSS sum counts a
+page shared by forked workers once), peak GPU memory (nvidia-smi's
 memory.used summed over the GPUs, polled every 0.5 s, minus its value before the command: every
 process on the GPUs counts) and the bytes the command added under $REHEARSE_DISK_ROOT; for a
 fine-tuned `train-oracle`, the run's own training rate (the median img/s of its log's windows,
@@ -151,6 +152,7 @@ def main(argv: list[str]) -> int:
             rc = proc.wait()
     record = {"argv": argv[1:], "launcher": launcher[1:], "rc": rc,
               "wall_s": time.perf_counter() - start, "rss_peak_bytes": rss.bytes,
+              "pss_peak_bytes": rss.pss_bytes,
               "gpu_peak_bytes": gpu.bytes(),
               "disk_bytes": tree_bytes(env.get("REHEARSE_DISK_ROOT")) - disk_before,
               "train_img_per_s": train_rate(args, started) if rc == 0 else None}

@@ -55,6 +55,13 @@ def gb(value) -> str:
     return NM if value is None else f"{value / 1e9:.1f}"
 
 
+def memory(m: dict) -> str:
+    """The PSS sum where measured, else "≤ " and the RSS sum (shared pages once per process)."""
+    if m.get("pss_peak_bytes") is not None:
+        return gb(m["pss_peak_bytes"])
+    return f"≤ {gb(m['rss_peak_bytes'])}"
+
+
 def rehearsal_rows(r: dict | None) -> list[str]:
     measured = {(m["step"], m["model"]): m for m in (r or {}).get("steps", [])}
     rows = []
@@ -65,7 +72,7 @@ def rehearsal_rows(r: dict | None) -> list[str]:
                 rows.append(f"| {step} | {model or '—'} | {NM} | {NM} | {NM} | {NM} | {NM} |")
                 continue
             rows.append(f"| {step} | {model or '—'} | {m['rows_per_s']:,.0f} | "
-                        f"{m['full_min']:,.1f} min ({m['scale']}) | {gb(m['rss_peak_bytes'])} | "
+                        f"{m['full_min']:,.1f} min ({m['scale']}) | {memory(m)} | "
                         f"{gb(m['gpu_peak_bytes'])} | {gb(m['full_disk_bytes'])} |")
     return rows
 
@@ -137,7 +144,8 @@ def sentences(r: dict | None, t: dict | None, d: dict | None,
 
 def render(r: dict | None, t: dict | None, d: dict | None, ddp: list[dict] | None = None) -> str:
     head = ("| step | model | measured rows/s | at ImageNet scale, per command | peak RSS GB "
-            "(rehearsal) | peak GPU GB (rehearsal) | disk at ImageNet GB, per command |\n"
+            "(rehearsal: PSS summed over the command's processes; ≤: RSS summed, shared pages once per process, an upper bound) | peak GPU GB "
+            "(rehearsal) | disk at ImageNet GB, per command |\n"
             "|---|---|---|---|---|---|---|")
     if r:
         e, s = r["environment"], r["settings"]
