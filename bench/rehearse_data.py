@@ -8,9 +8,16 @@ CLASSIFIERS, built as its commands build them: random-init presets, or the tiny 
 classifies the staging folder through `cli.py extract` itself (same preprocessing, precision
 and model as the runbook's extract); then each image is given one of those classifiers at random
 in turn (image i to classifier i mod n, so each split is shared exactly) and, with probability
-``right``, that classifier's prediction as its label, else a wnid none of them predicted.  So
-each of n classifiers is right on ~right/n of the rows at least (plus the rows where they agree),
-and every split mixes correct and incorrect rows as a real classifier's would.  A pretrained
+``right``, that classifier's prediction as its label, else the next of ``classes`` wnids (spread
+over the 1,000) in a cycle, skipping those the classifiers predicted for the image.  So each of n
+classifiers is right on ~right/n of the rows at least (plus the rows where they agree), every
+split mixes correct and incorrect rows as a real classifier's would, and a split with at least
+``classes`` wrong rows fills (nearly) every one of the ``classes`` folders: random-init classifiers
+predict a few dozen classes at most, so the folders come from the wrong rows.  With the
+runbook's two random-init classifiers, 50% right for each and 1,000 folders cannot both hold:
+each classifier is wrong wherever the other's prediction is the label, so 50% needs every row
+labelled by a prediction (``right`` 1.0, a few dozen folders); the default 0.9 keeps the folders
+and gives each ~45%.  A pretrained
 classifier (EfficientNet-Lite0) would label by meaning, but the runbook's classifiers, random
 without the hub, would then be right on ~0.1% of the rows and train-oracle refuses such a split.
 Everything is drawn from ``seed`` and the image's index.
@@ -64,13 +71,19 @@ def generate(out: Path, s: dict, procs: int, env: dict) -> dict:
     preds = np.stack([predictions(staging, c, s["grid"]["PREP"], env) for c in clfs])
     synsets = imagenet_synsets()
     wrong_pool = np.unique(np.linspace(0, len(synsets) - 1, s["classes"]).astype(int))
-    labels = np.empty(n, dtype=np.int64)
+    labels, cursor = np.empty(n, dtype=np.int64), 0
     for i in range(n):
         rng = np.random.default_rng([s["seed"], i, 7])
         j, right = i % len(clfs), rng.random() < s["right"]
-        others = np.setdiff1d(wrong_pool, preds[:, i]) if not right else None
-        labels[i] = preds[j, i] if right else rng.choice(others if len(others) else
-                                                         np.setdiff1d(np.arange(1000), preds[:, i]))
+        if right:
+            labels[i] = preds[j, i]
+            continue
+        for _ in range(len(wrong_pool)):      # the cycle's next wnid no classifier predicted
+            labels[i], cursor = wrong_pool[cursor % len(wrong_pool)], cursor + 1
+            if labels[i] not in preds[:, i]:
+                break
+        else:
+            labels[i] = np.setdiff1d(np.arange(1000), preds[:, i])[0]
     for i, path in enumerate(files):
         wnid = synsets[labels[i]]
         target = out / ("train" if i < s["train"] else "val") / wnid / f"{wnid}_{i:07d}.JPEG"

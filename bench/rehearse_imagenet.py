@@ -67,10 +67,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--train", type=int, default=100_000)
     p.add_argument("--val", type=int, default=10_000)
     p.add_argument("--classes", type=int, default=1000)
-    p.add_argument("--right", type=float, default=None, help="share of rows labelled with a "
-                   "classifier's prediction (each of n classifiers is right on >= right/n); "
-                   "default 0.9 with one classifier, 1.0 with several (each right on >= 1/n: "
-                   "50%% with the runbook's two)")
+    p.add_argument("--right", type=float, default=0.9, help="share of rows labelled with a "
+                   "classifier's prediction, the classifiers taking turns (each of n is right on "
+                   ">= right/n); the other rows fill the --classes folders (rehearse_data.py)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--attack-rows", type=int, default=300)
     p.add_argument("--train-rows", type=int, default=20_000, help="rows per fine-tuned run "
@@ -108,8 +107,6 @@ def settings(a: argparse.Namespace) -> dict:
         if not sep or name not in GRID:
             raise Refused(f"--set {item}: expected VAR=VALUE with VAR one of {', '.join(GRID)}")
         grid[name] = value
-    if a.right is None:          # two classifiers: every row labelled so that each is >= 50% right
-        a.right = 0.9 if len(grid["CLASSIFIERS"].split()) == 1 else 1.0
     if a.classes < 2 or a.train < 1 or a.val < 1 or not 0 <= a.right <= 1:
         raise Refused("--classes must be >= 2, --train/--val >= 1, --right in [0, 1]")
     return {"train": a.train, "val": a.val, "classes": a.classes, "right": a.right,

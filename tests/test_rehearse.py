@@ -60,6 +60,8 @@ def test_a_tiny_rehearsal_measures_and_projects_every_step(tmp_path):
     assert result["environment"]["torch"] and result["settings"]["train"] == 150
     # the labels: the classifier's own prediction on ~90% of the rows, every file distinct
     assert 0.5 < result["generation"]["accuracy"]["vit"] < 1
+    # the wrong rows cycle through the --classes wnids: every folder is there
+    assert result["generation"]["folders"] >= 10
     # the grid needs resnet's steps too: no total from a partial measurement
     assert result["grid"]["total_h"] is None and "train-oracle (fine-tuned)" in result["grid"]["missing"]
     assert "| train-oracle (fine-tuned) | vit | 1 |" in proc.stdout
