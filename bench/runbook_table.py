@@ -143,7 +143,7 @@ def sentences(r: dict | None, t: dict | None, d: dict | None,
 
 
 def render(r: dict | None, t: dict | None, d: dict | None, ddp: list[dict] | None = None) -> str:
-    head = ("| step | model | measured rows/s | at ImageNet scale, per command | peak RSS GB "
+    head = ("| step | model | measured rows/s | at ImageNet scale, per command | peak host memory GB "
             "(rehearsal: PSS summed over the command's processes; ≤: RSS summed, shared pages once per process, an upper bound) | peak GPU GB "
             "(rehearsal) | disk at ImageNet GB, per command |\n"
             "|---|---|---|---|---|---|---|")
