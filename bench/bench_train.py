@@ -44,7 +44,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.train_parts import (PRESET_MODELS, TINY, authors_step, classifier_infer,  # noqa: E402
-                               fast_objects, forward_flops, make_jpegs, spec, timed)
+                               fast_objects, forward_flops, make_jpegs, random_resident,
+                               spec, timed)
 from pipeline.core.timing import device_name  # noqa: E402
 from pipeline.data.images import ImageRows, ResizeCrop, default_workers, make_loader  # noqa: E402
 from pipeline.data.sources import list_split  # noqa: E402
@@ -105,11 +106,7 @@ def peak_only(ms, batch: int, path: str, precision: str, device, steps: int = 3,
     try:
         objs, data_cfg = fast_objects(ms, device, precision)
         step_fn, _ = choose_step(objs, "off" if path == "eager" else "on", 1)
-        x = torch.randint(0, 256, (batch, *data_cfg.input_size), dtype=torch.uint8)
-        rows = np.arange(batch)
-        sched = StepSchedule(rows, batch, 10**6, 0, True)
-        sched.batch_rows = lambda step: rows
-        feed = iter(lambda: (x, torch.from_numpy(rows), None), None)
+        feed, sched = random_resident(batch, data_cfg.input_size)
         for s in range(steps):
             step_fn(objs, feed, s, sched, micro_slices(batch, 1, 0, 1), random_targets(batch))
         torch.cuda.synchronize(device)

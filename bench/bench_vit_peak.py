@@ -21,16 +21,16 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_train import BF16_PEAK_TFLOPS, random_targets  # noqa: E402
-from bench.train_parts import fast_objects, forward_flops, spec, timed  # noqa: E402
+from bench.train_parts import (fast_objects, forward_flops, random_resident, spec,  # noqa: E402
+                               timed)
 from pipeline.core.presets import IMAGENET_PRESETS  # noqa: E402
 from pipeline.oracle.graph import choose_step  # noqa: E402
-from pipeline.oracle.sampler import StepSchedule, micro_slices  # noqa: E402
+from pipeline.oracle.sampler import micro_slices  # noqa: E402
 
 BACKENDS = ("default", "flash", "efficient", "cudnn", "math")
 
@@ -48,12 +48,8 @@ def step_img_s(ms, batch: int, compiled: bool, a, device) -> float:
     """img/s of the graphed step on one resident batch."""
     objs, data_cfg = fast_objects(ms, device, "bf16", compile_=compiled)
     step_fn, record = choose_step(objs, "on", 1)
-    images = torch.randint(0, 256, (batch, *data_cfg.input_size), dtype=torch.uint8).pin_memory()
-    rows = np.arange(batch)
-    schedule = StepSchedule(rows, batch, 10**6, 0, True)
-    schedule.batch_rows = lambda step: rows
+    feed, schedule = random_resident(batch, data_cfg.input_size, pin=True)
     targets, slices = random_targets(batch), micro_slices(batch, 1, 0, 1)
-    feed = iter(lambda: (images, torch.from_numpy(rows), None), None)
     counter = iter(range(10**9))
     return timed(lambda: step_fn(objs, feed, next(counter), schedule, slices, targets),
                  a.warmup, a.steps, batch, device)

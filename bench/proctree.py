@@ -43,7 +43,7 @@ def pss(pid: int) -> int | None:
             if line.startswith("Pss:"):
                 return int(line.split()[1]) * 1024
     except (OSError, IndexError, ValueError):
-        pass
+        pass                     # it ended meanwhile, or this kernel has no smaps_rollup
     return None
 
 

@@ -54,6 +54,20 @@ def timed(step, warmup: int, steps: int, images_per_step: int, device) -> float:
     return steps * images_per_step / (time.perf_counter() - t0)
 
 
+def random_resident(batch: int, input_size, pin: bool = False):
+    """(feed, schedule) of one random uint8 batch fed again and again at fixed rows: the step's
+    GPU cost alone, no loader (``pin``: the batch in page-locked memory, as a loader's)."""
+    import numpy as np
+
+    from pipeline.oracle.sampler import StepSchedule
+    x = torch.randint(0, 256, (batch, *input_size), dtype=torch.uint8)
+    x = x.pin_memory() if pin else x
+    rows = np.arange(batch)
+    schedule = StepSchedule(rows, batch, 10**6, 0, True)
+    schedule.batch_rows = lambda step: rows
+    return iter(lambda: (x, torch.from_numpy(rows), None), None), schedule
+
+
 def fast_objects(ms: ModelSpec, device, precision: str, compile_: bool = False):
     """The project's TrainObjects for one process (SGD + OneCycleLR, as train-oracle builds);
     ``compile_``: the step calls a torch.compile'd model."""
