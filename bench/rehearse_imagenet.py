@@ -244,8 +244,11 @@ def environment(device: str) -> dict:
 
 
 def replan(path: Path, bench: Path | None) -> int:
-    rates = plan.bench_rates(json.loads(bench.read_text())) if bench else None
-    result = plan.replan(json.loads(path.read_text()), rates)
+    try:
+        result = plan.replan_files(path, bench)
+    except ValueError as err:                  # a file that is not what --replan reads
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     path.write_text(json.dumps(result, indent=2))
     print(plan.table(result))
     print(f"\nrewrote {path}")

@@ -3,6 +3,7 @@
 and each step scaled to full ImageNet and to the paper's grid."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -248,6 +249,26 @@ def replan(result: dict, rates: dict[str, tuple[float, str]] | None) -> dict:
             g.update(rows=c["rows"] * g["commands"], scale=c["scale"])
     measured = project(groups, records, s, rates)
     return {**result, "steps": measured, "grid": grid(measured)}
+
+
+def stored(path: Path, option: str, keys: tuple[str, ...]) -> dict:
+    """A JSON a rehearsal or bench_train.py wrote; ValueError naming the option and the file."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{option} {path}: cannot read it as JSON ({err})") from None
+    missing = [k for k in keys if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise ValueError(f"{option} {path}: no {', '.join(missing)}; expected the JSON of "
+                         + ("bench/bench_train.py --json" if option == "--train-bench"
+                            else "a rehearsal (bench/rehearse_imagenet.py --json)"))
+    return data
+
+
+def replan_files(path: Path, bench: Path | None) -> dict:
+    """``replan`` of the rehearsal JSON ``path``, with bench_train.py's JSON ``bench``'s rates."""
+    rates = bench_rates(stored(bench, "--train-bench", ("results", "date"))) if bench else None
+    return replan(stored(path, "--replan", ("settings", "steps", "commands")), rates)
 
 
 def table(result: dict) -> str:

@@ -191,6 +191,19 @@ def test_a_stored_rehearsal_is_re_projected_with_a_training_rate_and_startup():
     assert predict == pytest.approx(72 * 5 * 6.0 * 50 / 60)     # the 1,000-row predict's rate
 
 
+def test_replan_refuses_files_that_are_not_what_it_reads(tmp_path, capsys):
+    missing = tmp_path / "none.json"
+    assert "--replan " + str(missing) + ": cannot read it as JSON" in refused(
+        capsys, ["--replan", str(missing)])
+    bench = tmp_path / "b.json"
+    bench.write_text(json.dumps({"device": "x"}))
+    assert "--replan " + str(bench) + ": no settings, steps, commands; expected the JSON of a " \
+        "rehearsal" in refused(capsys, ["--replan", str(bench)])
+    assert "--train-bench " + str(bench) + ": no results, date; expected the JSON of " \
+        "bench/bench_train.py" in refused(capsys, ["--replan", str(bench), "--train-bench", str(bench)])
+    assert json.loads(bench.read_text()) == {"device": "x"}          # nothing rewritten
+
+
 def test_the_shim_reads_a_fine_tuned_runs_median_logged_rate(tmp_path):
     run = tmp_path / "runs" / "vit-vit_ss_seed0_x"
     run.mkdir(parents=True)
