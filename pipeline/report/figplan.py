@@ -1,10 +1,11 @@
 """Which figures a report draws, their files and the one line saying what each shows.
 
-Each figure answers one question at a glance (issue 21): per split and <O,C>,
+Each figure answers one question at a glance: per split and <O,C>,
 - ``histograms_<O-C>_<split>.png``: the paper's Fig. 3 layout, the fine-tuned oracles' TP / FN /
   TN / FP histograms, one panel per loss (CE, Focal, TCP, SS);
 - ``histograms_<O-C>_variants_<split>.png``: the same for every other training variant
-  (broadcast, head-only, ...), one row per variant;
+  (broadcast, head-only, ...), one row per variant; where no plain fine-tuned oracle was drawn
+  and one variant was, its figure is named after it (``histograms_<O-C>_head-only_<split>.png``);
 - ``risk_coverage_<O-C>_<split>.png``: fine-tuned oracles, head-only oracles and the post-hoc
   baselines in separate panels on shared axes, at most ``figures.MAX_CURVES`` curves each.
 The lowest seed of each group is drawn; the i-th seed of every group in ``..._run<i>`` files.
@@ -71,7 +72,7 @@ def _variant_name(variant: str) -> str:
 
 
 def _histogram_figures(tag: str, oc: str, rows: list[dict], out: Path) -> list[tuple]:
-    """Per seed rank: the plain fine-tuned losses' figure (Fig. 3) and the other variants' rows."""
+    """Per seed rank: the plain fine-tuned losses' figure (Fig. 3) and the other variants'."""
     by_variant: dict[str, list[dict]] = {}
     for r in sorted(rows, key=lambda r: _variant_key(r["variant"])):
         by_variant.setdefault(r["variant"], []).append(r)
@@ -84,24 +85,46 @@ def _histogram_figures(tag: str, oc: str, rows: list[dict], out: Path) -> list[t
                        "hist": r["_members"][i]["hist"]} for r in group if r["n"] > i]
                   for v, group in by_variant.items()}
         panels = {v: p for v, p in panels.items() if p}
-        if "" in panels:
+        other = "" in panels     # the plain losses' figure: the rest are the "other" variants
+        if other:
             path = out / "figures" / f"histograms_{name}_{slug(tag)}{suffix}.png"
             title = f"{oc}, split {tag}: fine-tuned oracles, one panel per loss ({which})"
             figs.append(("histograms", path,
                          f"{oc}: TP / FN / TN / FP histograms of the fine-tuned oracles' "
                          f"confidence, one panel per loss (paper Fig. 3 layout), {which}",
                          (F.draw_histograms, ([panels.pop("")], str(path), title))))
-        variants = list(panels)
-        for k in range(0, len(variants), VARIANT_ROWS):
-            part = variants[k:k + VARIANT_ROWS]
-            more = "" if k == 0 else str(k // VARIANT_ROWS + 1)
-            path = out / "figures" / f"histograms_{name}_variants{more}_{slug(tag)}{suffix}.png"
-            names = "; ".join(_variant_name(v) for v in part)
-            title = f"{oc}, split {tag}: one row per training variant ({which})"
-            figs.append(("histograms", path,
-                         f"{oc}: the same histograms for the other training variants "
-                         f"({names}), one row per variant, {which}",
-                         (F.draw_histograms, ([panels[v] for v in part], str(path), title))))
+        figs += _variant_figures(panels, tag=tag, oc=oc, name=name, suffix=suffix, which=which,
+                                 out=out, other=other)
+    return figs
+
+
+def _variant_figures(panels: dict, *, tag: str, oc: str, name: str, suffix: str, which: str,
+                     out: Path, other: bool) -> list[tuple]:
+    """The variants' histograms, one row per variant, VARIANT_ROWS rows a figure.  ``other``:
+    beside the plain losses' figure.  Without it they are this seed rank's only histograms,
+    neither "the other" variants nor, when there is one variant, "variants": that figure is
+    named and described after its variant (``histograms_<O-C>_head-only_<split>.png``)."""
+    variants = list(panels)
+    if not other and len(variants) == 1:
+        v = _variant_name(variants[0])
+        path = out / "figures" / f"histograms_{name}_{slug(variants[0])}_{slug(tag)}{suffix}.png"
+        title = f"{oc}, split {tag}: training variant {v}, one panel per loss ({which})"
+        return [("histograms", path,
+                 f"{oc}: TP / FN / TN / FP histograms of the oracles' confidence, training "
+                 f"variant {v}, one panel per loss, {which}",
+                 (F.draw_histograms, ([panels[variants[0]]], str(path), title)))]
+    figs = []
+    for k in range(0, len(variants), VARIANT_ROWS):
+        part = variants[k:k + VARIANT_ROWS]
+        more = "" if k == 0 else str(k // VARIANT_ROWS + 1)
+        path = out / "figures" / f"histograms_{name}_variants{more}_{slug(tag)}{suffix}.png"
+        names = "; ".join(_variant_name(v) for v in part)
+        title = f"{oc}, split {tag}: one row per training variant ({which})"
+        shows = (f"the same histograms for the other training variants ({names})" if other else
+                 f"TP / FN / TN / FP histograms of the oracles' confidence per training variant "
+                 f"({names})")
+        figs.append(("histograms", path, f"{oc}: {shows}, one row per variant, {which}",
+                     (F.draw_histograms, ([panels[v] for v in part], str(path), title))))
     return figs
 
 

@@ -2,9 +2,11 @@
 curves.  Which figures a report has, and what each shows, is figplan.py's; this module draws one.
 
 Figures are built on ``matplotlib.figure.Figure`` with the Agg canvas: no pyplot state and no
-display, so they can be drawn in joblib worker processes.  Every axes is placed in inches (no
-``tight_layout``, which would cost a full extra draw): panels keep their size however many there
-are, and legends get their own strip beside or above the panels, never on the data.
+display, so they can be drawn in joblib worker processes.  Risk-coverage axes are placed in
+inches (their labels are fixed; no layout pass to pay for); histogram figures, whose tick labels,
+titles and panel counts vary, are sized by their panel count and laid out by the constrained
+layout engine so that nothing is cut.  Legends get their own strip beside or above the panels,
+never on the data.
 """
 from __future__ import annotations
 
@@ -25,11 +27,11 @@ REFERENCE = {"color": "0.35", "ls": ":", "lw": 1.8}          # MCP drawn in the 
 CHAR_IN = 0.058       # width of one legend character at 7 pt, inches (DejaVu Sans, measured)
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float, layout: str | None = None):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), dpi=DPI)
+    fig = Figure(figsize=(width, height), dpi=DPI, layout=layout)
     FigureCanvasAgg(fig)
     return fig
 
@@ -45,15 +47,32 @@ def oc_label(labels: dict) -> str:
 
 
 # ------------------------------------------------------------------------------ histograms ---
-PANEL_W, PANEL_H = 2.3, 1.7           # one histogram's axes, inches
-GAP_W, GAP_H = 0.4, 0.85              # between panels: y tick labels; two title lines + x ticks
+PANEL_W, PANEL_H = 2.3, 1.7           # one histogram's axes, inches (about: see histogram_figure)
+DECOR_W, DECOR_H = 0.5, 0.85          # around it: y ticks and label; two title lines and x ticks
+TITLE_PT, PANEL_PT, SMALL_PT = 9, 7.5, 7     # title; panel titles; legend, ticks, axis labels
+LINE_IN = 0.14                        # one more panel title line, inches
+# the correct rows are filled and the wrong ones outlined (see _hist_axes)
+FILLED, OUTLINED = ("TP", "FN"), ("TN", "FP")
+ENTRIES = {"TP": "TP: correct, accepted", "FN": "FN: correct, rejected",
+           "TN": "TN: wrong, rejected", "FP": "FP: wrong, accepted"}
+OUTLINE_LW = 1.3
 
 
 def _hist_axes(ax, hist: dict) -> None:
+    """The counts as steps: correct rows filled (opaque), wrong rows outlined on top.  A correct
+    and a wrong category share bins (TP and FP both lie above the threshold), and two
+    translucent fills blend there into a colour no legend entry shows; an outline over a fill
+    never blends.  TP and FN do not share bins (one threshold splits them; the fills are opaque,
+    so even the bin holding the threshold does not blend), nor do TN and FP."""
     edges = np.asarray(hist["edges"])
-    for name in ("TP", "FN", "TN", "FP"):
-        ax.stairs(np.asarray(hist["counts"][name]), edges, color=COLORS[name], fill=True,
-                  alpha=0.55)
+    for name in FILLED:
+        ax.stairs(np.asarray(hist["counts"][name]), edges, color=COLORS[name], fill=True, lw=0)
+    for name in OUTLINED:
+        counts = np.asarray(hist["counts"][name])
+        nz = np.flatnonzero(counts)
+        if nz.size:       # from its first to its last row's bin: no line along the x axis
+            lo, hi = nz[0], nz[-1] + 1
+            ax.stairs(counts[lo:hi], edges[lo:hi + 1], color=COLORS[name], lw=OUTLINE_LW)
     t = hist["thresholds"]
     ax.axvline(t["positive"], color="k", ls="--", lw=0.8)
     if t["negative"] != t["positive"]:
@@ -62,7 +81,7 @@ def _hist_axes(ax, hist: dict) -> None:
         ax.axvline(t["tpr95"], color="#1a9641", ls="-.", lw=1.0)
     ax.set_xlim(0, 1)
     ax.set_yscale("symlog", linthresh=10)
-    ax.tick_params(labelsize=7)
+    ax.tick_params(labelsize=SMALL_PT)
 
 
 def _counts_line(hist: dict) -> str:
@@ -74,9 +93,9 @@ def _hist_legend(panels: list[dict]):
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    handles = [Patch(color=COLORS[n], alpha=0.55, label=label) for n, label in (
-        ("TP", "TP: correct, accepted"), ("FN", "FN: correct, rejected"),
-        ("TN", "TN: wrong, rejected"), ("FP", "FP: wrong, accepted"))]
+    handles = [Patch(facecolor=COLORS[n], edgecolor="none", label=ENTRIES[n]) for n in FILLED]
+    handles += [Patch(fill=False, edgecolor=COLORS[n], lw=OUTLINE_LW, label=ENTRIES[n])
+                for n in OUTLINED]
     handles.append(Line2D([], [], color="k", ls="--", lw=0.8, label="threshold 0.5"))
     thresholds = [p["hist"]["thresholds"] for p in panels]
     if any(t["negative"] != t["positive"] for t in thresholds):
@@ -94,32 +113,88 @@ def histogram_figure(rows: list[list[dict]], title: str):
     """One histogram panel per run, ``rows`` of panels ({"title", "hist"}) wrapped at MAX_COLS:
     the run's confidences split into TP / FN / TN / FP at its loss's thresholds (dashed: 0.5;
     dotted: the negative one where it differs, 1/K for TCP; dash-dot: the 95%-TPR working
-    point); the counts under each title; one legend for the figure above the panels."""
+    point); the counts under each title; the title and one legend above the panels.
+
+    The figure is as wide as its panels (one panel: one panel wide, never an empty half), and
+    at least two legend columns; titles are wrapped to that width.  The constrained layout
+    engine then fits the axes around every label it measures (tick labels, axis labels, panel
+    titles, the legend), so nothing is cut at the edges whatever the numbers' widths.  The
+    title is the legend's title: the engine makes room for an outside legend but lays a
+    suptitle over it (matplotlib 3.11)."""
     lines = [row[i:i + MAX_COLS] for row in rows for i in range(0, len(row), MAX_COLS)]
     cols = max(len(line) for line in lines)
     handles = _hist_legend([p for line in lines for p in line])
-    width = max(0.5 + cols * PANEL_W + (cols - 1) * GAP_W + 0.15, 6.0)
-    # legend lines of at most the entries that fit the width (~1.6 in each), filled evenly
-    lines_needed = -(-len(handles) * 1.6 // (width - 0.3))
-    per_row = int(-(-len(handles) // lines_needed))
-    legend_h = 0.2 * lines_needed
-    top = 0.35 + legend_h + 0.45                           # title, legend, first panel titles
-    height = top + len(lines) * PANEL_H + (len(lines) - 1) * GAP_H + 0.5
-    fig = _figure(width, height)
+    measure = _measurer()
+    gap = 1.2 * SMALL_PT / 72                              # legend column spacing, inches
+    entry = max(_text_w(h.get_label(), SMALL_PT, measure) for h in handles) \
+        + (1.6 + 0.8) * SMALL_PT / 72                      # handle and its pad
+    width = max(cols * (PANEL_W + DECOR_W) + 0.3, 2 * entry + gap + 0.3)
+    ncol = max(1, min(len(handles), int((width - 0.3 + gap) // (entry + gap))))
+    legend_rows = -(-len(handles) // ncol)
+    ncol = -(-len(handles) // legend_rows)                  # the rows filled evenly
+    title = _wrap(title, TITLE_PT, width - 0.3, measure)
+    titles = [[_wrap(f"{p['title']}\n{_counts_line(p['hist'])}", PANEL_PT,
+                     PANEL_W + DECOR_W - 0.1, measure) for p in line] for line in lines]
+    extra = sum(max(t.count("\n") - 1 for t in line) * LINE_IN for line in titles)
+    height = (0.2 * (title.count("\n") + 1) + 0.17 * legend_rows + 0.2
+              + len(lines) * (PANEL_H + DECOR_H) + extra)
+    fig = _figure(width, height, layout="constrained")
+    grid = fig.add_gridspec(len(lines), cols)
     for i, line in enumerate(lines):
         for j, panel in enumerate(line):
-            ax = _axes(fig, width, height, 0.5 + j * (PANEL_W + GAP_W),
-                       top + i * (PANEL_H + GAP_H), PANEL_W, PANEL_H)
+            ax = fig.add_subplot(grid[i, j])
             _hist_axes(ax, panel["hist"])
-            ax.set_title(f"{panel['title']}\n{_counts_line(panel['hist'])}", fontsize=7.5)
-            if i == len(lines) - 1:
-                ax.set_xlabel("oracle confidence", fontsize=7)
+            ax.set_title(titles[i][j], fontsize=PANEL_PT)
+            if i == len(lines) - 1 or j >= len(lines[i + 1]):     # nothing below it
+                ax.set_xlabel("oracle confidence", fontsize=SMALL_PT)
             if j == 0:
-                ax.set_ylabel("rows (symlog)", fontsize=7)
-    fig.suptitle(title, fontsize=9, y=1 - 0.08 / height, va="top")
-    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.33 / height),
-               ncol=per_row, fontsize=7, frameon=False, handlelength=1.6, columnspacing=1.2)
+                ax.set_ylabel("rows (symlog)", fontsize=SMALL_PT)
+    legend = fig.legend(handles=handles, loc="outside upper center", ncol=ncol,
+                        fontsize=SMALL_PT, frameon=False, handlelength=1.6, columnspacing=1.2,
+                        title=title, title_fontsize=TITLE_PT)
+    legend.get_title().set_multialignment("center")
+    # laid out once, here: with the engine left on, savefig would traverse every artist once
+    # more before drawing (matplotlib lays out in a draw pass of its own)
+    fig.get_layout_engine().execute(fig)
+    fig.set_layout_engine(None)
     return fig
+
+
+def _measurer():
+    from matplotlib.backends.backend_agg import RendererAgg
+
+    return RendererAgg(1, 1, DPI)
+
+
+def _text_w(text: str, size: float, renderer) -> float:
+    """Width of one line of ``text`` at ``size`` pt, inches, as the Agg renderer draws it."""
+    from matplotlib.font_manager import FontProperties
+
+    w, _, _ = renderer.get_text_width_height_descent(text, FontProperties(size=size), False)
+    return w / renderer.dpi
+
+
+def _wrap(text: str, size: float, width: float, renderer) -> str:
+    """``text`` broken at spaces into lines at most ``width`` inches wide at ``size`` pt (its
+    own line breaks kept; a word wider than a line is cut): wrapped, never cut at the edges."""
+    def fits(s: str) -> bool:
+        return _text_w(s, size, renderer) <= width
+
+    out = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            while len(word) > 1 and not fits(word):
+                k = max((k for k in range(1, len(word)) if fits(word[:k])), default=1)
+                out += [line, word[:k]] if line else [word[:k]]
+                line, word = "", word[k:]
+            if line and not fits(f"{line} {word}"):
+                out.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        out.append(line)
+    return "\n".join(out)
 
 
 # -------------------------------------------------------------------------- risk-coverage ----

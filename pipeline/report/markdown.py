@@ -91,10 +91,10 @@ def _figures_section(figs: dict) -> list[str]:
         return []
     notes = ["Risk–coverage: the risk axis is scaled to the curves (--rc-full-range for 0-1)."]
     if figs["histograms"]:
-        notes.insert(0, "Histograms: the oracle's confidence on the correct (TP accepted / FN "
-                        "rejected) and the wrong (TN rejected / FP accepted) predictions; dashed: "
-                        "threshold 0.5, dotted: TCP's 1/K, green dash-dot: the 95%-TPR working "
-                        "point.")
+        notes.insert(0, "Histograms: the oracle's confidence on the correct predictions, "
+                        "filled (TP accepted / FN rejected), and on the wrong ones, outlined (TN "
+                        "rejected / FP accepted); dashed: threshold 0.5, dotted: TCP's 1/K, green "
+                        "dash-dot: the 95%-TPR working point.")
     lines = ["### Figures", "", " ".join(notes), ""]
     lines += [f"- [{Path(f['path']).name}]({f['path']}): {f['shows']}" for f in figs["list"]]
     return lines + [""]
