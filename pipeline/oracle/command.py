@@ -121,7 +121,7 @@ def target_option(ctx, param, value):
 
 # predict's options that belong to one of its two modes: labelled splits or new images
 SPLIT_ONLY = ("data", "splits", "cache", "labels_file")
-IMAGES_ONLY = ("out", "weights", "threshold", "target", "skip_bad")
+IMAGES_ONLY = ("out", "threshold", "target", "skip_bad")
 
 
 @click.command()
@@ -141,8 +141,10 @@ IMAGES_ONLY = ("out", "weights", "threshold", "target", "skip_bad")
     Opt(("--out",), type=click.Path(path_type=Path, dir_okay=False), help="With --images: the "
         "table to write; its extension picks the format: .csv, .jsonl (JSON lines) or .parquet "
         "(needs pyarrow). The threshold and how it was chosen go to <stem>.meta.json beside it."),
-    WEIGHTS.but(help="With --images: the classifier's weights file. Default: the file its cache "
-                "recorded at extract; either way checked against the cache's weights hash."),
+    WEIGHTS.but(help="With --images: the classifier's weights file. In both modes: a head-only "
+                "run's backbone weights where they are not where the run recorded them (e.g. "
+                "moved). Default: the files the cache and the run recorded; either way checked "
+                "against the recorded weights hashes."),
     Opt(("--threshold",), type=FiniteFloatRange(0, 1), help="With --images: trust a row when the "
         "oracle's confidence is >= this."),
     Opt(("--target",), callback=target_option, help="With --images: pick the threshold on the "
@@ -162,8 +164,8 @@ IMAGES_ONLY = ("out", "weights", "threshold", "target", "skip_bad")
     NO_PROGRESS,
 )
 @click.pass_context
-def predict(ctx, run_dir, images, name, batch_size, workers, precision, device, no_progress,
-            **mode):
+def predict(ctx, run_dir, images, name, weights, batch_size, workers, precision, device,
+            no_progress, **mode):
     """Score new data with a trained run's chosen oracle: labelled splits (RUN/outputs/<tag>.h5)
     or, with --images, new unlabelled images (RUN/predictions/<name>.csv)."""
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
@@ -177,11 +179,12 @@ def predict(ctx, run_dir, images, name, batch_size, workers, precision, device, 
                   progress=not no_progress)
     if images is not None:
         from pipeline.oracle.deploy import DeployConfig, predict_images
-        cfg = DeployConfig(run=run_dir, images=images, name=name,
+        cfg = DeployConfig(run=run_dir, images=images, name=name, weights=weights,
                            **{k: mode[k] for k in IMAGES_ONLY}, **common)
         _print_predictions(_run_stage2(predict_images, cfg))
         return
-    results = _predict_splits(run_dir, name, common, **{k: mode[k] for k in SPLIT_ONLY})
+    results = _predict_splits(run_dir, name, {**common, "weights": weights},
+                              **{k: mode[k] for k in SPLIT_ONLY})
     if dist.info().is_main:
         for o in results:
             _print_output(o)

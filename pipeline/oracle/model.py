@@ -2,9 +2,13 @@
 and a trained oracle rebuilt from its run directory.
 
     spec = resolve_spec("vit", embedded=False)               # pipeline.core.models, as for classifiers
-    oracle, data_cfg = build_oracle(spec, head="hyperplane", preprocess="model", seed=0)
+    oracle, data_cfg = build_oracle(spec, head="hyperplane", preprocess="model", seed=0)  # to train
+    oracle, data_cfg, ckpt = load_trained_oracle(run_dir, run_json)     # its best.pt, to score
     z = oracle(x)                                            # (B,) float32; confidence = sigmoid(z)
-    oracle, data_cfg, ckpt = load_trained_oracle(run_dir, run_json)     # its best.pt
+
+A built oracle is in training mode (it is built to be trained); a loaded one is ready to score
+(``pipeline.core.inference.for_inference``: eval mode, frozen), so its scores do not depend on
+which images share a batch, and scoring never updates its BatchNorm statistics.
 
 Heads: ``linear`` z = w.x + b (CE, focal, TCP; SS's Table A3 variant) and ``hyperplane``
 z = (w.x + b) / (||w|| + 1e-7), the signed distance to the hyperplane (SS, the authors'
@@ -22,6 +26,7 @@ from torch import nn
 
 from cache.reader import ClassifierCache
 from cache.runs import BEST, RunDir, RunError
+from pipeline.core.inference import for_inference, for_training
 from pipeline.core.losses import HEADS
 from pipeline.core.models import (DataConfig, ModelError, ModelSpec, build_model,
                                   resolve_data_config, resolve_spec, weights_sha256)
@@ -69,7 +74,7 @@ def build_oracle(spec: ModelSpec, head: str, preprocess: str,
     initialised from ``seed``.  Returns the oracle (train mode, CPU) and ITS data config."""
     if head not in HEADS:
         raise ModelError(f"oracle head {head!r}: expected one of {HEADS}")
-    backbone = build_model(spec, seed=seed)
+    backbone = build_model(spec, seed=seed, train=True)
     data_cfg = resolve_data_config(backbone, spec, preprocess)
     return attach_head(backbone, head, seed), data_cfg
 
@@ -80,40 +85,60 @@ def attach_head(backbone: nn.Module, head: str, seed: int) -> Oracle:
     dim = feature_dim(backbone)
     backbone.reset_classifier(0)
     torch.manual_seed(seed)
-    oracle = Oracle(backbone, Head(dim, normalised=head == "hyperplane"))
-    return oracle.train()
+    return for_training(Oracle(backbone, Head(dim, normalised=head == "hyperplane")))
 
 
-def load_trained_oracle(run_dir: Path, run: dict) -> tuple[Oracle, DataConfig, dict]:
-    """The chosen (best) oracle of a finished run, rebuilt without fetching any weights (a
-    head-only run: its frozen backbone, loaded as the run recorded it and checked against the
-    weights its features came from, with the trained head)."""
+def load_trained_oracle(run_dir: Path, run: dict,
+                        weights: str | None = None) -> tuple[Oracle, DataConfig, dict]:
+    """The chosen (best) oracle of a finished run, ready to score (eval mode, frozen), rebuilt
+    without fetching any weights.  A head-only run's frozen backbone is loaded as the run
+    recorded it, or from ``weights`` (the same weights at another path, e.g. moved) where the
+    recorded source does not hold them; either way checked against the weights its features
+    came from."""
     info = run.get("oracle_build")
     if not info:
         raise RunError(f"{run_dir}/run.json has no oracle_build record (not a finished run?)")
     ckpt = load_checkpoint(RunDir(run_dir).checkpoint(BEST))
+    data_cfg = DataConfig.from_dict(info["data_config"])
     if info.get("head_only"):
-        return _head_only_oracle(run_dir, info, ckpt), DataConfig.from_dict(info["data_config"]), ckpt
+        backbone = head_only_backbone(run_dir, info, weights)
+        head = head_from_checkpoint(ckpt, info["head"] == "hyperplane")
+        return for_inference(Oracle(backbone, head)), data_cfg, ckpt
     spec = ModelSpec(info["model"], info["model_kwargs"], None, True, info["data_config"])
     model, _ = build_oracle(spec, info["head"], "model", seed=0)
     model.load_state_dict(ckpt["model"])
-    return model, DataConfig.from_dict(info["data_config"]), ckpt
+    return for_inference(model), data_cfg, ckpt
 
 
-def _head_only_oracle(run_dir: Path, info: dict, ckpt: dict) -> Oracle:
+def head_only_backbone(run_dir: Path, info: dict, weights: str | None) -> nn.Module:
+    """A head-only run's backbone (classifier removed), built from the first source that holds
+    the recorded weights: the run's recorded file (or the hub / seeded random init it recorded),
+    then ``weights``.  Each source is tried once; none holding them is a RunError naming each."""
     bb = info["backbone"]
-    spec = ModelSpec(info["model"], info["model_kwargs"], bb["weights"], bb["random_init"],
-                     info["data_config"])
-    backbone = build_model(spec, seed=bb["seed"])
-    found = weights_sha256(backbone)
-    if found != bb["weights_sha256"]:
-        raise RunError(f"{run_dir} is a head-only run whose head was trained on features of "
-                       f"backbone weights {bb['weights_sha256'][:12]}..., but "
-                       f"{bb['weights'] or 'the hub weights of ' + info['model']} now holds "
-                       f"{found[:12]}...: restore those weights (or re-run the head-only training "
-                       "on features of the current ones)")
-    backbone.reset_classifier(0)
-    return Oracle(backbone, head_from_checkpoint(ckpt, info["head"] == "hyperplane")).train()
+    sources = [bb["weights"]] + ([weights] if weights and not bb["random_init"] else [])
+    looked = []
+    for path in dict.fromkeys(str(Path(p).resolve()) if p else None for p in sources):
+        name = f"{path}" if path else f"the hub weights of {info['model']}"
+        if path and not Path(path).is_file():
+            looked.append(f"{name} (not there)")
+            continue
+        spec = ModelSpec(info["model"], info["model_kwargs"], path, bb["random_init"] and not path,
+                         info["data_config"])
+        try:
+            backbone = build_model(spec, seed=bb["seed"])
+        except ModelError as err:
+            looked.append(f"{name} ({err})")
+            continue
+        found = weights_sha256(backbone)
+        if found == bb["weights_sha256"]:
+            backbone.reset_classifier(0)
+            return backbone
+        looked.append(f"{name} (holds other weights, {found[:12]}...)")
+    raise RunError(f"{run_dir} is a head-only run whose head was trained on features of backbone "
+                   f"weights {bb['weights_sha256'][:12]}... ({info['model']}); looked in: "
+                   f"{'; '.join(looked)}. Pass --weights FILE with those weights (checked by "
+                   "their hash), restore them where the run recorded them, or re-run the "
+                   "head-only training on features of the current ones")
 
 
 # ------------------------------------------------------- the classifier a cache recorded --

@@ -24,6 +24,7 @@ from cache.integrity import file_digest
 from cache.outputs import classifier_ref, write_outputs
 from cache.runs import FRAME_KEYS, RunDir, RunError
 from pipeline.core import dist
+from pipeline.core.inference import scoring
 from pipeline.core.models import DataConfig
 from pipeline.core.precision import autocast
 from pipeline.core.timing import ModelTimer
@@ -53,14 +54,13 @@ def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig
     loader = make_loader(dataset, batches, workers, pin_memory=device.type == "cuda")
     normalize = GpuNormalize(data_cfg, device)
     out = torch.zeros(len(rows), dtype=torch.float32, device=device)
-    pos, was_training = 0, model.training
-    model.eval()
+    pos = 0
     bar = tqdm(total=len(rows), unit="img", desc=desc, disable=not (progress and info.is_main),
                dynamic_ncols=True, leave=False)
     # a head on stacked inputs reads the classifier's cached logits of the same rows
     logits = (torch.from_numpy(split.cache.load(["logits"])["logits"])
               if getattr(model, "stacked", False) else None)
-    with torch.inference_mode():
+    with scoring(model):      # a model in training is scored in eval mode, then restored
         for images, idx, _ in loader:
             extra = () if logits is None else (logits[idx].to(device),)
             with timer.time(len(images)) if timer else nullcontext(), autocast(precision, device):
@@ -70,7 +70,6 @@ def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig
             pos += n
             bar.update(n * info.world)
     bar.close()
-    model.train(was_training)
     if info.enabled:
         if tdist.get_backend() != "nccl":
             out = out.cpu()

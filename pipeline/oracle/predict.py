@@ -73,6 +73,7 @@ class PredictConfig:
     splits: tuple[str, ...]
     labels_file: str | None = None
     name: str | None = None          # output file stem when a single split is given
+    weights: str | None = None       # a head-only run's backbone weights, where moved
     batch_size: int = 256
     workers: int = 8
     precision: str | None = None     # None: the precision the run was trained with
@@ -89,7 +90,7 @@ def predict(cfg: PredictConfig) -> list[dict]:
         raise RunError(f"run {cfg.run} is not complete (status {run.get('status')!r}); finish "
                        "training first (re-run the same train-oracle command)")
     record = run["run"]
-    model, data_cfg, _ = load_trained_oracle(cfg.run, run)
+    model, data_cfg, _ = load_trained_oracle(cfg.run, run, cfg.weights)
     model = model.to(device)
     opts = dict(batch_size=cfg.batch_size, workers=cfg.workers,
                 precision=cfg.precision or run_precision(run),

@@ -209,8 +209,10 @@ def _locate_cache(run_dir: Path, output: Path, recorded: dict, run: dict) -> Pat
     for path in tried:
         if (path / MANIFEST_FILE).exists():
             return path
+    places = list(dict.fromkeys(str(p.resolve()) for p in tried))   # each place named once
+    nor = f" (nor at {', '.join(places[1:])})" if len(places) > 1 else ""
     raise ReportError(f"run {run_dir}: the classifier cache of {output.name} is not at "
-                      f"{tried[0]} (nor at {', '.join(map(str, tried[1:]))}); pass --cache DIR "
+                      f"{places[0]}{nor}; pass --cache DIR "
                       "pointing at it (it must have the same model, weights and dataset)")
 
 
