@@ -98,7 +98,7 @@ CLASSIFIER_IDENTITY = (
     "schema_version", "kind", "model", "model_kwargs", "weights_sha256", "preprocess",
     "data_config", "dataset", "dataset_fingerprint", "split", "corruption", "num_rows",
     "num_classes", "precision", "flip_view", "features", "features_flip", "shard_size", "decode",
-    MC_DROPOUT,
+    MC_DROPOUT, "exif_transpose",   # these two only where given (absent = off)
 )
 
 ORACLE_IDENTITY = (

@@ -1,9 +1,9 @@
 """Datasets -> uint8 pixel rows, shared by extract, classifier and oracle.  Imports core, cache.
 sources.py   which samples a split holds: one Format per layout (ImageFolder/ImageNet, Fashion-MNIST
              idx.py files, attacked.py's splits; unlabelled.py: image files without labels);
-             classes.py: output k = class k?; labels.py: labels and class names
-images.py    decode -> corrupt -> resize/crop in loader workers; normalisation on the device;
-             stamps.py: each file's stamp and content hash for the cache; errors.py: DataError
+             listing.py: files, links, names; classes.py: output k = class k?; labels.py: labels
+images.py    decode -> corrupt -> resize/crop in loader workers, normalised on the device;
+             orientation.py: EXIF (opt-in); stamps.py: file stamps and hashes; errors.py: DataError
 decode.py    nvJPEG on the accelerator; resize.py, prefetch.py: batched resize, stages ahead of use;
              jpeg.py: which rows/files go to it; hwdecode.py: the NVJPG engines via nvImageCodec
 corruptions.py  ImageNet-C's 19 corruptions; imagenet_c.py: names, parameters (torch-free);

@@ -277,6 +277,9 @@ def make_dataset(samples: SampleList, transform: ResizeCrop, mode: str, corrupt:
     if mode == "cpu":
         return ImageRows(samples, transform, corrupt, skip_bad)
     device_share(mode)  # a clear error for an unknown mode first
+    if samples.exif_transpose:   # the device decoders give the pixels as stored
+        raise DataError("--exif-transpose turns images upright on the CPU after decoding; "
+                        f"--decode {mode} does not: use --decode cpu")
     if corrupt is not None:
         raise DataError("--corruption is applied in the CPU loader workers before resizing; "
                         "it cannot be combined with --decode gpu/mixed: use --decode cpu")

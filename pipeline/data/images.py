@@ -23,6 +23,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from pipeline.core.models import DataConfig
 from pipeline.core.options import usable_cores
+from pipeline.data.orientation import orientation, turned
 from pipeline.data.sources import SampleList
 from pipeline.data.stamps import read_stamped
 
@@ -139,7 +140,15 @@ def _pad_to(img: torch.Tensor, th: int, tw: int, fill: list[int]) -> torch.Tenso
     return out
 
 
-def decode_file(path: str, data: bytearray | None = None) -> torch.Tensor:
+def decode_file(path: str, data: bytearray | None = None,
+                exif_transpose: bool = False) -> torch.Tensor:
+    """Decode to uint8 RGB CHW (``_decode``); ``exif_transpose``: then turn it upright as its
+    EXIF orientation says (off by default, as torchvision's and timm's loaders: orientation.py)."""
+    img = _decode(path, data)
+    return turned(img, orientation(path if data is None else data)) if exif_transpose else img
+
+
+def _decode(path: str, data: bytearray | None = None) -> torch.Tensor:
     """Decode to uint8 RGB CHW with libjpeg/libpng; fall back to PIL for other formats.
 
     A truncated or corrupt file raises (torchvision, then PIL both refuse it).  libjpeg's
@@ -202,16 +211,16 @@ class ImageRows(Dataset):
     def _load(self, i: int) -> torch.Tensor:
         if self.samples.idx_images is not None:
             return torch.from_numpy(np.array(self.samples.idx_images[i])).unsqueeze(0)
-        path = self.samples.path(i)
+        path, upright = self.samples.path(i), self.samples.exif_transpose
         if self.recorder is None:
-            return decode_file(str(path))
+            return decode_file(str(path), exif_transpose=upright)
         try:
             data, stamp = read_stamped(path)
         except OSError:
             self.recorder.record_unreadable(i, path)
             raise
         self.recorder.record(i, stamp)
-        return decode_file(str(path), data)
+        return decode_file(str(path), data, upright)
 
     def __getitem__(self, i: int):
         try:

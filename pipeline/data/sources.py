@@ -16,12 +16,12 @@ root is recognised, its default splits, how a split is listed), tried in order:
   attack's identity enters its fingerprint.
 
 The global sample index of a row is its position in the sorted list of relative paths; the
-dataset fingerprint hashes those paths with their labels, in that order.
+dataset fingerprint hashes those paths with their labels, in that order.  Hidden names, links to
+folders and names that are not UTF-8: ``pipeline.data.listing``.
 """
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -34,8 +34,9 @@ from pipeline.data import attacked
 from pipeline.data import labels as labelfiles
 from pipeline.data.errors import DataError
 from pipeline.data.idx import read_idx
+from pipeline.data.listing import IMAGE_EXTENSIONS, images_in as _images_in, refuse_non_utf8
+from pipeline.data.listing import subdirs as _subdirs
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif")
 FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 FMNIST_NAME = "fashion-mnist"
 FMNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
@@ -61,6 +62,9 @@ class SampleList:
     model_resolution: tuple[int, int, int] | None = None
     content_id: str = ""         # what made the pixels (an attack's identity hash), or ""
     base: str | None = None      # the folder ``names`` are relative to; None: ROOT/<split>
+    # read with EXIF orientation applied (``extract --exif-transpose``, data/orientation.py):
+    # how the pixels are read, not which samples, so outside the fingerprint
+    exif_transpose: bool = False
 
     def __len__(self) -> int:
         return len(self.names)
@@ -194,17 +198,6 @@ def fashion_mnist(root: Path, split: str) -> SampleList:
 
 
 # ------------------------------------------------------------------------------ image folders --
-def _subdirs(path: Path) -> list[str]:
-    return sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-
-def _images_in(path: Path) -> list[str]:
-    """Sorted image file names; scandir's d_type avoids one stat per file (1.28M in train/)."""
-    with os.scandir(path) as entries:
-        return sorted(e.name for e in entries if not e.name.startswith(".")
-                      and os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS and e.is_file())
-
-
 def empty_class_folders(samples: SampleList) -> list[Path]:
     """Folders of the split's classes (in ROOT/train/ and the split) that hold no images: the
     likely cause of a class count that does not match the classifier's."""
@@ -261,6 +254,7 @@ def image_folder(root: Path, split: str, labels_file: str | None) -> SampleList:
         if not names:
             raise DataError(f"split {split_dir} is empty: no class folders and no images with "
                             f"extensions {IMAGE_EXTENSIONS}")
+        refuse_non_utf8(names, "image file", split_dir)
         mapping, classes, name = labelfiles.flat_labels(root, split, labels_file)
         missing = [n for n in names if n not in mapping]
         if missing:
@@ -289,11 +283,13 @@ def _class_folders(root: Path, split_dir: Path, dirs: list[str]):
         files = _images_in(split_dir / d)
         names += [f"{d}/{f}" for f in files]
         labels += [lookup[d]] * len(files)
+    refuse_non_utf8(names, "image file", split_dir)
     return names, labels, classes, name
 
 
 def _known_classes(root: Path, split_dir: Path, dirs: list[str]):
     """(classes, dataset name, class -> label); refuses a class folder that is not a class."""
+    refuse_non_utf8(dirs, "class folder", split_dir)
     classes, name = folder_classes(root, dirs, split_dir)
     lookup = {c: i for i, c in enumerate(classes)}
     unknown = [d for d in dirs if d not in lookup]

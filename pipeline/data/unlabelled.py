@@ -3,8 +3,8 @@ file, listed as a ``SampleList`` without labels.
 
 Rows are the image files in sorted order of their paths relative to the folder (a glob: to the
 folders' common parent; absolute), so a row is identified by its path, never by the order a loader returns
-it.  Image extensions and hidden files follow the rest of the project (``sources.IMAGE_EXTENSIONS``;
-names starting with '.' are skipped, e.g. macOS's ``._x.jpg`` resource forks).
+it.  Image extensions, hidden names, links to folders (followed, loops not) and names that are not
+UTF-8 (refused before any work) follow the rest of the project: ``pipeline.data.listing``.
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.data.errors import DataError
-from pipeline.data.sources import IMAGE_EXTENSIONS, SampleList
+from pipeline.data.listing import IMAGE_EXTENSIONS, refuse_non_utf8, shown, walk
+from pipeline.data.sources import SampleList
 
 NO_LABEL = -1
 
@@ -24,15 +25,11 @@ def _is_image(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_EXTENSIONS and path.is_file()
 
 
-def _hidden(path: Path, base: Path) -> bool:
-    return any(part.startswith(".") for part in path.relative_to(base).parts)
-
-
 def _candidates(spec: str) -> tuple[list[Path], Path]:
     """(every file the spec names, the folder their names are relative to)."""
     path = Path(spec).expanduser().resolve()     # absolute: the output names files anywhere
     if path.is_dir():
-        return [p for p in path.rglob("*") if not _hidden(p, path) and p.is_file()], path
+        return walk(path), path
     if path.is_file():
         return [path], path.parent
     if not path.exists() and glob.has_magic(spec):
@@ -40,8 +37,8 @@ def _candidates(spec: str) -> tuple[list[Path], Path]:
         files = [p.resolve() for p in files if p.is_file() and not p.name.startswith(".")]
         base = Path(os.path.commonpath([str(p.parent) for p in files])) if files else Path(".")
         return files, base
-    raise DataError(f"--images {spec}: no such file or folder (give a folder of images, a glob "
-                    "such as 'photos/**/*.jpg' in quotes, or one image file)")
+    raise DataError(f"--images {shown(spec)}: no such file or folder (give a folder of images, "
+                    "a glob such as 'photos/**/*.jpg' in quotes, or one image file)")
 
 
 def list_images(spec: str) -> SampleList:
@@ -49,12 +46,13 @@ def list_images(spec: str) -> SampleList:
     files, base = _candidates(spec)
     images = [p for p in files if _is_image(p)]
     if not images:
-        others = sorted({p.suffix.lower() or p.name for p in files})
+        others = sorted({shown(p.suffix.lower() or p.name) for p in files})
         seen = (f"; it holds {len(files)} other file(s) ({', '.join(others[:5])})"
                 if files else "")
-        raise DataError(f"--images {spec}: no image files (extensions "
+        raise DataError(f"--images {shown(spec)}: no image files (extensions "
                         f"{', '.join(IMAGE_EXTENSIONS)}){seen}. Point --images at a folder of "
                         "images (subfolders are searched) or a glob that matches them")
+    refuse_non_utf8(images, "image file", base)     # the table holds each absolute path
     names = tuple(sorted({str(p.relative_to(base)) for p in images}))   # a file matched twice
     return SampleList(dataset=base.resolve().name or "images", root=str(base), split="",
                       names=names, labels=np.full(len(names), NO_LABEL, np.int64), classes=(),

@@ -55,6 +55,11 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
         "nvImageCodec on the GPU's hardware JPEG engines only: A100/H100/H200, pip install "
         "'.[nvimgcodec]'). Other formats always decode on the CPU; the decoder is part of the "
         "cache identity."),
+    Opt(("--exif-transpose",), is_flag=True, help="Turn each image upright as its EXIF "
+        "Orientation tag says (PIL's ImageOps.exif_transpose) after decoding. Off by default, as "
+        "in torchvision's and timm's loaders, which trained the classifiers: a photo is read as "
+        "stored. Recorded in the cache identity (only when on); predict --images then reads new "
+        "images the same way. With --decode cpu only; not for idx arrays (Fashion-MNIST)."),
     Opt(("--corruption",), type=click.Choice(CORRUPTIONS), help="One of ImageNet-C's 19 "
         "corruptions, applied to every image before resizing, seeded per row by --seed "
         "(pipeline/data/corruptions.py; docs/DEMO_DATA.md)."),
@@ -75,8 +80,8 @@ from pipeline.data.sources import check_splits, default_artifacts, default_split
 )
 def extract(classifier, data, splits, out, labels_file, batch_size, workers, precision, device,
             weights, random_init, model_kwargs, preprocess, features, flip_view, skip_bad,
-            shard_size, compile_, decode, corruption, severity, mc_dropout, mc_dropout_rate,
-            seed, verify, no_progress):
+            shard_size, compile_, decode, exif_transpose, corruption, severity, mc_dropout,
+            mc_dropout_rate, seed, verify, no_progress):
     """Stage 1: run a frozen classifier over dataset split(s) once; cache logits and targets."""
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
     # stays free of torch.
@@ -88,6 +93,9 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
     if mc_dropout_rate is not None and not mc_dropout:
         raise click.UsageError("--mc-dropout-rate sets the rate of --mc-dropout T's passes: give "
                                "--mc-dropout T (e.g. 10) too, or leave it out")
+    if exif_transpose and decode != "cpu":   # the device decoders give pixels as stored
+        raise click.UsageError("--exif-transpose turns images upright on the CPU after decoding; "
+                               f"--decode {decode} does not: use --decode cpu")
     if decode.startswith("hw"):
         # asked for explicitly: refused (not switched to another decoder) where not installed
         from pipeline.data.errors import DataError
@@ -120,6 +128,7 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
             model_kwargs=model_kwargs, preprocess=preprocess, features=features,
             flip_view=flip_view,
             skip_bad=skip_bad, shard_size=shard_size, compile=compile_, decode=decode,
+            exif_transpose=exif_transpose,
             corruption=corruption, severity=severity if corruption else 0, seed=seed,
             verify=verify, mc_dropout=mc_dropout or 0, mc_dropout_rate=mc_dropout_rate,
             progress=not no_progress)

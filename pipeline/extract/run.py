@@ -35,6 +35,7 @@ from pipeline.data.decode import DeviceDecoder, collate_raw, make_dataset, uses_
 from pipeline.data.hwdecode import version as nvimgcodec_version
 from pipeline.data.images import (GpuNormalize, chunk_batches, default_workers, make_loader,
                                   transform_for)
+from pipeline.data.orientation import EXIF_TRANSPOSE, reading_exif
 from pipeline.data.prefetch import StagedPrefetch
 from pipeline.data.sources import SampleList, is_embedded, list_split
 from pipeline.extract import mcdropout as mc
@@ -65,6 +66,7 @@ class ExtractConfig:
     shard_size: int = 3125            # ImageNet val = 16 equal shards; see cli.py --shard-size
     compile: bool = False
     decode: str = "cpu"               # cpu | gpu | mixed | hw | hw-mixed (pipeline.data.jpeg)
+    exif_transpose: bool = False      # turn images upright by EXIF (pipeline/data/orientation.py)
     corruption: str | None = None
     severity: int = 0
     seed: int = 0
@@ -93,6 +95,8 @@ def build_identity(cfg: ExtractConfig, samples: SampleList, spec, model, data_cf
     both = {"features_flip": True} if cfg.features and cfg.flip_view else {}
     if cfg.mc_dropout:   # absent without it, so caches extracted without it keep their identity
         both[MC_DROPOUT] = mc.record(cfg.mc_dropout, mc_rates, cfg.seed, cfg.batch_size)
+    if samples.exif_transpose:   # likewise: absent means the pixels as stored
+        both[EXIF_TRANSPOSE] = True
     return dict(schema_version=SCHEMA_VERSION, kind=KIND_CLASSIFIER, model=spec.name,
                 model_kwargs=spec.kwargs, weights_sha256=weights_sha256(model),
                 preprocess=cfg.preprocess, data_config=data_cfg.to_dict(), dataset=samples.dataset,
@@ -134,7 +138,7 @@ def extract(cfg: ExtractConfig) -> dict:
     info, device = dist.init(cfg.device)
     # resolved before the identity is built: a cache records the precision it was computed in
     cfg = replace(cfg, precision=default_precision(cfg.precision, device))
-    samples = list_split(cfg.data, cfg.split, cfg.labels_file)
+    samples = reading_exif(list_split(cfg.data, cfg.split, cfg.labels_file), cfg.exif_transpose)
     if cfg.workers is None:  # in-memory idx images: worker IPC would cost more than the work
         cfg = replace(cfg, workers=0 if samples.idx_images is not None and not cfg.corruption
                       else default_workers(dist.local_world()))

@@ -31,6 +31,7 @@ from pipeline.core.models import DataConfig, ModelError, weights_sha256
 from pipeline.core.precision import autocast
 from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, Views, decode_file, make_loader
 from pipeline.data.labels import class_names
+from pipeline.data.orientation import EXIF_TRANSPOSE, reading_exif
 from pipeline.data.unlabelled import list_images
 from pipeline.oracle.model import cache_classifier, load_trained_oracle, recorded_weights
 from pipeline.oracle.predict import run_precision
@@ -45,7 +46,8 @@ class DeployConfig:
     images: str
     out: Path | None = None          # the table; None: RUN/predictions/<name>.csv
     name: str | None = None          # None: the images' folder name
-    weights: str | None = None       # the classifier's weights; None: the file its cache recorded
+    weights: str | None = None       # the classifier's (and a head-only backbone's, where moved)
+                                     # weights; None: the files the cache and the run recorded
     threshold: float | None = None
     target: tuple[str, float] | None = None   # ("tpr", 0.95) / ("risk", 0.05); None: DEFAULT
     skip_bad: bool = False
@@ -119,8 +121,9 @@ def predict_images(cfg: DeployConfig) -> dict:
     table_format(out)                       # an unknown format or missing pyarrow: before work
     choice = choose_threshold(cfg, run)
     cache = training_cache(cfg.run, run)
+    samples = reading_exif(samples, cache.identity.get(EXIF_TRANSPOSE, False))   # as it was read
     classifier = load_classifier(cache, cfg.weights).to(device)
-    oracle, oracle_cfg, _ = load_trained_oracle(cfg.run, run)
+    oracle, oracle_cfg, _ = load_trained_oracle(cfg.run, run, cfg.weights)
     models = ((classifier, DataConfig.from_dict(cache.identity["data_config"]),
                cfg.precision or cache.identity["precision"]),
               (oracle.to(device), oracle_cfg, cfg.precision or run_precision(run)))

@@ -17,6 +17,7 @@ import numpy as np
 from cache.reader import ClassifierCache, UnstampedCacheWarning, cache_dir_for, note_once, slug
 from cache.schema import CacheError, check_identity
 from pipeline.data.corruptions import make_corruption, parse_corruption_tag
+from pipeline.data.orientation import EXIF_TRANSPOSE, reading_exif
 from pipeline.data.sources import SampleList, list_split
 from pipeline.data.stamps import check_sources
 
@@ -105,6 +106,8 @@ def open_split(data: str | None, cache_root: Path, classifier: str, tag: str,
                             "cache; re-extract it with the same --classifier, --weights FILE, "
                             "--model-kwargs and --preprocess.")
     check_images(cache, samples, memo)
+    # pixels read as the cache read them (EXIF orientation applied only where it recorded so)
+    samples = reading_exif(samples, ident.get(EXIF_TRANSPOSE, False))
     return Split(tag, cache, samples, parse_corruption(ident.get("corruption", "none")))
 
 
