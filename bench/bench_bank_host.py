@@ -31,11 +31,11 @@ from bench.bench_head import optim, write_feature_cache  # noqa: E402
 from cache.reader import ClassifierCache  # noqa: E402
 from cache.runs import RunDir  # noqa: E402
 from pipeline.core.losses import resolve_loss  # noqa: E402
-from pipeline.oracle.bank import train_heads  # noqa: E402
-from pipeline.oracle.features import load_table  # noqa: E402
-from pipeline.oracle.log import StepLog  # noqa: E402
-from pipeline.oracle.loop import LoopSettings  # noqa: E402
-from pipeline.oracle.sampler import StepSchedule, carve_rows  # noqa: E402
+from pipeline.oracle.headonly.bank import train_heads  # noqa: E402
+from pipeline.oracle.headonly.features import load_table  # noqa: E402
+from pipeline.oracle.loop.log import StepLog  # noqa: E402
+from pipeline.oracle.loop.fit import LoopSettings  # noqa: E402
+from pipeline.oracle.settings.sampler import StepSchedule, carve_rows  # noqa: E402
 
 
 def main() -> None:

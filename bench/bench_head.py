@@ -14,7 +14,7 @@ project's format (``cache/``: 1,281,167 training rows with both views' fp16 feat
              val rows.  Printed beside it: a full fine-tune of the same point, one epoch at
              bench_train's img/s at batch 40 (``--finetune-img-s``, docs/PERFORMANCE.md), and the
              ratio.  The step runs as ``--cuda-graph`` says (default auto: one CUDA graph per
-             step on a GPU, ``pipeline/oracle/headgraph.py``); where that is the graph, the same
+             step on a GPU, ``pipeline/oracle/headonly/graph.py``); where that is the graph, the same
              run with ``--cuda-graph off`` (the eager step) is measured too, with the ratio and a
              check that both chose the same best heads (``--no-eager``: skip it).
   grid       a 10 x 10 alpha+ / alpha- grid = 100 heads trained as one bank (features loaded once)
@@ -55,13 +55,13 @@ from cache.schema import KIND_CLASSIFIER, SCHEMA_VERSION  # noqa: E402
 from cache.shards import shard_entry, shard_path, shard_ranges, write_shard  # noqa: E402
 from cache.runs import RunDir  # noqa: E402
 from pipeline.core.losses import resolve_loss  # noqa: E402
-from pipeline.oracle.bank import BankOptim, score, train_heads  # noqa: E402
-from pipeline.oracle.features import load_table  # noqa: E402
-from pipeline.oracle.headgraph import head_step_path  # noqa: E402
-from pipeline.oracle.log import StepLog  # noqa: E402
-from pipeline.oracle.loop import LoopSettings  # noqa: E402
-from pipeline.oracle.model import Head  # noqa: E402
-from pipeline.oracle.sampler import StepSchedule, carve_rows  # noqa: E402
+from pipeline.oracle.headonly.bank import BankOptim, score, train_heads  # noqa: E402
+from pipeline.oracle.headonly.features import load_table  # noqa: E402
+from pipeline.oracle.headonly.graph import head_step_path  # noqa: E402
+from pipeline.oracle.loop.log import StepLog  # noqa: E402
+from pipeline.oracle.loop.fit import LoopSettings  # noqa: E402
+from pipeline.oracle.nets.model import Head  # noqa: E402
+from pipeline.oracle.settings.sampler import StepSchedule, carve_rows  # noqa: E402
 
 N_TRAIN, N_VAL = 1_281_167, 50_000
 # bench_train's fast path at the paper's batch 40, one H200 (docs/PERFORMANCE.md, 2026-11-26):
@@ -172,8 +172,8 @@ def embedded(art: Path, quiet: bool) -> dict:
     """One head-only run and the whole head-only demo grid on the demo's caches (CPU, in-process,
     each run into a fresh runs root): seconds, imports excluded."""
     from pipeline.core.presets import DEMO
-    from pipeline.oracle.config import TrainConfig
-    from pipeline.oracle.headonly import train_head_only
+    from pipeline.oracle.settings.config import TrainConfig
+    from pipeline.oracle.headonly.train import train_head_only
 
     runs = Path(tempfile.mkdtemp(prefix="bench_head_runs_"))
     base = TrainConfig(cache=str(art / "cache"), artifacts=str(art), runs_root=str(runs),

@@ -28,7 +28,7 @@ from pipeline.core.models import ModelSpec, build_model, resolve_data_config  # 
 from pipeline.core.precision import PRECISIONS, autocast  # noqa: E402
 from pipeline.core.timing import ModelTimer, device_name  # noqa: E402
 from pipeline.data.images import GpuNormalize  # noqa: E402
-from pipeline.oracle.model import build_oracle  # noqa: E402
+from pipeline.oracle.nets.model import build_oracle  # noqa: E402
 
 TINY = ("vit_tiny_patch16_224", {"img_size": 32, "patch_size": 8, "depth": 2, "embed_dim": 48,
                                  "num_heads": 2})

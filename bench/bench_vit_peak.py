@@ -4,7 +4,7 @@ paper's batch of 40, per attention backend, eager-graphed and compiled-graphed.
     python bench/bench_vit_peak.py                       # CUDA: every SDPA backend, +/- compile
     python bench/bench_vit_peak.py --backends cudnn,flash --steps 60
 
-The step is train-oracle's (``pipeline.oracle.graph``: normalise, flip, forward, SS loss,
+The step is train-oracle's (``pipeline.oracle.finetune.graph``: normalise, flip, forward, SS loss,
 backward, SGD, one CUDA graph) on one resident uint8 batch, so the figure is the GPU's alone (no
 loader).  FLOPs: 3 x torch's forward FLOP count (matmuls and attention; the backward costs two
 forwards) x img/s, against the datasheet's dense bf16 peak (989 TFLOP/s for H100 SXM / H200).
@@ -29,8 +29,8 @@ from bench.bench_train import BF16_PEAK_TFLOPS, random_targets  # noqa: E402
 from bench.train_parts import (fast_objects, forward_flops, random_resident, spec,  # noqa: E402
                                timed)
 from pipeline.core.presets import IMAGENET_PRESETS  # noqa: E402
-from pipeline.oracle.graph import choose_step  # noqa: E402
-from pipeline.oracle.sampler import micro_slices  # noqa: E402
+from pipeline.oracle.finetune.graph import choose_step  # noqa: E402
+from pipeline.oracle.settings.sampler import micro_slices  # noqa: E402
 
 BACKENDS = ("default", "flash", "efficient", "cudnn", "math")
 

@@ -17,7 +17,7 @@ from pipeline.core.precision import autocast, grad_scaler  # noqa: E402
 from pipeline.core.presets import IMAGENET_PRESETS  # noqa: E402
 from pipeline.data.images import GpuNormalize  # noqa: E402
 from pipeline.core.losses import LossConfig  # noqa: E402
-from pipeline.oracle.model import build_oracle  # noqa: E402
+from pipeline.oracle.nets.model import build_oracle  # noqa: E402
 
 # the paper's oracles/classifiers (the presets' architectures without their weight tags)
 PRESET_MODELS = tuple(IMAGENET_PRESETS[k].split(".")[0] for k in ("vit", "resnet"))
@@ -59,7 +59,7 @@ def random_resident(batch: int, input_size, pin: bool = False):
     GPU cost alone, no loader (``pin``: the batch in page-locked memory, as a loader's)."""
     import numpy as np
 
-    from pipeline.oracle.sampler import StepSchedule
+    from pipeline.oracle.settings.sampler import StepSchedule
     x = torch.randint(0, 256, (batch, *input_size), dtype=torch.uint8)
     x = x.pin_memory() if pin else x
     rows = np.arange(batch)
@@ -71,7 +71,7 @@ def random_resident(batch: int, input_size, pin: bool = False):
 def fast_objects(ms: ModelSpec, device, precision: str, compile_: bool = False):
     """The project's TrainObjects for one process (SGD + OneCycleLR, as train-oracle builds);
     ``compile_``: the step calls a torch.compile'd model."""
-    from pipeline.oracle.step import TrainObjects
+    from pipeline.oracle.finetune.step import TrainObjects
 
     model, data_cfg = build_oracle(ms, "hyperplane", "model", 0)
     model = model.to(device).to(memory_format=torch.channels_last)

@@ -111,7 +111,7 @@ def test_a_name_that_is_not_utf8_is_refused_by_predict_before_any_work(trained, 
                                                                        monkeypatch):
     """It crashed with a UnicodeEncodeError traceback writing the table, after the whole
     forward pass."""
-    import pipeline.oracle.deploy as deploy
+    import pipeline.oracle.deploy.images as deploy
 
     _, _, run = trained
     folder, _ = latin1
@@ -237,7 +237,7 @@ def test_predict_images_reads_as_the_runs_training_cache_recorded(trained, tmp_p
     prediction only where the training cache was extracted with --exif-transpose."""
     from PIL import Image
 
-    import pipeline.oracle.deploy as deploy
+    import pipeline.oracle.deploy.images as deploy
 
     _, _, run = trained
     upright = rotated_png(tmp_path / "imgs" / "phone.png")

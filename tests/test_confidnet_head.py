@@ -53,7 +53,7 @@ def reference_confidnet(x, weights, biases, normalised):
 
 @pytest.mark.parametrize("normalised", [False, True])
 def test_confidnet_head_equals_a_reference_forward_on_fixed_weights(normalised):
-    from pipeline.oracle.heads import MLPHead, make_head
+    from pipeline.oracle.nets.heads import MLPHead, make_head
 
     g = torch.Generator().manual_seed(0)
     dim = 12
@@ -88,11 +88,11 @@ def test_a_bank_of_two_confidnet_heads_equals_two_single_runs(tmp_path):
     bit for bit: the same final and chosen weights (the logged losses to rounding)."""
     from cache.runs import RunDir
     from pipeline.core.losses import resolve_loss
-    from pipeline.oracle.bank import BankOptim, train_heads
-    from pipeline.oracle.features import FeatureTable
-    from pipeline.oracle.log import StepLog
-    from pipeline.oracle.loop import LoopSettings
-    from pipeline.oracle.sampler import StepSchedule
+    from pipeline.oracle.headonly.bank import BankOptim, train_heads
+    from pipeline.oracle.headonly.features import FeatureTable
+    from pipeline.oracle.loop.log import StepLog
+    from pipeline.oracle.loop.fit import LoopSettings
+    from pipeline.oracle.settings.sampler import StepSchedule
 
     g = torch.Generator().manual_seed(1)
     n, dim = 96, 10
@@ -128,7 +128,7 @@ def test_a_bank_of_two_confidnet_heads_equals_two_single_runs(tmp_path):
 # ----------------------------------------------------------------------- the stacked inputs --
 @pytest.mark.parametrize("arch", ["linear", "confidnet"])
 def test_a_stacked_head_standardises_the_statistics_and_best_pt_carries_the_moments(arch):
-    from pipeline.oracle.heads import head_from_checkpoint, make_head
+    from pipeline.oracle.nets.heads import head_from_checkpoint, make_head
 
     g = torch.Generator().manual_seed(2)
     x = torch.randn(32, 8 + 6, generator=g)
@@ -158,8 +158,8 @@ def numpy_stats(logits: np.ndarray) -> np.ndarray:
 
 
 def test_stacked_inputs_are_the_statistics_of_the_cached_logits_of_each_view(tree):
-    from pipeline.oracle.features import load_table
-    from pipeline.oracle.targets import open_split, training_targets
+    from pipeline.oracle.headonly.features import load_table
+    from pipeline.oracle.settings.targets import open_split, training_targets
 
     root, data = tree
     split = open_split(str(data), root / "cache", CLASSIFIER, "train")
@@ -181,7 +181,7 @@ def test_stacked_inputs_are_the_statistics_of_the_cached_logits_of_each_view(tre
 @pytest.mark.parametrize("loss,inputs", [("tcp", "features"), ("ss", "stacked")])
 def test_a_confidnet_run_is_reported_and_scored_by_predict(tree, tmp_path, loss, inputs):
     from cache.outputs import read_outputs
-    from pipeline.oracle.checkpoint import load_checkpoint
+    from pipeline.oracle.nets.checkpoint import load_checkpoint
 
     root, data = tree
     run = only_run(run_cli(head_args(root, data, "--head-arch", "confidnet", "--head-inputs",
@@ -239,7 +239,7 @@ def test_a_sweep_trains_confidnet_heads_as_one_bank_of_ordinary_runs(tree, tmp_p
 
 # ----------------------------------------------------------------------------- the group --
 def test_linear_head_only_runs_keep_their_group_and_other_heads_get_their_own():
-    from pipeline.oracle.config import TrainConfig, group_hash
+    from pipeline.oracle.settings.config import TrainConfig, group_hash
 
     ident = {"model": "m", "weights_sha256": "w", "dataset_fingerprint": "f", "split": "train",
              "corruption": "none"}

@@ -8,7 +8,7 @@ import click
 import pytest
 
 from pipeline.core.losses import LOSSES, PARAMS
-from pipeline.oracle.config import (BANK_FREE, FINE_TUNE_ONLY, LOSS_OPTIONS, NOT_IN_GROUP,
+from pipeline.oracle.settings.config import (BANK_FREE, FINE_TUNE_ONLY, LOSS_OPTIONS, NOT_IN_GROUP,
                                     TrainConfig, config_from_params, group_hash)
 
 

@@ -16,10 +16,10 @@ from pipeline.core import dist
 from pipeline.core.models import ModelSpec
 from pipeline.data.images import GpuNormalize
 from pipeline.core.losses import LossConfig
-from pipeline.oracle.losses import broadcast_coefficients, per_sample_loss
-from pipeline.oracle.model import build_oracle
-from pipeline.oracle.sampler import StepSchedule, micro_slices
-from pipeline.oracle.step import TargetTable, TrainObjects, train_step
+from pipeline.oracle.nets.losses import broadcast_coefficients, per_sample_loss
+from pipeline.oracle.nets.model import build_oracle
+from pipeline.oracle.settings.sampler import StepSchedule, micro_slices
+from pipeline.oracle.finetune.step import TargetTable, TrainObjects, train_step
 
 LOSSES = {"ce": LossConfig("ce"), "ss": LossConfig("ss", alpha_pos=1, alpha_neg=3),
           "ce_broadcast": LossConfig("ce", broadcast=True)}

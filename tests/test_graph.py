@@ -1,5 +1,6 @@
-"""The captured training step's pieces that run anywhere (pipeline/oracle/graph.py): its SGD
-update equals torch.optim.SGD's under OneCycleLR (momentum cycling and weight decay included),
+"""The captured training step's pieces that run anywhere (pipeline/oracle/finetune/graph.py): its SGD
+update (``loop.capture.sgd_step``, the one both graphed steps run, on the optimizer's zero-started
+buffers) equals torch.optim.SGD's under OneCycleLR (momentum cycling and weight decay included),
 the choice of step path, and the refusals of ``--cuda-graph on``.  The capture itself is tested
 on a GPU (tests/test_graph_cuda.py)."""
 from __future__ import annotations
@@ -10,11 +11,12 @@ import pytest
 import torch
 
 from oracle_fixtures import extract, run_cli, train_args, write_colour_tree
-from pipeline.oracle.graph import sgd_update
+from pipeline.oracle.loop.capture import sgd_step
 
 
-@pytest.mark.parametrize("weight_decay,cycle", [(0.0, False), (0.05, True)])
-def test_sgd_update_on_device_scalars_equals_torch_sgd(weight_decay, cycle):
+@pytest.mark.parametrize("weight_decay,cycle,foreach", [(0.0, False, True), (0.05, True, True),
+                                                         (0.05, True, False)])
+def test_sgd_update_on_device_scalars_equals_torch_sgd(weight_decay, cycle, foreach):
     g = torch.Generator().manual_seed(0)
     shapes = [(7, 5), (5,), (3, 2, 4)]
     ref = [torch.randn(s, generator=g) for s in shapes]
@@ -24,16 +26,16 @@ def test_sgd_update_on_device_scalars_equals_torch_sgd(weight_decay, cycle):
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=12, pct_start=0.3,
                                                 cycle_momentum=cycle)
     bufs = [torch.zeros_like(p) for p in ours]           # zeros: torch's first step exactly
-    lr, mom = torch.zeros(()), torch.zeros(())
+    neg_lr, mom = torch.zeros(()), torch.zeros(())
     for _ in range(10):
         grads = [torch.randn(s, generator=g) for s in shapes]
         for p, gr in zip(opt.param_groups[0]["params"], grads):
             p.grad = gr.clone()
         group = opt.param_groups[0]
-        lr.fill_(group["lr"])
+        neg_lr.fill_(-group["lr"])
         mom.fill_(group["momentum"])
         opt.step()
-        sgd_update(ours, grads, bufs, lr, mom, weight_decay)
+        sgd_step(ours, grads, bufs, neg_lr, mom, weight_decay, foreach)
         sched.step()
     for p, q in zip(opt.param_groups[0]["params"], ours):
         torch.testing.assert_close(q, p.detach(), rtol=1e-6, atol=1e-7)

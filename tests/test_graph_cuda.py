@@ -1,4 +1,4 @@
-"""The training step captured in a CUDA graph (pipeline/oracle/graph.py) against the eager step:
+"""The training step captured in a CUDA graph (pipeline/oracle/finetune/graph.py) against the eager step:
 the same losses and weights on fixed batches within bf16 tolerance (ViT with LayerNorm, ResNet with
 BatchNorm; fp32 and bf16), exact resume across a captured step, and the refusals/fallbacks of
 --cuda-graph.
@@ -18,11 +18,11 @@ from pipeline.core import dist
 from pipeline.core.models import ModelSpec
 from pipeline.core.precision import grad_scaler
 from pipeline.data.images import GpuNormalize
-from pipeline.oracle.graph import GraphedStep, choose_step
+from pipeline.oracle.finetune.graph import GraphedStep, choose_step
 from pipeline.core.losses import LossConfig
-from pipeline.oracle.model import build_oracle
-from pipeline.oracle.sampler import StepSchedule, micro_slices
-from pipeline.oracle.step import TargetTable, TrainObjects
+from pipeline.oracle.nets.model import build_oracle
+from pipeline.oracle.settings.sampler import StepSchedule, micro_slices
+from pipeline.oracle.finetune.step import TargetTable, TrainObjects
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 MODELS = {"vit": (CLASSIFIER, TINY_VIT_KWARGS),

@@ -1,4 +1,4 @@
-"""The CUDA-graphed training step under torchrun (pipeline/oracle/graph.py: the gradients averaged
+"""The CUDA-graphed training step under torchrun (pipeline/oracle/finetune/graph.py: the gradients averaged
 by one captured all-reduce, BatchNorm statistics broadcast from rank 0): two processes against one
 within bf16 tolerance, an exact resume across the capture, and a capture failing in one process
 stopping both with one message.  Skipped without two GPUs (CI); run on a GPU box with
@@ -26,7 +26,7 @@ MODELS = {"vit": (CLASSIFIER, TINY_VIT_KWARGS),                       # LayerNor
 FAIL_RANK1 = '''
 import os, torch
 if os.environ.get("RANK") == "1":     # rank 1's capture fails: a host sync inside the capture
-    import pipeline.oracle.graph as g
+    import pipeline.oracle.finetune.graph as g
     body = g.GraphedStep._body
     def failing(self, collectives=True):
         if torch.cuda.is_current_stream_capturing():

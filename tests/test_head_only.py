@@ -47,7 +47,7 @@ def only_run(summary_output: str) -> Path:
     ("ce", {"class_balanced": True})])
 def test_bank_loss_equals_per_sample_loss_column_by_column(loss, opts):
     from pipeline.core.losses import resolve_loss
-    from pipeline.oracle.losses import HeadLoss as BankLoss, broadcast_coefficients, per_sample_loss
+    from pipeline.oracle.nets.losses import HeadLoss as BankLoss, broadcast_coefficients, per_sample_loss
 
     g = torch.Generator().manual_seed(0)
     z = torch.randn(64, 3, generator=g) * 3
@@ -100,7 +100,7 @@ def reference_ss_curve(feats, feats_flip, o, o_flip, schedule, cfg, pct_start) -
 
 def test_head_only_ss_loss_curve_equals_reference_from_the_arrays(tree):
     from cache.reader import ClassifierCache
-    from pipeline.oracle.sampler import StepSchedule
+    from pipeline.oracle.settings.sampler import StepSchedule
 
     root, data = tree
     res = run_cli(head_args(root, data, "--lr", "0.05", "--momentum", "0.9", "--epochs", "3"))
@@ -128,7 +128,7 @@ def test_head_only_ss_loss_curve_equals_reference_from_the_arrays(tree):
 def test_oracle_features_of_another_model_are_joined_by_global_index(tree):
     from cache.outputs import read_outputs
     from cache.reader import ClassifierCache
-    from pipeline.oracle.checkpoint import load_checkpoint
+    from pipeline.oracle.nets.checkpoint import load_checkpoint
 
     root, data = tree
     # O = the seed-1 ViT: its cache has other weights, so its features come from --features-cache
@@ -259,7 +259,7 @@ def test_fine_tuned_runs_keep_their_group_and_head_only_runs_get_their_own():
     """Run directories written before --head-only existed are found again (same group hash)."""
     from dataclasses import asdict
 
-    from pipeline.oracle.config import TrainConfig, group_hash
+    from pipeline.oracle.settings.config import TrainConfig, group_hash
 
     ident = {"model": "m", "weights_sha256": "w", "dataset_fingerprint": "f", "split": "train",
              "corruption": "none"}
@@ -273,7 +273,7 @@ def test_fine_tuned_runs_keep_their_group_and_head_only_runs_get_their_own():
 # ------------------------------------------------------------- --cuda-graph (head-only step) --
 def test_cuda_graph_on_a_cpu_is_refused_before_anything_is_written_and_auto_runs_eagerly(tree,
                                                                                         tmp_path):
-    """--cuda-graph applies to head-only runs (pipeline/oracle/headgraph.py): on a CPU ``on`` is
+    """--cuda-graph applies to head-only runs (pipeline/oracle/headonly/graph.py): on a CPU ``on`` is
     refused with the reason, ``auto`` and ``off`` run the eager step; run.json says which ran."""
     root, data = tree
     refused = run_cli(head_args(root, data, "--device", "cpu", "--cuda-graph", "on", "--out",

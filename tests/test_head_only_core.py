@@ -90,9 +90,9 @@ def test_a_failed_start_leaves_no_run_folder(tree, tmp_path):
 
 
 def test_features_leave_memory_with_the_run_unless_a_memo_keeps_them(tree, tmp_path):
-    from pipeline.oracle.config import TrainConfig
-    from pipeline.oracle.features import FeatureMemo, FeatureTable
-    from pipeline.oracle.headonly import train_head_only
+    from pipeline.oracle.settings.config import TrainConfig
+    from pipeline.oracle.headonly.features import FeatureMemo, FeatureTable
+    from pipeline.oracle.headonly.train import train_head_only
 
     root, data = tree
     cfg = TrainConfig(classifier=CLASSIFIER, oracle=CLASSIFIER, random_init=True,

@@ -1,4 +1,4 @@
-"""The head-only step on static state (pipeline/oracle/headgraph.py), the body a CUDA graph
+"""The head-only step on static state (pipeline/oracle/headonly/graph.py), the body a CUDA graph
 captures, run eagerly on the CPU: bit for bit the eager FeatureSession (losses, lr, counts, best
 step and score, best and final heads) over several epochs with flips, momentum, weight decay and
 cycled momentum; its SGD update is torch.optim.SGD's; the lr/momentum precomputed on the host are
@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from pipeline.core.losses import resolve_loss
-from pipeline.oracle.bank import (BankOptim, FeatureSession, make_bank, onecycle_values,
-                                  sgd_onecycle)
-from pipeline.oracle.features import FeatureTable
-from pipeline.oracle.headgraph import GraphedHeadStep, HeadStep, momentum_buffers, sgd_step
-from pipeline.oracle.loop import LoopSettings, LoopState, fit
-from pipeline.oracle.sampler import StepSchedule
+from pipeline.oracle.headonly.bank import (BankOptim, FeatureSession, make_bank, onecycle_values,
+                                  bank_optimizer)
+from pipeline.oracle.headonly.features import FeatureTable
+from pipeline.oracle.headonly.graph import GraphedHeadStep, HeadStep, momentum_buffers, sgd_step
+from pipeline.oracle.loop.fit import LoopSettings, LoopState, fit
+from pipeline.oracle.settings.sampler import StepSchedule
 
 ROWS, DIM, BATCH, LOG_EVERY = 1200, 16, 16, 7
 CHUNK = 16            # the epoch buffer filled in chunks of 16 steps: 4 and a partial one
@@ -118,7 +118,7 @@ def check_sgd_step(device: torch.device) -> None:
         g = torch.Generator().manual_seed(0)
         ref = [torch.randn(s, generator=g).to(device) for s in ((3, 5), (3,))]
         ref[0][0, 0] = -0.0           # with a -0.0 gradient: a -0.0 buffer after step 0
-        sgd, sched = sgd_onecycle([torch.nn.Parameter(p.clone()) for p in ref], opt, total)
+        sgd, sched = bank_optimizer([torch.nn.Parameter(p.clone()) for p in ref], opt, total)
         ours = [p.clone() for p in ref]
         bufs = momentum_buffers(ours, moms[:total])
         for k in range(total):

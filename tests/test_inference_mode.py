@@ -63,7 +63,7 @@ def test_predict_images_scores_each_image_alone_as_train_oracle_did(bn_run, tmp_
 def test_the_python_loader_gives_a_model_ready_to_score(bn_run):
     from pipeline.core.models import DataConfig
     from pipeline.data.images import GpuNormalize, ResizeCrop, decode_file
-    from pipeline.oracle.model import load_trained_oracle
+    from pipeline.oracle.nets.model import load_trained_oracle
 
     _, run = bn_run
     oracle, data_cfg, _ = load_trained_oracle(run, json.loads((run / "run.json").read_text()))

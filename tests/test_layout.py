@@ -113,6 +113,25 @@ def test_every_stage_imports_only_the_layers_below_it():
     assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
 
 
+# The oracle stage's sub-packages by job, in the order imports may flow (a module imports its own
+# sub-package and those before it; finetune and headonly, side by side, not each other).
+ORACLE_LAYERS = {"nets": 0, "settings": 1, "loop": 2, "finetune": 3, "headonly": 3, "deploy": 4,
+                 "command": 5}
+
+
+def test_the_oracle_stage_imports_flow_one_way_between_its_jobs():
+    def job(module: str) -> str:
+        return module.split(".")[2]
+
+    oracle = [m for m in MODULES if m.startswith("pipeline.oracle.")]
+    assert {job(m) for m in oracle} == set(ORACLE_LAYERS), "a module outside the oracle's jobs"
+    wrong = [f"{MODULES[m].relative_to(ROOT)}:{line} imports {t}"
+             for m in oracle for t, line, _ in imports(m)
+             if t.startswith("pipeline.oracle.") and job(t) != job(m)
+             and ORACLE_LAYERS[job(t)] >= ORACLE_LAYERS[job(m)]]
+    assert not wrong, "oracle imports against its layering:\n" + "\n".join(wrong)
+
+
 def test_no_import_cycles():
     graph = {m: {t for t, _, _ in imports(m) if t in MODULES and t != m} for m in MODULES}
     # a package's __init__ is imported with each of its modules: not an edge of its own
@@ -242,7 +261,8 @@ def test_only_cache_names_the_files_of_a_run_directory():
 
 
 def test_each_package_says_what_its_modules_do():
-    for init in sorted((ROOT / "pipeline").glob("*/__init__.py")):
+    for init in sorted([*(ROOT / "pipeline").glob("*/__init__.py"),
+                        *(ROOT / "pipeline").glob("*/*/__init__.py")]):
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and len(doc.splitlines()) <= 10, f"{init}: a docstring of at most ten lines"
         for module in sorted(init.parent.glob("*.py")):

@@ -1,5 +1,5 @@
 """Oracle losses against hand-computed values, SS's direction and range, the authors' broadcasting
-variant, class-balanced weights and option checks (pipeline/oracle/losses.py)."""
+variant, class-balanced weights and option checks (pipeline/oracle/nets/losses.py)."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ import torch
 
 from pipeline.core.losses import (LossConfig, LossOptionError, check_loss_options,
                                   class_balanced_weights, loss_label, resolve_loss, variant_tags)
-from pipeline.oracle.losses import (broadcast_coefficients, coefficients, per_sample_loss,
+from pipeline.oracle.nets.losses import (broadcast_coefficients, coefficients, per_sample_loss,
                                     steep_slope, steep_slope_max)
 
 Z = torch.tensor([0.0, 2.0, 2.0, -1.0, -3.0])

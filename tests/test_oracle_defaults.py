@@ -134,7 +134,7 @@ def test_ss_slopes_of_a_backbone_the_paper_did_not_train_follow_one_stated_rule(
 
 def test_a_sweep_of_an_unknown_backbone_fixes_the_rules_slopes():
     """It was refused: `oracle ... has no preset SS slopes: give --fixed-alpha-pos ...`."""
-    from pipeline.oracle.config import TrainConfig
+    from pipeline.oracle.settings.config import TrainConfig
     from pipeline.sweep.run import default_fixed
 
     assert default_fixed(TrainConfig(oracle="efficientnet_lite0")) == {"alpha_pos": 2.0,
@@ -168,8 +168,8 @@ def test_ss_with_an_unknown_backbone_trains_with_the_rules_slopes_and_says_so(st
 # ------------------------------------------------------------------- steps and held-out rows --
 def test_the_small_run_rule_leaves_given_epochs_and_the_embedded_preset_alone():
     from pipeline.core.presets import MAX_AUTO_EPOCHS
-    from pipeline.oracle.config import TrainConfig, resolve_protocol
-    from pipeline.oracle.defaults import small_run_epochs
+    from pipeline.oracle.settings.config import TrainConfig, resolve_protocol
+    from pipeline.oracle.settings.defaults import small_run_epochs
 
     paper, origin = resolve_protocol(TrainConfig(), embedded=False)      # batch 40, 1 epoch
     raised, note = small_run_epochs(paper, origin, 100)                   # 2 steps
@@ -182,8 +182,8 @@ def test_the_small_run_rule_leaves_given_epochs_and_the_embedded_preset_alone():
 
 
 def test_a_preset_batch_the_rows_cannot_fill_shrinks_and_a_given_one_is_kept():
-    from pipeline.oracle.config import TrainConfig, resolve_protocol
-    from pipeline.oracle.defaults import small_run_batch
+    from pipeline.oracle.settings.config import TrainConfig, resolve_protocol
+    from pipeline.oracle.settings.defaults import small_run_batch
 
     paper, origin = resolve_protocol(TrainConfig(), embedded=False)      # batch 40
     smaller, note = small_run_batch(paper, origin, 38)                   # 38 labelled photos
@@ -204,8 +204,8 @@ def test_a_given_batch_larger_than_the_training_rows_says_what_to_pass(stage1, t
 
 
 def test_too_few_held_out_rows_warn_with_the_val_fraction_that_would_do():
-    from pipeline.oracle.config import TrainConfig
-    from pipeline.oracle.defaults import heldout_note
+    from pipeline.oracle.settings.config import TrainConfig
+    from pipeline.oracle.settings.defaults import heldout_note
 
     cfg = TrainConfig(val_fraction=0.05)
     few = heldout_note(cfg, 2000, np.array([1] * 95 + [0] * 5, np.float32))

@@ -6,7 +6,7 @@ import json
 
 from oracle_fixtures import extract, run_cli, train_args, write_colour_tree
 from pipeline.core.presets import EMBEDDED_ORACLE, PAPER_ORACLE
-from pipeline.oracle.config import TrainConfig, resolve_protocol
+from pipeline.oracle.settings.config import TrainConfig, resolve_protocol
 
 
 def test_presets_fill_only_what_was_not_given():

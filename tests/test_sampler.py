@@ -1,4 +1,4 @@
-"""Deterministic training order, micro-batch split and held-out rows (pipeline/oracle/sampler.py), and
+"""Deterministic training order, micro-batch split and held-out rows (pipeline/oracle/settings/sampler.py), and
 the targets of the view actually shown (pipeline/engine.TargetTable)."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.oracle.sampler import StepSchedule, carve_rows, loader_batches, micro_slices
-from pipeline.oracle.step import TargetTable
+from pipeline.oracle.settings.sampler import StepSchedule, carve_rows, loader_batches, micro_slices
+from pipeline.oracle.finetune.step import TargetTable
 
 
 def test_carve_rows_is_seeded_disjoint_and_limited():
@@ -69,7 +69,7 @@ def test_targets_follow_the_view_shown():
 def test_validation_score_is_the_standard_aupr_error():
     from sklearn.metrics import average_precision_score, roc_auc_score
 
-    from pipeline.oracle.loop import validation_metrics as val_metrics
+    from pipeline.oracle.loop.fit import validation_metrics as val_metrics
 
     rng = np.random.default_rng(0)
     o = rng.random(500) < 0.8
@@ -104,7 +104,7 @@ def test_run_lock_refuses_a_live_owner_and_takes_over_a_dead_one(tmp_path):
 
 def test_onecycle_schedule_follows_the_paper_and_caps_short_warmups():
     from cache.runs import RunError
-    from pipeline.oracle.loop import schedule_info
+    from pipeline.oracle.loop.schedule import schedule_info
 
     cfg = {"warmup_steps": 100, "batch_size": 40, "accum_steps": 1, "cycle_momentum": False,
            "momentum": 0.05}

@@ -159,7 +159,7 @@ def test_a_sweep_lists_the_image_folder_once_and_the_next_sweep_sees_changed_ima
         tree, tmp_path, monkeypatch):
     """Every point of every stage needs the same splits: one listing and one image check per
     split for the whole sweep (issue 19), and none kept past it."""
-    import pipeline.oracle.targets as targets
+    import pipeline.oracle.settings.targets as targets
 
     root, data = tree
     data = Path(shutil.copytree(data, tmp_path / "data"))     # its images are edited below

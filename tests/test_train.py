@@ -1,5 +1,5 @@
 """Stage 2 end to end on generated images: training from cached targets, outputs aligned with
-the cache, exact resume, DDP (gloo), accumulation, NaN guard, and refusals (pipeline/oracle/train.py)."""
+the cache, exact resume, DDP (gloo), accumulation, NaN guard, and refusals (pipeline/oracle/finetune/train.py)."""
 from __future__ import annotations
 
 import importlib.util
@@ -239,9 +239,9 @@ def test_corrupted_eval_split_is_scored_on_the_same_corrupted_pixels(stage1, tmp
     assert not np.allclose(shifted.columns["z"], clean, atol=1e-3)
     # the oracle saw exactly the pixels the classifier saw: rescoring them reproduces the file
     from pipeline.core import dist
-    from pipeline.oracle.model import load_trained_oracle
-    from pipeline.oracle.outputs import oracle_z
-    from pipeline.oracle.targets import open_split
+    from pipeline.oracle.nets.model import load_trained_oracle
+    from pipeline.oracle.loop.outputs import oracle_z
+    from pipeline.oracle.settings.targets import open_split
 
     run = json.loads((out / "run.json").read_text())
     model, data_cfg, _ = load_trained_oracle(out, run)

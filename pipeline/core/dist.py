@@ -125,6 +125,22 @@ def broadcast_flat(tensors: list[torch.Tensor], src: int = 0) -> None:
                                      zip(flat.split([t.numel() for t in group]), group)])
 
 
+def global_mean(info: DistInfo, values: torch.Tensor) -> torch.Tensor:
+    """Mean over ranks (every rank has the same number of rows per step)."""
+    if info.enabled:
+        values = values.clone()
+        torch.distributed.all_reduce(values)
+        values /= info.world
+    return values
+
+
+def global_sum(info: DistInfo, values: torch.Tensor) -> torch.Tensor:
+    if info.enabled:
+        values = values.clone()
+        torch.distributed.all_reduce(values)
+    return values
+
+
 def shutdown(info: DistInfo) -> None:
     if info.enabled and tdist.is_initialized():
         tdist.destroy_process_group()

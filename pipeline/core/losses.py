@@ -5,10 +5,10 @@ options each takes (with their ranges and defaults), their variants, labels and 
     cfg = resolve_loss("ss", given, alphas=(1.0, 3.0), counts=(n_neg, n_pos))   # -> LossConfig
     tnr_threshold("tcp", num_classes=10)   # 0.1: TCP's target is p(true class), chance is 1/K
 
-``pipeline.oracle.losses`` computes them (torch); train-oracle's options, ``sweep``, ``report``
+``pipeline.oracle.nets.losses`` computes them (torch); train-oracle's options, ``sweep``, ``report``
 (row order, the paper's TNR threshold) and ``demo`` (the grid) read them from here.  Adding a loss
-means a ``Loss`` entry here, its formula in ``pipeline/oracle/losses.py`` and, for a new parameter,
-a ``Param`` here and a field of ``pipeline/oracle/config.py``'s TrainConfig (docs/ARCHITECTURE.md).
+means a ``Loss`` entry here, its formula in ``pipeline/oracle/nets/losses.py`` and, for a new parameter,
+a ``Param`` here and a field of ``pipeline/oracle/settings/config.py``'s TrainConfig (docs/ARCHITECTURE.md).
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ FOCAL_GAMMA = 2.0         # the authors' focal loss: gamma = 2, no alpha
 CB_FOCAL_GAMMA = 0.5      # paper App. (class-balanced losses, following Cui et al. 2019)
 CB_BETA = 0.999
 HEADS = ("hyperplane", "linear")
+HEAD_ARCHS = ("linear", "confidnet")     # pipeline.oracle.nets.heads builds them
 
 
 class LossOptionError(ValueError):

@@ -1,10 +1,10 @@
-"""Stage 2, ``cli.py train-oracle`` and ``predict``: train oracles on cached classifier targets.
+"""Stage 2, ``cli.py train-oracle`` and ``predict``: train oracles on cached classifier targets,
+then score new data with them.  Sub-packages by job, each importing only those above it here:
 
-command.py  the click commands   config.py  TrainConfig   defaults.py  what a run's data decides
-prepare.py  caches, rows, loss, run dir   targets.py  samples + their cache   train.py  one run
-sampler.py  deterministic order, flips, held-out rows   loop.py  the one loop; log.py its log
-model.py    backbone + head   heads.py  linear / ConfidNet heads, logit stats   losses.py  on z
-finetune.py fine-tuned runs   step.py  one optimizer step   graph.py  that step as a CUDA graph
-headonly.py --head-only runs  bank.py  P heads at once  headgraph.py  their step as a CUDA graph
-capture.py  what both graphs share   features.py feature caches   checkpoint.py   outputs.py
-predict.py  the run's oracle over cached splits -> outputs/<tag>.h5; deploy.py, threshold.py"""
+nets/      the networks: backbone + head (model.py), the head family (heads.py), losses on z
+settings/  what a run is: TrainConfig (config.py), defaults, its splits, rows and order, prepare
+loop/      what every run shares: the one loop (fit.py), its log, schedule, outputs, capture
+finetune/  fine-tuned runs on images (train.py; objects, step, graph: its CUDA graph)
+headonly/  head-only runs on cached features (train.py; bank of heads, graph, features)
+deploy/    a finished run's oracle over new splits (predict.py) and images (images.py)
+command.py the click commands"""

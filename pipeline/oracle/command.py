@@ -1,5 +1,5 @@
 """``cli.py train-oracle`` and ``cli.py predict``: options -> ``TrainConfig`` / ``PredictConfig`` ->
-one call.  train-oracle's options are the fields of ``pipeline.oracle.config.TrainConfig``."""
+one call.  train-oracle's options are the fields of ``pipeline.oracle.settings.config.TrainConfig``."""
 from __future__ import annotations
 
 import sys
@@ -11,8 +11,8 @@ from pipeline.core.options import (BATCH_SIZE, DATA, DEVICE, LABELS, NO_PROGRESS
                                    WEIGHTS, WORKERS, FiniteFloatRange, Opt, options,
                                    output_name_option)
 from pipeline.data.sources import default_artifacts
-from pipeline.oracle.config import (FINE_TUNE_ONLY, HEAD_ONLY, config_from_params, option_of,
-                                    train_options)
+from pipeline.oracle.settings.config import (FINE_TUNE_ONLY, HEAD_ONLY, config_from_params,
+                                             option_of, train_options)
 
 
 def _run_stage2(fn, *args):
@@ -38,8 +38,8 @@ def train_oracle(ctx, **params):
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
     # stays free of torch.
     from pipeline.core import dist
-    from pipeline.oracle.headonly import train_head_only
-    from pipeline.oracle.train import train
+    from pipeline.oracle.finetune.train import train
+    from pipeline.oracle.headonly.train import train_head_only
 
     cfg = config_from_params(params)
     check_head_only_options(ctx)
@@ -110,7 +110,7 @@ def _print_output(o: dict) -> None:
 
 def target_option(ctx, param, value):
     """``--target tpr=0.95`` -> ("tpr", 0.95); a malformed target is a usage error (exit 2)."""
-    from pipeline.oracle.threshold import parse_target
+    from pipeline.oracle.deploy.threshold import parse_target
     if value is None:
         return None
     try:
@@ -178,7 +178,7 @@ def predict(ctx, run_dir, images, name, weights, batch_size, workers, precision,
     common = dict(batch_size=batch_size, workers=workers, precision=precision, device=device,
                   progress=not no_progress)
     if images is not None:
-        from pipeline.oracle.deploy import DeployConfig, predict_images
+        from pipeline.oracle.deploy.images import DeployConfig, predict_images
         cfg = DeployConfig(run=run_dir, images=images, name=name, weights=weights,
                            **{k: mode[k] for k in IMAGES_ONLY}, **common)
         _print_predictions(_run_stage2(predict_images, cfg))
@@ -210,7 +210,8 @@ def _check_predict_mode(ctx: click.Context, images: bool) -> None:
 
 def _predict_splits(run_dir, name, common, data, splits, cache, labels_file) -> list[dict]:
     from cache.runs import RunDir
-    from pipeline.oracle.predict import PredictConfig, predict as run_predict
+    from pipeline.oracle.deploy.predict import PredictConfig
+    from pipeline.oracle.deploy.predict import predict as run_predict
 
     config = _run_stage2(lambda: RunDir(run_dir).read()["run"]["config"])
     same = data is None or data == config["data"]

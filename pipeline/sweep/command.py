@@ -58,7 +58,7 @@ def sweep(fixed_alpha_pos, fixed_alpha_neg, mode, criterion, fine_tune, out, no_
     from cache.runs import RunError
     from pipeline.core.losses import LossOptionError
     from pipeline.oracle.command import check_head_only_options, train_oracle
-    from pipeline.oracle.config import config_from_params
+    from pipeline.oracle.settings.config import config_from_params
     from pipeline.sweep.grid import SweepError, parse_values
     from pipeline.sweep.run import SweepConfig, default_fixed, run_sweep
 

@@ -27,11 +27,11 @@ from cache.reader import slug
 from cache.runs import RunDir, RunError, finite
 from pipeline.core.losses import tnr_logit
 from pipeline.core.presets import ss_slopes
-from pipeline.oracle.config import TrainConfig
-from pipeline.oracle.features import FeatureMemo
-from pipeline.oracle.headonly import train_head_only
-from pipeline.oracle.loop import validation_metrics
-from pipeline.oracle.train import train
+from pipeline.oracle.finetune.train import train
+from pipeline.oracle.headonly.features import FeatureMemo
+from pipeline.oracle.headonly.train import train_head_only
+from pipeline.oracle.loop.fit import validation_metrics
+from pipeline.oracle.settings.config import TrainConfig
 from pipeline.sweep.grid import FLAGS, SweepError, choose, plan_stages, stage_points
 from pipeline.sweep.report import write_all
 

@@ -1,8 +1,8 @@
 """The one training loop of ``cli.py train-oracle``, fine-tuned or head-only.
 
-A session does the work that differs: ``pipeline.oracle.finetune.ImageSession`` runs one optimizer
+A session does the work that differs: ``pipeline.oracle.finetune.objects.ImageSession`` runs one optimizer
 step of a fine-tuned oracle on images (eagerly or as a CUDA graph) and validates it on held-out
-images; ``pipeline.oracle.bank.FeatureSession`` steps a bank of P heads on cached features (one
+images; ``pipeline.oracle.headonly.bank.FeatureSession`` steps a bank of P heads on cached features (one
 per run that differs only in loss parameters) and validates them on the held-out rows' features.
 The loop decides the rest, the same way for both: when to sync, the NaN check, the log entries,
 validation and the best checkpoint of each head, mid-run checkpoints, stopping.
@@ -31,10 +31,8 @@ from cache.runs import RunError
 from pipeline.core import dist
 from pipeline.core import metrics as M
 from pipeline.core.stop import StopSignals
-from pipeline.oracle.log import StepLog
-from pipeline.oracle.step import global_mean, global_sum
+from pipeline.oracle.loop.log import StepLog
 
-MAX_WARMUP_FRACTION = 0.3      # OneCycleLR's own default pct_start
 GRAD_NORM_DEFINITION = (
     "mean over training samples of ||dL/dx_out_i||_2: x_out_i = sample i's pooled backbone "
     "output (the head's input), L = the optimizer step's loss (mean over the global batch, as "
@@ -43,27 +41,6 @@ GRAD_NORM_DEFINITION = (
 
 class TrainingDiverged(RunError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
-
-
-def schedule_info(config: Mapping, total_steps: int, steps_per_epoch: int, world: int) -> dict:
-    """The effective OneCycle schedule; warm-up is capped at 30% of a short run (noted).
-    ``config``: batch_size, accum_steps, warmup_steps, cycle_momentum, momentum."""
-    if total_steps < 3:
-        raise RunError(
-            f"{total_steps} optimizer step(s) are too few for the OneCycle schedule (>= 3 "
-            "needed): use more training rows (--train-limit), more --epochs or a smaller "
-            "--batch-size")
-    if config["batch_size"] % (world * config["accum_steps"]):
-        raise RunError(f"--batch-size {config['batch_size']} is not divisible by {world} "
-                       f"process(es) x --accum-steps {config['accum_steps']}")
-    warm = config["warmup_steps"]
-    cap = max(2, int(MAX_WARMUP_FRACTION * total_steps))
-    eff = min(max(warm, 2), cap, total_steps - 1)
-    return {"total_steps": total_steps, "steps_per_epoch": steps_per_epoch,
-            "warmup_steps": warm, "warmup_steps_effective": eff, "pct_start": eff / total_steps,
-            "world_size": world, "micro_batch": config["batch_size"] // (world * config["accum_steps"]),
-            "cycle_momentum": config["cycle_momentum"],
-            "momentum": "0.85-0.95 (cycled)" if config["cycle_momentum"] else config["momentum"]}
 
 
 @dataclass
@@ -202,12 +179,12 @@ def _sync(session: Session, state: LoopState, window: list, logs: list[StepLog],
     """Check the window's global losses (steps, P) for NaN/inf, then log them; returns the new
     t0."""
     info = session.info
-    losses = global_mean(info, torch.stack(window)).cpu().numpy().astype(np.float64)
+    losses = dist.global_mean(info, torch.stack(window)).cpu().numpy().astype(np.float64)
     counts, grads = session.drain()
-    counts = global_sum(info, counts).cpu().numpy().astype(np.float64)
+    counts = dist.global_sum(info, counts).cpu().numpy().astype(np.float64)
     g_sum = g_n = None
     if grads is not None:
-        g_sum, g_n = global_sum(info, grads).cpu().numpy().astype(np.float64)
+        g_sum, g_n = dist.global_sum(info, grads).cpu().numpy().astype(np.float64)
         state.grads += (g_sum, g_n)
     first = state.step - len(window) + 1
     for p, head in enumerate(state.heads):

@@ -27,14 +27,13 @@ from pipeline.core.precision import default_precision
 from pipeline.core.presets import ss_slopes
 from pipeline.data.images import default_workers
 from pipeline.data.sources import FMNIST_NAME, is_embedded
-from pipeline.oracle.config import (LOSS_OPTIONS, NOT_IN_GROUP, TrainConfig, as_record,
-                                    group_hash, resolve_protocol)
-from pipeline.oracle.defaults import (classifier_weights, heldout_note, say, small_run_batch,
-                                      small_run_epochs)
-from pipeline.oracle.sampler import StepSchedule, carve_rows
-from pipeline.oracle.targets import (CLASSIFIER_KEYS, Split, SplitMemo, check_both_classes,
-                                     open_split, training_targets)
-
+from pipeline.oracle.settings.config import (LOSS_OPTIONS, NOT_IN_GROUP, TrainConfig, as_record,
+                                             group_hash, resolve_protocol)
+from pipeline.oracle.settings.defaults import (classifier_weights, heldout_note, say,
+                                               small_run_batch, small_run_epochs)
+from pipeline.oracle.settings.sampler import StepSchedule, carve_rows
+from pipeline.oracle.settings.targets import (CLASSIFIER_KEYS, Split, SplitMemo, check_both_classes,
+                                              open_split, training_targets)
 
 # Settings a refusal of "holds another run" names when they differ: the run part of the config.
 CLAIM_COMPARED = tuple(sorted(f for f in TrainConfig.__dataclass_fields__ if f not in NOT_IN_GROUP))

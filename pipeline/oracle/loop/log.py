@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+import torch
+
 from cache.runs import RunDir
 
 
@@ -67,3 +69,13 @@ def scalars(entry: Mapping) -> list[tuple[str, float]]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 out.append((f"{key}/{sub}" if sub else f"train/{key}", float(v)))
     return out
+
+
+def step_counts(z: torch.Tensor, o: torch.Tensor, tnr_logit: float) -> torch.Tensor:
+    """(4, P) float: TP, P, TN, N of one batch, z (B, P) and trust labels o (B,) (z > 0 counts as
+    trusted; TNR below ``tnr_logit``)."""
+    z = z.float()
+    pos = (o > 0.5)[:, None]
+    n = z.shape[1]
+    return torch.stack([((z > 0) & pos).sum(0), pos.sum(0).expand(n),
+                        ((z < tnr_logit) & ~pos).sum(0), (~pos).sum(0).expand(n)]).float()

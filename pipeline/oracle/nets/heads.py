@@ -27,7 +27,8 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from pipeline.oracle.config import HEAD_ARCHS as ARCHS
+from pipeline.core.losses import HEAD_ARCHS as ARCHS
+
 HYPERPLANE_EPS = 1e-7
 CONFIDNET_WIDTH = 400
 CONFIDNET_HIDDEN = 4          # Linear layers followed by a ReLU; then Linear(400, 1)

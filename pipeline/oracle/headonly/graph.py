@@ -1,7 +1,7 @@
 """The head-only step captured in one CUDA graph (``train-oracle --head-only --cuda-graph``).
 
 An ImageNet-sized head-only run is ~30,000 steps of batch 40, each a few dozen tiny kernels plus
-torch.optim.SGD and OneCycleLR on the host: the eager step (``pipeline.oracle.bank``) is
+torch.optim.SGD and OneCycleLR on the host: the eager step (``pipeline.oracle.headonly.bank``) is
 launch-bound, the GPU mostly waits for Python.  Here the whole step -- the batch's rows and view,
 forward, loss, backward, SGD's update -- is one graph, replayed once per step.
 
@@ -26,7 +26,7 @@ momentum buffers start as -0.0: ``-0 m + g`` is ``g`` exactly, signed zeros incl
 step copies g).  A graphed run equals the eager run in its losses, counts, best and final heads
 (tests/test_head_graph_cuda.py).
 
-Capture (``pipeline.oracle.capture``): warm-up steps on a side stream, capture, then every tensor the
+Capture (``pipeline.oracle.loop.capture``): warm-up steps on a side stream, capture, then every tensor the
 warm-up moved is put back, so the first replay is step 0.  Under ``auto`` a failed capture falls
 back to the eager step with one note.
 """
@@ -41,12 +41,13 @@ from torch.optim.optimizer import _default_to_fused_or_foreach
 
 from cache.runs import RunError
 from pipeline.core.losses import LossConfig
-from pipeline.oracle.features import FeatureTable
-from pipeline.oracle.capture import (GRAPH_MODES, device_unsupported, not_capturable, restore,
-                                     snapshot, warm_up_and_capture)
-from pipeline.oracle.losses import HeadLoss
-from pipeline.oracle.sampler import Ahead, StepSchedule, batches
-from pipeline.oracle.step import step_counts
+from pipeline.oracle.headonly.features import FeatureTable
+from pipeline.oracle.loop.capture import (GRAPH_MODES, device_unsupported, momentum_buffers,
+                                          not_capturable, restore, sgd_step, snapshot,
+                                          warm_up_and_capture)
+from pipeline.oracle.loop.log import step_counts
+from pipeline.oracle.nets.losses import HeadLoss
+from pipeline.oracle.settings.sampler import Ahead, StepSchedule, batches
 
 
 def head_step_path(device: torch.device, mode: str) -> dict:
@@ -73,50 +74,6 @@ def epoch_batches(schedule: StepSchedule, step: int, device: torch.device
                                                      first + schedule.steps_per_epoch)))
     return (first, torch.as_tensor(rows, device=device),
             None if flips is None else torch.as_tensor(flips, device=device))
-
-
-# p -= lr b with the lr on the device: the candidates (tests/test_head_graph_cuda.py compares
-# them with torch's update on the GPU); LR_UPDATE is the one sgd_step uses.
-LR_UPDATES: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]] = {
-    "addcmul": lambda p, b, neg_lr: p.addcmul_(b, neg_lr),     # p + b * neg_lr, one rounding
-    "mul_add": lambda p, b, neg_lr: p.add_(b * neg_lr),        # two roundings
-}
-LR_UPDATE = "addcmul"
-
-
-@torch.no_grad()
-def sgd_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
-             bufs: Sequence[torch.Tensor] | None, neg_lr: torch.Tensor, momentum: torch.Tensor,
-             weight_decay: float, foreach: bool) -> None:
-    """torch.optim.SGD's step (no dampening, Nesterov or maximize) with -lr and the momentum in
-    0-d float32 device tensors: ``g += wd p; b = m b + g; p += -lr b`` with torch's foreach
-    kernels (``foreach``, torch's choice on CUDA) or its per-tensor ops.  ``bufs``: the momentum
-    buffers (-0.0 before the first step), None for momentum 0."""
-    if foreach:
-        if weight_decay:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
-        if bufs is not None:
-            torch._foreach_mul_(bufs, momentum)
-            torch._foreach_add_(bufs, grads)
-            grads = bufs
-    else:
-        if weight_decay:
-            grads = [g.add(p, alpha=weight_decay) for p, g in zip(params, grads)]
-        if bufs is not None:
-            for b, g in zip(bufs, grads):
-                b.mul_(momentum).add_(g)
-            grads = bufs
-    update = LR_UPDATES[LR_UPDATE]
-    for p, g in zip(params, grads):
-        update(p, g, neg_lr)
-
-
-def momentum_buffers(params: Sequence[torch.Tensor], moms: Sequence[float]
-                     ) -> list[torch.Tensor] | None:
-    """``sgd_step``'s momentum buffers before the first step: -0.0, so that ``-0 m + g`` is torch's
-    first-step copy of g, signed zeros included; None where torch keeps none (momentum 0: OneCycle's
-    momentum is constant, or cycled within 0.85-0.95)."""
-    return [torch.full_like(p, -0.0) for p in params] if any(moms) else None
 
 
 class HeadStep:

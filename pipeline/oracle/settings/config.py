@@ -22,16 +22,15 @@ from typing import Any, Mapping
 import click
 
 from cache.schema import canonical
-from pipeline.core.losses import HEADS, LOSSES, PARAMS
+from pipeline.core.losses import HEAD_ARCHS, HEADS, LOSSES, PARAMS
 from pipeline.core.options import (BATCH, BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
-                                   MODEL_KWARGS, NON_NEGATIVE, NO_PROGRESS, PRECISION, PREPROCESS,
+                                   MODEL_KWARGS, NO_PROGRESS, NON_NEGATIVE, PRECISION, PREPROCESS,
                                    RANDOM_INIT, SEED_OPT, WEIGHTS, WORKERS, Opt, positive,
                                    preset_text)
 from pipeline.core.presets import EMBEDDED_ORACLE, PAPER_ORACLE
 from pipeline.data.sources import default_artifacts
 
 PARTS = ("run", "seed", "where", "runtime")
-HEAD_ARCHS = ("linear", "confidnet")        # pipeline.oracle.heads builds them
 HEAD_INPUTS = ("features", "stacked")
 PRESET = "[preset]"
 PATH = click.Path(path_type=Path)
@@ -206,7 +205,7 @@ class TrainConfig:
     resume: bool = setting(False, Opt(("--resume",), is_flag=True, help="Require a checkpoint to "
                            "continue from (an incomplete run is resumed anyway; this refuses to "
                            "start afresh)."), "runtime", fine_tune_only=True)
-    # head-only: the frozen oracle backbone's cached features (pipeline.oracle.headonly)
+    # head-only: the frozen oracle backbone's cached features (pipeline.oracle.headonly.train)
     head_only: bool = setting(False, Opt(("--head-only",), is_flag=True, help="Freeze the oracle "
                               "backbone and train its head on cached features: `extract "
                               "--features --flip-view` of the ORACLE's model on the same splits "

@@ -13,7 +13,7 @@ caller owns: one ``train_head_only`` call, or a whole sweep; it is freed with it
 Shapes: ``FeatureTable.x`` (2N, D) float16/float32 features (rows [0, N) the plain view, [N, 2N)
 the flipped one; one copy of the plain rows when there is no flipped view); for a head on stacked
 inputs ``FeatureTable.stats`` (2N, 6) float32, the statistics of the classifier's cached logits of
-the same rows and views (``pipeline.oracle.heads.logit_stats``), raw: the head standardises them.
+the same rows and views (``pipeline.oracle.nets.heads.logit_stats``), raw: the head standardises them.
 """
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ from cache.schema import (FEATURE_COLUMN, FEATURE_FLIP_COLUMN, CacheError, Cache
                           check_identity)
 from cache.shards import read_column_into
 from pipeline.core.models import build_model, resolve_data_config, weights_sha256
-from pipeline.oracle.heads import logit_stats
-from pipeline.oracle.prepare import Prepared
-from pipeline.oracle.targets import Split, SplitMemo, check_images
+from pipeline.oracle.nets.heads import logit_stats
+from pipeline.oracle.settings.prepare import Prepared
+from pipeline.oracle.settings.targets import Split, SplitMemo, check_images
 
 # What the feature cache must share with the classifier cache it is joined with (same samples).
 SAME_SAMPLES = ("dataset", "dataset_fingerprint", "split", "corruption", "num_rows")

@@ -6,8 +6,8 @@ outputs with the same writer.
 
 A scorer is ``(split, path[, rows]) -> summary`` (``rows``: the held-out ones written to
 ``heldout/<tag>.h5``, default every valid row): ``image_scorer`` runs the oracle over the split's
-images (``pipeline.oracle.predict``), the head-only runs score their heads on the split's cached
-features (``pipeline.oracle.headonly``).  It is built only when a file is missing.
+images (``pipeline.oracle.deploy.predict``), the head-only runs score their heads on the split's cached
+features (``pipeline.oracle.headonly.train``).  It is built only when a file is missing.
 """
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ from pipeline.core.models import DataConfig
 from pipeline.core.precision import autocast
 from pipeline.core.timing import ModelTimer
 from pipeline.data.images import GpuNormalize, ImageRows, make_loader, transform_for
-from pipeline.oracle.checkpoint import unwrap
-from pipeline.oracle.model import Oracle, load_trained_oracle
-from pipeline.oracle.prepare import Prepared, versions
-from pipeline.oracle.targets import Split
+from pipeline.oracle.nets.checkpoint import unwrap
+from pipeline.oracle.nets.model import Oracle, load_trained_oracle
+from pipeline.oracle.settings.prepare import Prepared, versions
+from pipeline.oracle.settings.targets import Split
 
 # (split, output file[, rows: the held-out ones, default every valid row]) -> the summary
 Scorer = Callable[..., dict]

@@ -2,7 +2,7 @@
 
 resolve the run (its best.pt, rebuilt without fetching weights) -> open each split's classifier
 cache (same classifier, same fingerprint rules as stage 1) -> score its valid rows on the images
-(``pipeline.oracle.outputs``: this rank's contiguous share, summed over ranks) ->
+(``pipeline.oracle.loop.outputs``: this rank's contiguous share, summed over ranks) ->
 ``outputs/<name>.h5`` aligned by index, beside the run's own outputs.
 """
 from __future__ import annotations
@@ -17,9 +17,9 @@ from cache.schema import CacheError
 from pipeline.core import dist
 from pipeline.core.options import check_output_name
 from pipeline.data.sources import is_embedded
-from pipeline.oracle.model import load_trained_oracle
-from pipeline.oracle.outputs import score_images
-from pipeline.oracle.targets import open_split
+from pipeline.oracle.loop.outputs import score_images
+from pipeline.oracle.nets.model import load_trained_oracle
+from pipeline.oracle.settings.targets import open_split
 
 
 def default_output_name(data: str | None, record: dict, tag: str) -> str:

@@ -1,8 +1,8 @@
-"""A fine-tuned oracle in the loop (``pipeline.oracle.loop``): its training objects, and the
+"""A fine-tuned oracle in the loop (``pipeline.oracle.loop.fit``): its training objects, and the
 session that steps it on images and validates it on the held-out rows' images.
 
-The step is ``pipeline.oracle.step.train_step`` or, on a CUDA device, that step captured in a CUDA
-graph (``pipeline.oracle.graph``); checkpoints (``last.pt``, ``best.pt``) are written atomically,
+The step is ``pipeline.oracle.finetune.step.train_step`` or, on a CUDA device, that step captured in a CUDA
+graph (``pipeline.oracle.finetune.graph``); checkpoints (``last.pt``, ``best.pt``) are written atomically,
 so a killed run resumes exactly.
 """
 from __future__ import annotations
@@ -20,15 +20,16 @@ from pipeline.core.losses import tnr_logit
 from pipeline.core.models import DataConfig
 from pipeline.core.precision import grad_scaler
 from pipeline.data.images import GpuNormalize, ImageRows, make_loader, transform_for
-from pipeline.oracle.checkpoint import load_checkpoint, save_checkpoint, unwrap
-from pipeline.oracle.loop import LoopState, TrainingDiverged
-from pipeline.oracle.losses import HeadLoss
-from pipeline.oracle.model import build_oracle
-from pipeline.oracle.outputs import oracle_z
-from pipeline.oracle.prepare import Prepared
-from pipeline.oracle.sampler import loader_batches, micro_slices
-from pipeline.oracle.step import (TargetTable, TrainObjects, restore_training_state,
-                                  save_training_state)
+from pipeline.oracle.finetune.step import (TargetTable, TrainObjects, restore_training_state,
+                                           save_training_state)
+from pipeline.oracle.loop.fit import LoopState, TrainingDiverged
+from pipeline.oracle.loop.outputs import oracle_z
+from pipeline.oracle.loop.schedule import sgd_onecycle
+from pipeline.oracle.nets.checkpoint import load_checkpoint, save_checkpoint, unwrap
+from pipeline.oracle.nets.losses import HeadLoss
+from pipeline.oracle.nets.model import build_oracle
+from pipeline.oracle.settings.prepare import Prepared
+from pipeline.oracle.settings.sampler import loader_batches, micro_slices
 
 
 def build_objects(prep: Prepared, info: dist.DistInfo, device: torch.device,
@@ -39,11 +40,10 @@ def build_objects(prep: Prepared, info: dist.DistInfo, device: torch.device,
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     step_model = torch.compile(model) if cfg.compile else model   # DDP comes with the step
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                          weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(
-        opt, max_lr=cfg.lr, total_steps=sched["total_steps"], pct_start=sched["pct_start"],
-        cycle_momentum=cfg.cycle_momentum)
+    opt, scheduler = sgd_onecycle(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                                  weight_decay=cfg.weight_decay,
+                                  total_steps=sched["total_steps"], pct_start=sched["pct_start"],
+                                  cycle_momentum=cfg.cycle_momentum)
     objs = TrainObjects(model, step_model, None, opt, scheduler, grad_scaler(cfg.precision, device),
                         GpuNormalize(data_cfg, device, cfg.channels_last),
                         prep.loss, cfg.precision, device, info,
@@ -54,7 +54,7 @@ def build_objects(prep: Prepared, info: dist.DistInfo, device: torch.device,
 def distribute(objs: TrainObjects, graphed: bool) -> TrainObjects:
     """The objects for several processes (torchrun); one process: unchanged.  The eager step
     runs through DDP (its hooks all-reduce the gradients).  The graphed step averages them
-    itself (``pipeline.oracle.graph``), and DDP must not wrap it: DDP keeps the parameters'
+    itself (``pipeline.oracle.finetune.graph``), and DDP must not wrap it: DDP keeps the parameters'
     AccumulateGrad nodes from its construction on the default stream, and backward on the capture
     stream would then sync with the default stream, which invalidates the capture.  So only what
     DDP's construction does is done: rank 0's weights and buffers broadcast to the others."""
@@ -96,7 +96,7 @@ def resume_state(run: RunDir, objs: TrainObjects, group: str) -> LoopState:
 
 
 class ImageSession:
-    """The loop's session for a fine-tuned oracle (``pipeline.oracle.loop.Session``)."""
+    """The loop's session for a fine-tuned oracle (``pipeline.oracle.loop.fit.Session``)."""
 
     def __init__(self, prep: Prepared, objs: TrainObjects, data_cfg: DataConfig,
                  step_fn: Callable):

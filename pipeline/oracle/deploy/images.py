@@ -29,13 +29,14 @@ from cache.runs import RunDir, RunError
 from pipeline.core import dist
 from pipeline.core.models import DataConfig, ModelError, weights_sha256
 from pipeline.core.precision import autocast
-from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, Views, decode_file, make_loader
+from pipeline.data.images import (GpuNormalize, ImageRows, ResizeCrop, Views, decode_file,
+                                  make_loader)
 from pipeline.data.labels import class_names
 from pipeline.data.orientation import EXIF_TRANSPOSE, reading_exif
 from pipeline.data.unlabelled import list_images
-from pipeline.oracle.model import cache_classifier, load_trained_oracle, recorded_weights
-from pipeline.oracle.predict import run_precision
-from pipeline.oracle.threshold import given_threshold, pick_threshold
+from pipeline.oracle.deploy.predict import run_precision
+from pipeline.oracle.deploy.threshold import given_threshold, pick_threshold
+from pipeline.oracle.nets.model import cache_classifier, load_trained_oracle, recorded_weights
 
 DEFAULT_TARGET = ("tpr", 0.95)
 

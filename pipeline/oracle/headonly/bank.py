@@ -7,11 +7,11 @@ flips), one (B, D) x (D, P) product, the loss and its gradient -- no images, no 
 
 Runs that differ only in their loss parameters (the points of a sweep) share the row order, the
 flips, the initialisation and the OneCycle schedule, so their heads train together in the same
-products (``pipeline.oracle.model.Head`` with P outputs, ``pipeline.oracle.losses.HeadLoss``).
+products (``pipeline.oracle.nets.model.Head`` with P outputs, ``pipeline.oracle.nets.losses.HeadLoss``).
 SGD (momentum, weight decay) acts element by element and each head's loss depends on its own
 parameters only, so every head follows the trajectory it would follow alone.  Everything stays
 on the device between the loop's sync points.  On a CUDA device the step is one CUDA graph
-(``pipeline.oracle.headgraph``, ``--cuda-graph``), bit for bit this eager step.
+(``pipeline.oracle.headonly.graph``, ``--cuda-graph``), bit for bit this eager step.
 """
 from __future__ import annotations
 
@@ -24,13 +24,14 @@ import torch
 
 from pipeline.core import dist
 from pipeline.core.losses import LossConfig
-from pipeline.oracle.features import FeatureTable
-from pipeline.oracle.headgraph import GraphedHeadStep, HeadStep, epoch_batches
-from pipeline.oracle.loop import LoopSettings, LoopState, fit
-from pipeline.oracle.losses import HeadLoss
-from pipeline.oracle.heads import make_head
-from pipeline.oracle.sampler import StepSchedule
-from pipeline.oracle.step import step_counts
+from pipeline.oracle.headonly.features import FeatureTable
+from pipeline.oracle.headonly.graph import GraphedHeadStep, HeadStep, epoch_batches
+from pipeline.oracle.loop.fit import LoopSettings, LoopState, fit
+from pipeline.oracle.loop.log import step_counts
+from pipeline.oracle.loop.schedule import sgd_onecycle
+from pipeline.oracle.nets.heads import make_head
+from pipeline.oracle.nets.losses import HeadLoss
+from pipeline.oracle.settings.sampler import StepSchedule
 
 
 @torch.no_grad()
@@ -45,9 +46,9 @@ def score(table: FeatureTable, rows: np.ndarray, head: torch.nn.Module,
 
 
 class FeatureSession:
-    """The loop's session for a bank of head-only heads (``pipeline.oracle.loop.Session``).
-    ``head``: a head of P outputs (``pipeline.oracle.heads``) initialised for the runs' seed, on
-    the table's device.  ``fast``: the same step on static state (``pipeline.oracle.headgraph``,
+    """The loop's session for a bank of head-only heads (``pipeline.oracle.loop.fit.Session``).
+    ``head``: a head of P outputs (``pipeline.oracle.nets.heads``) initialised for the runs' seed, on
+    the table's device.  ``fast``: the same step on static state (``pipeline.oracle.headonly.graph``,
     a CUDA graph), used from ``start`` on unless its capture falls back."""
 
     def __init__(self, table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
@@ -149,7 +150,7 @@ class BankOptim:
     weight_decay: float
     pct_start: float
     cycle_momentum: bool
-    arch: str = "linear"          # --head-arch (pipeline.oracle.heads)
+    arch: str = "linear"          # --head-arch (pipeline.oracle.nets.heads)
 
 
 def make_bank(table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
@@ -163,21 +164,20 @@ def make_bank(table: FeatureTable, schedule: StepSchedule, losses: list[LossConf
                      stacked=table.stats is not None).to(table.x.device)
     if table.stats is not None:
         head.set_stats(*table.stats_moments(schedule.rows))
-    return (head, *sgd_onecycle(head.parameters(), opt, schedule.total_steps))
+    return (head, *bank_optimizer(head.parameters(), opt, schedule.total_steps))
 
 
-def sgd_onecycle(params, opt: BankOptim, total: int
-                 ) -> tuple[torch.optim.SGD, torch.optim.lr_scheduler.OneCycleLR]:
-    sgd = torch.optim.SGD(params, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay)
-    return sgd, torch.optim.lr_scheduler.OneCycleLR(
-        sgd, max_lr=opt.lr, total_steps=total, pct_start=opt.pct_start,
-        cycle_momentum=opt.cycle_momentum)
+def bank_optimizer(params, opt: BankOptim, total: int
+                   ) -> tuple[torch.optim.SGD, torch.optim.lr_scheduler.OneCycleLR]:
+    return sgd_onecycle(params, lr=opt.lr, momentum=opt.momentum, weight_decay=opt.weight_decay,
+                        total_steps=total, pct_start=opt.pct_start,
+                        cycle_momentum=opt.cycle_momentum)
 
 
 def onecycle_values(opt: BankOptim, total: int) -> tuple[list[float], list[float]]:
-    """The lr and momentum SGD reads at each step 0..total-1 of ``sgd_onecycle``'s schedule, and
+    """The lr and momentum SGD reads at each step 0..total-1 of ``bank_optimizer``'s schedule, and
     the lr after the last step (the logs'): a throw-away SGD + OneCycleLR stepped on the host."""
-    sgd, sched = sgd_onecycle([torch.zeros(1, requires_grad=True)], opt, total)
+    sgd, sched = bank_optimizer([torch.zeros(1, requires_grad=True)], opt, total)
     group, lrs, moms = sgd.param_groups[0], [], []
     with warnings.catch_warnings():     # "lr_scheduler.step() before optimizer.step()"
         warnings.simplefilter("ignore", UserWarning)

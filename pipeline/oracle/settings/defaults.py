@@ -25,8 +25,8 @@ from pipeline.core import dist
 from pipeline.core.models import ModelError, resolve_spec, weights_sha256
 from pipeline.core.presets import (MAX_AUTO_EPOCHS, MIN_HELDOUT_PER_KIND, MIN_HELDOUT_ROWS,
                                    MIN_STEPS_PER_EPOCH, MIN_TRAIN_STEPS)
-from pipeline.oracle.config import TrainConfig
-from pipeline.oracle.model import cache_classifier, recorded_weights
+from pipeline.oracle.nets.model import cache_classifier, recorded_weights
+from pipeline.oracle.settings.config import TrainConfig
 
 _SAID: set[str] = set()
 # weights hashes of files already checked, by (path, size, mtime, classifier): a sweep prepares

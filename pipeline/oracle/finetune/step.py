@@ -15,12 +15,13 @@ import torch
 from torch import nn
 
 from pipeline.core import dist
+from pipeline.core.losses import LossConfig
 from pipeline.core.precision import autocast
 from pipeline.data.images import GpuNormalize
-from pipeline.oracle.checkpoint import rng_state, save_checkpoint, set_rng_state, unwrap
-from pipeline.core.losses import LossConfig
-from pipeline.oracle.losses import HeadLoss
-from pipeline.oracle.sampler import StepSchedule, derive_seed
+from pipeline.oracle.loop.log import step_counts
+from pipeline.oracle.nets.checkpoint import rng_state, save_checkpoint, set_rng_state, unwrap
+from pipeline.oracle.nets.losses import HeadLoss
+from pipeline.oracle.settings.sampler import StepSchedule, derive_seed
 
 
 @dataclass
@@ -101,7 +102,7 @@ def forward_backward(objs: TrainObjects, images: torch.Tensor, o: torch.Tensor, 
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One micro-batch: normalise, flip, forward, loss, backward (gradients accumulate).
     Returns (loss / n_slices (1,), counts (4, 1), gradient sums (2,)), detached, on the device.
-    The same code runs eagerly and inside the captured CUDA graph (pipeline.oracle.graph), which
+    The same code runs eagerly and inside the captured CUDA graph (pipeline.oracle.finetune.graph), which
     needs ``autocast_cache=False``."""
     x = objs.normalize(images)
     x = torch.where(flip[:, None, None, None], x.flip(-1), x)
@@ -114,16 +115,6 @@ def forward_backward(objs: TrainObjects, images: torch.Tensor, o: torch.Tensor, 
         grad_norm_sums(objs, z.grad)
 
 
-def step_counts(z: torch.Tensor, o: torch.Tensor, tnr_logit: float) -> torch.Tensor:
-    """(4, P) float: TP, P, TN, N of one batch, z (B, P) and trust labels o (B,) (z > 0 counts as
-    trusted; TNR below ``tnr_logit``)."""
-    z = z.float()
-    pos = (o > 0.5)[:, None]
-    n = z.shape[1]
-    return torch.stack([((z > 0) & pos).sum(0), pos.sum(0).expand(n),
-                        ((z < tnr_logit) & ~pos).sum(0), (~pos).sum(0).expand(n)]).float()
-
-
 def grad_norm_sums(objs: TrainObjects, z_grad: torch.Tensor) -> torch.Tensor:
     """(sum over this micro-batch of ||dL/dx_out_i||_2, number of samples), x_out the backbone's
     pooled output (the head's input) and L the optimizer step's loss: the mean per-sample loss
@@ -133,22 +124,6 @@ def grad_norm_sums(objs: TrainObjects, z_grad: torch.Tensor) -> torch.Tensor:
     norms = unwrap(objs.model).head.input_grad_norms(z_grad) / (scale * objs.info.world)
     finite = torch.isfinite(norms)
     return torch.stack([torch.where(finite, norms, 0.0).sum(), finite.sum().float()])
-
-
-def global_mean(info: dist.DistInfo, values: torch.Tensor) -> torch.Tensor:
-    """Mean over ranks (every rank has the same number of rows per step)."""
-    if info.enabled:
-        values = values.clone()
-        torch.distributed.all_reduce(values)
-        values /= info.world
-    return values
-
-
-def global_sum(info: dist.DistInfo, values: torch.Tensor) -> torch.Tensor:
-    if info.enabled:
-        values = values.clone()
-        torch.distributed.all_reduce(values)
-    return values
 
 
 def training_state(objs: TrainObjects, step: int, extra: dict) -> dict:

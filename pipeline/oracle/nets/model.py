@@ -12,8 +12,8 @@ which images share a batch, and scoring never updates its BatchNorm statistics.
 
 Heads: ``linear`` z = w.x + b (CE, focal, TCP; SS's Table A3 variant) and ``hyperplane``
 z = (w.x + b) / (||w|| + 1e-7), the signed distance to the hyperplane (SS, the authors'
-``Hyperplane`` module), both ``pipeline.oracle.heads.Head``; a head-only run may train another
-architecture of ``pipeline.oracle.heads`` (ConfidNet's MLP), on stacked inputs.  The head runs in
+``Hyperplane`` module), both ``pipeline.oracle.nets.heads.Head``; a head-only run may train another
+architecture of ``pipeline.oracle.nets.heads`` (ConfidNet's MLP), on stacked inputs.  The head runs in
 float32 outside autocast: it is tiny, and SS squashes z through z / (1 + |z|), where bf16's 8
 mantissa bits would be visible.
 """
@@ -31,8 +31,9 @@ from pipeline.core.losses import HEADS
 from pipeline.core.models import (DataConfig, ModelError, ModelSpec, build_model,
                                   resolve_data_config, resolve_spec, weights_sha256)
 from pipeline.data.sources import FMNIST_NAME
-from pipeline.oracle.checkpoint import load_checkpoint
-from pipeline.oracle.heads import Head, head_from_checkpoint, logit_stats
+from pipeline.oracle.nets.checkpoint import load_checkpoint
+from pipeline.oracle.nets.heads import Head, head_from_checkpoint, logit_stats
+
 
 class Oracle(nn.Module):
     """backbone(x) -> pooled features -> one head -> z of shape (B,).  A head on stacked inputs

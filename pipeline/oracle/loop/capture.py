@@ -1,10 +1,11 @@
-"""What the two CUDA-graphed training steps share (``pipeline.oracle.graph``: a fine-tuned
-oracle's step, one process or several; ``pipeline.oracle.headgraph``: a bank of head-only heads):
+"""What the two CUDA-graphed training steps share (``pipeline.oracle.finetune.graph``: a fine-tuned
+oracle's step, one process or several; ``pipeline.oracle.headonly.graph``: a bank of head-only heads):
 the modes of ``--cuda-graph``, why a device cannot capture, warm-up on a side stream, the capture,
-and the snapshot/restore of what the warm-up steps moved (the first replay is the real step)."""
+the snapshot/restore of what the warm-up steps moved (the first replay is the real step), and the
+one SGD update both graphs run with the lr and momentum on the device (``sgd_step``)."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -70,3 +71,47 @@ def warm_up_and_capture(body: Callable[[], Any], reset: Callable[[], None],
     warm-up moved)."""
     warm_up(body, reset, device)
     return capture(body, reset, device)
+
+
+# p -= lr b with the lr on the device: the candidates (tests/test_head_graph_cuda.py compares
+# them with torch's update on the GPU); LR_UPDATE is the one sgd_step uses.
+LR_UPDATES: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]] = {
+    "addcmul": lambda p, b, neg_lr: p.addcmul_(b, neg_lr),     # p + b * neg_lr, one rounding
+    "mul_add": lambda p, b, neg_lr: p.add_(b * neg_lr),        # two roundings
+}
+LR_UPDATE = "addcmul"
+
+
+@torch.no_grad()
+def sgd_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
+             bufs: Sequence[torch.Tensor] | None, neg_lr: torch.Tensor, momentum: torch.Tensor,
+             weight_decay: float, foreach: bool) -> None:
+    """torch.optim.SGD's step (no dampening, Nesterov or maximize) with -lr and the momentum in
+    0-d float32 device tensors: ``g += wd p; b = m b + g; p += -lr b`` with torch's foreach
+    kernels (``foreach``, torch's choice on CUDA) or its per-tensor ops.  ``bufs``: the momentum
+    buffers (-0.0 before the first step), None for momentum 0."""
+    if foreach:
+        if weight_decay:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+        if bufs is not None:
+            torch._foreach_mul_(bufs, momentum)
+            torch._foreach_add_(bufs, grads)
+            grads = bufs
+    else:
+        if weight_decay:
+            grads = [g.add(p, alpha=weight_decay) for p, g in zip(params, grads)]
+        if bufs is not None:
+            for b, g in zip(bufs, grads):
+                b.mul_(momentum).add_(g)
+            grads = bufs
+    update = LR_UPDATES[LR_UPDATE]
+    for p, g in zip(params, grads):
+        update(p, g, neg_lr)
+
+
+def momentum_buffers(params: Sequence[torch.Tensor], moms: Sequence[float]
+                     ) -> list[torch.Tensor] | None:
+    """``sgd_step``'s momentum buffers before the first step: -0.0, so that ``-0 m + g`` is torch's
+    first-step copy of g, signed zeros included; None where torch keeps none (momentum 0: OneCycle's
+    momentum is constant, or cycled within 0.85-0.95)."""
+    return [torch.full_like(p, -0.0) for p in params] if any(moms) else None

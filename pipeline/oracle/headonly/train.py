@@ -1,13 +1,13 @@
 """``train-oracle --head-only``: heads trained on the oracle backbone's cached features, written as
 ordinary run directories (run.json, val_split.json, log.jsonl, checkpoints/best.pt, outputs/).
 
-prepared runs (as any run: caches checked, rows carved, loss resolved; ``pipeline.oracle.prepare``)
+prepared runs (as any run: caches checked, rows carved, loss resolved; ``pipeline.oracle.settings.prepare``)
 -> claimed -> grouped into banks (runs that differ only in loss parameters) -> per bank: the oracle
 backbone built once for the identity of its weights -> its feature caches (train + every eval
 split) opened and checked against the classifier caches, before anything is written -> features
-and targets loaded once -> the loop (``pipeline.oracle.loop``) over a ``FeatureSession`` -> per
+and targets loaded once -> the loop (``pipeline.oracle.loop.fit``) over a ``FeatureSession`` -> per
 head: best.pt (the head only), then every eval split's outputs and the run complete, as every run
-ends (``pipeline.oracle.outputs.finish_run``).
+ends (``pipeline.oracle.loop.outputs.finish_run``).
 """
 from __future__ import annotations
 
@@ -19,18 +19,20 @@ from cache.runs import BEST, RunError
 from cache.schema import CacheError
 from pipeline.core import dist
 from pipeline.core.losses import tnr_logit
-from pipeline.oracle.bank import BankOptim, score, train_heads
-from pipeline.oracle.checkpoint import load_checkpoint, save_checkpoint
-from pipeline.oracle.config import TrainConfig, bank_key, head_only_misfits
-from pipeline.oracle.features import (FeatureMemo, check_logits, check_valid, feature_record,
-                                      feature_source, load_table, open_features, oracle_backbone)
-from pipeline.oracle.headgraph import head_step_path
-from pipeline.oracle.log import StepLog
-from pipeline.oracle.loop import HeadState, TrainingDiverged
-from pipeline.oracle.heads import head_from_checkpoint
-from pipeline.oracle.outputs import Scorer, finish_run, scored_rows, write_z_outputs
-from pipeline.oracle.prepare import Prepared, claimed, prepare, run_extras, versions, write_val_split
-from pipeline.oracle.train import loop_settings, schedule_of
+from pipeline.oracle.headonly.bank import BankOptim, score, train_heads
+from pipeline.oracle.headonly.features import (FeatureMemo, check_logits, check_valid,
+                                               feature_record, feature_source, load_table,
+                                               open_features, oracle_backbone)
+from pipeline.oracle.headonly.graph import head_step_path
+from pipeline.oracle.loop.fit import HeadState, TrainingDiverged
+from pipeline.oracle.loop.log import StepLog
+from pipeline.oracle.loop.outputs import Scorer, finish_run, scored_rows, write_z_outputs
+from pipeline.oracle.loop.schedule import loop_settings, schedule_of
+from pipeline.oracle.nets.checkpoint import load_checkpoint, save_checkpoint
+from pipeline.oracle.nets.heads import head_from_checkpoint
+from pipeline.oracle.settings.config import TrainConfig, bank_key, head_only_misfits
+from pipeline.oracle.settings.prepare import (Prepared, claimed, prepare, run_extras, versions,
+                                              write_val_split)
 
 RETRAINS = "a re-run trains the head again (head-only runs keep no mid-run checkpoint)"
 
@@ -162,7 +164,7 @@ def _write_trained(prep: Prepared, h: HeadState, best_state: dict | None, final_
 
 def head_kind(cfg: TrainConfig) -> dict:
     """best.pt's and oracle_build's record of a head other than today's linear one on features
-    (``pipeline.oracle.heads.head_from_checkpoint`` reads it; absent: that one)."""
+    (``pipeline.oracle.nets.heads.head_from_checkpoint`` reads it; absent: that one)."""
     kind = {"arch": cfg.head_arch, "inputs": cfg.head_inputs}
     return {} if kind == {"arch": "linear", "inputs": "features"} else kind
 

@@ -8,12 +8,12 @@ uint8 batch, its targets and flips, and the scheduler's lr and momentum (OneCycl
 the host after every step, as in the eager path, and its values are copied in before the next).
 
 The SGD update.  ``torch.optim.SGD`` turns a tensor lr into a Python float (a host sync that
-capture refuses, and a constant the graph would keep), so the graph runs SGD's update with
-foreach kernels on device scalars: ``g += wd p; b = m b + g; p -= lr b``.  The momentum buffers
+capture refuses, and a constant the graph would keep), so the graph runs SGD's update on device
+scalars, the one both graphed steps run (``pipeline.oracle.loop.capture.sgd_step``: torch's
+kernels, ``p += -lr b`` rounded once as torch's ``add_(b, alpha=-lr)``).  The momentum buffers
 are the optimizer's own state tensors, created as zeros where missing (``m 0 + g = g`` is torch's
 first step exactly), so ``last.pt`` is the same object as in eager mode and a run resumes in
-either mode.  ``p -= lr b`` rounds twice where torch's fused ``add_(b, alpha=-lr)`` may round
-once: graphed and eager runs agree to the last bits of some weights, not bit for bit.
+either mode.
 
 Several processes (torchrun).  DDP all-reduces gradients from autograd hooks on the host, which a
 graph cannot hold, so the graphed step runs the model without DDP (``finetune.distribute``) and
@@ -41,14 +41,14 @@ from typing import Callable, Iterator
 
 import numpy as np
 import torch
+from torch.optim.optimizer import _default_to_fused_or_foreach
 
 from cache.runs import RunError
 from pipeline.core import dist
-from pipeline.oracle.capture import (GRAPH_MODES, capture, device_unsupported, not_capturable,
-                                     restore, snapshot, warm_up)
-from pipeline.oracle.sampler import StepSchedule, derive_seed
-from pipeline.oracle.step import TargetTable, TrainObjects, forward_backward, train_step
-
+from pipeline.oracle.finetune.step import TargetTable, TrainObjects, forward_backward, train_step
+from pipeline.oracle.loop.capture import (GRAPH_MODES, capture, device_unsupported, not_capturable,
+                                          restore, sgd_step, snapshot, warm_up)
+from pipeline.oracle.settings.sampler import StepSchedule, derive_seed
 
 
 def unsupported(objs: TrainObjects, accum_steps: int) -> str | None:
@@ -104,17 +104,6 @@ def agree(info: dist.DistInfo, mode: str, why: str | None) -> str | None:
     return "; ".join(f"rank {r}: {w}" for r, w in reasons.items()) or None
 
 
-@torch.no_grad()
-def sgd_update(params: list[torch.Tensor], grads: list[torch.Tensor], bufs: list[torch.Tensor],
-               lr: torch.Tensor, momentum: torch.Tensor, weight_decay: float) -> None:
-    """torch.optim.SGD's update (no dampening, no Nesterov) with lr and momentum on the device."""
-    if weight_decay:
-        grads = torch._foreach_add(grads, params, alpha=weight_decay)
-    torch._foreach_mul_(bufs, momentum)
-    torch._foreach_add_(bufs, grads)
-    torch._foreach_add_(params, torch._foreach_mul(bufs, -lr))
-
-
 class GraphedStep:
     """``train_step``'s signature and results; captures at its first call (after any resume)."""
 
@@ -153,7 +142,7 @@ class GraphedStep:
         for dst, src in zip(self.static, inputs):
             dst.copy_(src, non_blocking=True)
         group = self.objs.optimizer.param_groups[0]
-        self.lr.fill_(group["lr"])
+        self.neg_lr.fill_(-group["lr"])
         self.momentum.fill_(group["momentum"])
         torch.manual_seed(derive_seed(schedule.seed, "torch", step, self.objs.info.rank))
 
@@ -169,8 +158,8 @@ class GraphedStep:
         if objs.info.enabled and collectives:
             g = dist.mean_flat(g, objs.info.world)
         state = objs.optimizer.state
-        sgd_update(params, g, [state[p]["momentum_buffer"] for p in params], self.lr,
-                   self.momentum, objs.optimizer.param_groups[0]["weight_decay"])
+        sgd_step(params, g, [state[p]["momentum_buffer"] for p in params], self.neg_lr,
+                 self.momentum, objs.optimizer.param_groups[0]["weight_decay"], self.foreach)
         if objs.info.enabled and collectives:
             dist.broadcast_flat(list(objs.model.buffers()))
         return loss, counts, grads
@@ -184,7 +173,9 @@ class GraphedStep:
             if opt.state[p].get("momentum_buffer") is None:
                 opt.state[p]["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         self.static = [t.to(dev).clone() for t in inputs]
-        self.lr = torch.zeros((), device=dev)
+        self.neg_lr = torch.zeros((), device=dev)
+        params = opt.param_groups[0]["params"]    # torch's own kernel choice for them
+        self.foreach = bool(_default_to_fused_or_foreach(params, False, False)[1])
         self.momentum = torch.zeros((), device=dev)
         saved = _snapshot(objs)
         reset = lambda: opt.zero_grad(set_to_none=True)  # noqa: E731

@@ -1,10 +1,10 @@
 """Stage 2: train a fine-tuned oracle from cached classifier targets, then score the evaluation
-splits.  (Head-only runs: ``pipeline.oracle.headonly``; both share everything below the config.)
+splits.  (Head-only runs: ``pipeline.oracle.headonly.train``; both share everything below the config.)
 
-prepare (``pipeline.oracle.prepare``: caches checked, rows carved, loss resolved, run named) ->
+prepare (``pipeline.oracle.settings.prepare``: caches checked, rows carved, loss resolved, run named) ->
 claim the run directory (skip / resume / new) -> build oracle, optimizer, OneCycle, scaler
-(``pipeline.oracle.finetune``) -> the loop (``pipeline.oracle.loop``) with validation and
-checkpoints -> best oracle over each eval split (``pipeline.oracle.outputs.finish_run``).
+(``pipeline.oracle.finetune.objects``) -> the loop (``pipeline.oracle.loop.fit``) with validation and
+checkpoints -> best oracle over each eval split (``pipeline.oracle.loop.outputs.finish_run``).
 """
 from __future__ import annotations
 
@@ -13,43 +13,27 @@ import torch
 from cache.runs import RunError
 from pipeline.core import dist
 from pipeline.core.models import DataConfig
-from pipeline.oracle.config import TrainConfig, head_only_settings
-from pipeline.oracle.finetune import (ImageSession, build_objects, distribute, resume_state,
-                                      save_best)
-from pipeline.oracle.graph import choose_step
-from pipeline.oracle.log import StepLog
-from pipeline.oracle.loop import (LoopSettings, LoopState, TrainingDiverged, fit,
-                                  schedule_info)
-from pipeline.oracle.outputs import finish_run, image_scorer
-from pipeline.oracle.prepare import (Prepared, claimed, prepare, run_extras, versions,
-                                     write_val_split)
-from pipeline.oracle.targets import SplitMemo
+from pipeline.oracle.finetune.graph import choose_step
+from pipeline.oracle.finetune.objects import (ImageSession, build_objects, distribute, resume_state,
+                                              save_best)
+from pipeline.oracle.loop.fit import LoopState, TrainingDiverged, fit
+from pipeline.oracle.loop.log import StepLog
+from pipeline.oracle.loop.outputs import finish_run, image_scorer
+from pipeline.oracle.loop.schedule import loop_settings, schedule_of
+from pipeline.oracle.settings.config import TrainConfig, head_only_settings
+from pipeline.oracle.settings.prepare import (Prepared, claimed, prepare, run_extras, versions,
+                                              write_val_split)
+from pipeline.oracle.settings.targets import SplitMemo
 
 RESUMES = "the run resumes from its last complete checkpoint"
 
 
-def schedule_of(prep: Prepared, world: int) -> dict:
-    """run.json's ``schedule``: the effective OneCycle schedule of this run."""
-    cfg = prep.cfg
-    return schedule_info({"batch_size": cfg.batch_size, "accum_steps": cfg.accum_steps,
-                          "warmup_steps": cfg.warmup_steps, "cycle_momentum": cfg.cycle_momentum,
-                          "momentum": cfg.momentum},
-                         prep.schedule.total_steps, prep.schedule.steps_per_epoch, world)
-
-
-def loop_settings(prep: Prepared, ckpt_every: int | None, desc: str) -> LoopSettings:
-    cfg, total = prep.cfg, prep.schedule.total_steps
-    val_every = (cfg.val_every or max(1, total // 4)) if len(prep.val_rows) else None
-    return LoopSettings(total, prep.schedule.batch_size, max(1, cfg.log_every), val_every,
-                        ckpt_every, cfg.stop_at_step if ckpt_every else None, cfg.progress, desc)
-
-
 def train(cfg: TrainConfig, splits: SplitMemo | None = None) -> dict:
     """Run stage 2 for one (oracle, classifier, loss, seed); returns a summary dict.
-    (Head-only runs: ``pipeline.oracle.headonly.train_head_only``.)  ``splits``: a sweep's
+    (Head-only runs: ``pipeline.oracle.headonly.train.train_head_only``.)  ``splits``: a sweep's
     listings and image checks, shared by its runs."""
     if cfg.head_only or cfg.features_cache or head_only_settings(cfg):
-        raise RunError("head-only runs are trained by pipeline.oracle.headonly.train_head_only "
+        raise RunError("head-only runs are trained by pipeline.oracle.headonly.train.train_head_only "
                        f"({', '.join(['--features-cache'] + head_only_settings(cfg))} "
                        "applies to --head-only runs only)")
     info, device = dist.init(cfg.device)
