@@ -16,6 +16,7 @@ from cache.outputs import read_outputs
 from oracle_fixtures import CLASSIFIER, TINY_VIT_KWARGS, extract, run_cli, step_losses, \
     write_colour_tree
 from pipeline.oracle.headonly import graph as headgraph
+from pipeline.oracle.loop import capture
 from test_head_only_step import assert_identical, check_sgd_step, feature_table, run_bank
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -39,10 +40,10 @@ def test_sgd_step_equals_torch_sgd_on_cuda():
 
 def test_lr_update_candidates_against_torchs_fused_update():
     """torch.optim.SGD's foreach update ends with ``p.add_(b, alpha=-lr)``; with -lr a 0-d device
-    tensor each candidate of ``headgraph.LR_UPDATES`` is compared with it on random tensors.
+    tensor each candidate of ``capture.LR_UPDATES`` is compared with it on random tensors.
     LR_UPDATE must match bit for bit; the mismatches of every candidate are printed (-s)."""
     g = torch.Generator().manual_seed(0)
-    bad = dict.fromkeys(headgraph.LR_UPDATES, 0)
+    bad = dict.fromkeys(capture.LR_UPDATES, 0)
     for trial in range(200):
         shape = [(3, 768), (100,), (1, 400, 400), (5, 37)][trial % 4]
         p = torch.randn(shape, generator=g).to(CUDA)
@@ -51,12 +52,12 @@ def test_lr_update_candidates_against_torchs_fused_update():
         ref = p.clone()
         torch._foreach_add_([ref], [b], alpha=-lr)
         neg_lr = torch.tensor(-lr, dtype=torch.float32, device=CUDA)
-        for name, update in headgraph.LR_UPDATES.items():
+        for name, update in capture.LR_UPDATES.items():
             ours = p.clone()
             update(ours, b, neg_lr)
             bad[name] += int(not torch.equal(ours, ref))
     print(f"\nlr update candidates, trials (of 200) not bit-identical to torch's: {bad}")
-    assert bad[headgraph.LR_UPDATE] == 0, bad
+    assert bad[capture.LR_UPDATE] == 0, bad
 
 
 @pytest.fixture(scope="module")
