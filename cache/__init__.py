@@ -6,5 +6,6 @@ manifest.py   identity.json / manifest.json, claiming a directory, finding damag
 reader.py     ClassifierCache: the API later stages read a complete cache with
 outputs.py    oracle output files (one per evaluated split of a run)
 integrity.py  checksums (XXH3) and the one "disk full" error
+atomic.py     every file written under a temporary name, then renamed over the old one
 lock.py       DIR/.lock: one writing process per cache or run directory
 """

@@ -6,11 +6,10 @@ identity) or refuses it naming the differing attribute.  The manifest's presence
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from cache.integrity import no_room, no_room_reason
+from cache.atomic import atomic_file
 from cache.shards import shard_entry, shard_path, shard_problem
 from cache.schema import (CLASSIFIER_IDENTITY, SOURCE_STAMP, CacheError, canonical,
                           check_identity)
@@ -23,21 +22,10 @@ def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
     """Write to a temporary name, fsync, then rename: readers never see half a file.  On any
     failure (disk full, interrupt) the temporary file is removed and nothing else changes."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w") as fh:
-            json.dump(canonical(payload), fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as err:
-        tmp.unlink(missing_ok=True)
-        reason = no_room_reason(err)
-        if reason:
-            raise no_room(path, reason, f"{path.name} is unchanged and everything complete "
-                          "is kept") from None
-        raise
+    with atomic_file(path, "w", kept=f"{path.name} is unchanged and everything complete "
+                     "is kept") as fh:
+        json.dump(canonical(payload), fh, indent=2, sort_keys=True)
+        fh.write("\n")
 
 
 def check_cache_root(root: Path) -> None:

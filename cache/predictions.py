@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from cache.integrity import no_room, no_room_reason
+from cache.atomic import atomic_path
 from cache.manifest import write_json_atomic
 from cache.schema import CacheError
 
@@ -92,21 +91,13 @@ def write_table(path: Path, rows: Sequence[Mapping[str, Any]], meta: Mapping[str
     path = Path(path)
     fmt = table_format(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_path(path, kept="the trained run is kept") as tmp:
         if fmt == "csv":
             _write_csv(tmp, rows)
         elif fmt == "jsonl":
             _write_jsonl(tmp, rows)
         else:
             _write_parquet(tmp, rows, meta)
-        os.replace(tmp, path)
-    except BaseException as err:
-        tmp.unlink(missing_ok=True)
-        reason = no_room_reason(err)
-        if reason:
-            raise no_room(path, reason, "the trained run is kept") from None
-        raise
     sidecar = meta_path(path)
     write_json_atomic(sidecar, {**meta, "table": str(path), "format": fmt})
     return sidecar

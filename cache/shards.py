@@ -10,13 +10,13 @@ into RAM in the main process and never hold an HDF5 handle across a DataLoader f
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from cache.integrity import column_hash, file_digest, no_room, no_room_reason
+from cache.atomic import atomic_path
+from cache.integrity import column_hash, file_digest
 from cache.schema import (CLASSIFIER_COLUMNS, CLASSIFIER_IDENTITY, SOURCE_STAMP, CacheError,
                           CacheMismatch, check_identity, from_attr, identity_diff, to_attr)
 
@@ -47,12 +47,13 @@ def write_shard(path: Path, columns: Mapping[str, np.ndarray], attrs: Mapping[st
     import h5py
 
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     arrays = {name: np.ascontiguousarray(a) for name, a in columns.items()}
     attrs = {**attrs, HASHES: {name: column_hash(a) for name, a in arrays.items()}}
     # one allocation for the whole image (the core driver grows in 64 KiB steps otherwise)
     block = sum(a.nbytes for a in arrays.values()) + (1 << 16)
-    try:
+    # not fsynced: the manifest's size and hash of every shard (checked on open, --verify) find
+    # one a crash lost, and waiting for each shard to reach the disk would stall extraction
+    with atomic_path(path, durable=False, kept=kept) as tmp:
         with h5py.File(tmp.name, "w", driver="core", backing_store=False,  # RAM only
                        block_size=block) as fh:
             for key, value in attrs.items():
@@ -63,13 +64,6 @@ def write_shard(path: Path, columns: Mapping[str, np.ndarray], attrs: Mapping[st
             image = fh.id.get_file_image()
         with open(tmp, "wb") as out:
             out.write(image)
-        os.replace(tmp, path)
-    except BaseException as err:
-        tmp.unlink(missing_ok=True)
-        reason = no_room_reason(err)
-        if reason:
-            raise no_room(path, reason, kept) from None
-        raise
 
 
 def add_to_shard(path: Path, columns: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> None:

@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from cache import manifest as mf
+from cache import atomic, manifest as mf
 from cache.schema import (SCHEMA_VERSION, CacheError, CacheMismatch, canonical, check_identity,
                           identity_diff)
 from cache.shards import load_split, read_columns, shard_is_complete, write_shard
@@ -55,7 +55,7 @@ def test_json_writes_are_atomic_and_report_disk_full(tmp_path, monkeypatch):
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(mf.os, "fsync", full)
+    monkeypatch.setattr(atomic.os, "fsync", full)      # the one writer (cache.atomic)
     with pytest.raises(CacheError, match="disk full while writing .*manifest.json"):
         mf.write_json_atomic(path, {"a": 3})
     assert json.loads(path.read_text()) == {"a": [1, 2]} and no_temporaries(tmp_path)

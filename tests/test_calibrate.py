@@ -6,6 +6,7 @@ import pytest
 from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp
 
+from pipeline.core import logits as L
 from pipeline.core.metrics import aurc
 from pipeline.report import calibrate as C
 
@@ -57,8 +58,8 @@ def literal_pnorm(z, p):
 @pytest.mark.parametrize("p", [0, 1, 2, 3, 7])
 def test_pnorm_equals_the_paper_formula(p):
     z, _ = logits_case(m=300)
-    assert np.allclose(C.pnorm_score(z, p), literal_pnorm(z, p), rtol=1e-12)
-    assert np.allclose(C.pnorm_score(z, "MSP"), C.msp(z))
+    assert np.allclose(L.pnorm64(z, p), literal_pnorm(z, p), rtol=1e-12)
+    assert np.allclose(L.pnorm64(z, "MSP"), L.msp64(z))
 
 
 def test_pnorm_picks_the_lowest_aurc_or_falls_back_to_msp():
@@ -70,7 +71,7 @@ def test_pnorm_picks_the_lowest_aurc_or_falls_back_to_msp():
     fit = C.fit_pnorm(broken, labels)
     correct = broken.argmax(1) == labels
     grid = {str(p): aurc(literal_pnorm(broken, p), correct) for p in C.P_GRID}
-    grid["MSP"] = aurc(C.msp(broken), correct)
+    grid["MSP"] = aurc(L.msp64(broken), correct)
     assert fit["aurc_grid"] == pytest.approx(grid)
     assert fit["p"] != "MSP" and fit["aurc"] == min(grid.values()) < grid["MSP"]
     # well-behaved logits where MSP is already best: the fallback is kept
@@ -98,5 +99,5 @@ def test_report_scores_agree_with_the_fitted_forms():
     for p in (*C.P_GRID, "MSP"):
         got = baseline_scores(z, names=("pnorm", "ts"), params={"pnorm": p, "ts": 1.7},
                               chunk_rows=128)
-        assert np.allclose(got["pnorm"], C.pnorm_score(z, p), rtol=1e-5, atol=1e-7), p
-        assert np.allclose(got["ts"], C.msp(z, 1.7), rtol=1e-5, atol=1e-7)
+        assert np.allclose(got["pnorm"], L.pnorm64(z, p), rtol=1e-5, atol=1e-7), p
+        assert np.allclose(got["ts"], L.msp64(z, 1.7), rtol=1e-5, atol=1e-7)

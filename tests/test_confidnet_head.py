@@ -146,18 +146,8 @@ def test_a_stacked_head_standardises_the_statistics_and_best_pt_carries_the_mome
 
 
 
-def numpy_stats(logits: np.ndarray) -> np.ndarray:
-    z = logits.astype(np.float64)
-    e = np.exp(z - z.max(1, keepdims=True))
-    p = e / e.sum(1, keepdims=True)
-    top = np.sort(z, axis=1)[:, ::-1]
-    c = z - z.mean(1, keepdims=True)
-    return np.stack([p.max(1), top[:, 0], top[:, 0] - top[:, 1], (p * np.log(p)).sum(1),
-                     np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) + z.max(1),
-                     c.max(1) / np.linalg.norm(c, axis=1)], axis=1)
-
-
 def test_stacked_inputs_are_the_statistics_of_the_cached_logits_of_each_view(tree):
+    from pipeline.core.logits import logit_stats
     from pipeline.oracle.headonly.features import load_table
     from pipeline.oracle.settings.targets import open_split, training_targets
 
@@ -167,7 +157,8 @@ def test_stacked_inputs_are_the_statistics_of_the_cached_logits_of_each_view(tre
                        stacked=True)
     cols = split.cache.load(["logits", "logits_flip", "features"])
     assert cols["logits"].dtype == np.float16
-    ref = np.concatenate([numpy_stats(cols["logits"]), numpy_stats(cols["logits_flip"])])
+    # the numpy form of the statistics (tests/test_logit_stats.py: the torch form equals it)
+    ref = np.concatenate([logit_stats(cols["logits"]), logit_stats(cols["logits_flip"])])
     np.testing.assert_allclose(table.stats.numpy(), ref, rtol=1e-5, atol=1e-5)
     n = split.cache.num_rows
     idx = torch.tensor([0, n + 3])          # a plain row and a flipped row

@@ -189,6 +189,19 @@ def test_fashion_mnist_splits(fmnist_dir):
         list_split(None, "val")
 
 
+def test_the_embedded_dataset_is_decided_by_its_formats_entry(fmnist_dir, tmp_path):
+    """One decision (is_embedded_dataset) from the FORMATS entry: the default, a --data folder of
+    its idx files and nothing else list samples its presets apply to."""
+    assert [f.embedded for f in sources.FORMATS] == ["fashion-mnist", None]
+    assert sources.is_embedded_dataset(list_split(None, "test").dataset)
+    assert sources.is_embedded_dataset(list_split(str(fmnist_dir), "train").dataset)
+    root = make_imagenet_tree(tmp_path / "inet", SYN[:2], 1, splits=("train",))
+    assert not sources.is_embedded_dataset(list_split(str(root), "train").dataset)
+    assert sources.embedded_data(None) and sources.embedded_data(str(fmnist_dir))
+    assert not sources.embedded_data(str(root))
+    assert sources.data_name(None) == "fashion-mnist" and sources.data_name(str(root)) == "inet"
+
+
 def test_fashion_mnist_missing_gives_the_install_hint(monkeypatch, tmp_path):
     monkeypatch.setattr(sources, "FMNIST_DIR", tmp_path / "absent")
     with pytest.raises(DataError, match="apt-get install -y dataset-fashion-mnist"):

@@ -36,7 +36,7 @@ from pipeline.core.precision import autocast, default_precision
 from pipeline.data import attacked as fmt
 from pipeline.data.images import (GpuNormalize, ImageRows, default_workers, make_loader,
                                   transform_for)
-from pipeline.data.sources import FMNIST_NAME, SampleList, is_embedded, list_split
+from pipeline.data.sources import SampleList, is_embedded_dataset, list_split
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def attack(cfg: AttackConfig) -> dict:
     if cfg.workers is None:
         cfg = replace(cfg, workers=0 if samples.idx_images is not None
                       else default_workers(dist.local_world()))
-    spec = resolve_spec(cfg.classifier, is_embedded(cfg.data) or samples.dataset == FMNIST_NAME,
+    spec = resolve_spec(cfg.classifier, is_embedded_dataset(samples.dataset),
                         cfg.weights, cfg.random_init, cfg.model_kwargs)
     model = build_model(spec, seed=cfg.seed)
     data_cfg = resolve_data_config(model, spec, cfg.preprocess)

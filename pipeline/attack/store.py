@@ -9,7 +9,6 @@ overwrites their files by name, so no row is ever duplicated.
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 from torchvision.io import encode_png
 
+from cache.atomic import atomic_file, atomic_path
 from cache.manifest import write_json_atomic
 from pipeline.data import attacked as fmt
 from pipeline.data.sources import SampleList
@@ -84,9 +84,8 @@ def claim_classes(root: Path, dataset: str, dirnames: tuple[str, ...]) -> None:
                                        and not p.name.startswith("."))) == dirnames:
         return
     root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{fmt.CLASSES_FILE}.tmp-{os.getpid()}"
-    tmp.write_text("".join(f"{c}\n" for c in dirnames))
-    os.replace(tmp, path)
+    with atomic_file(path, "w") as fh:
+        fh.write("".join(f"{c}\n" for c in dirnames))
 
 
 def output_files(samples: SampleList, rows: np.ndarray, dirnames: tuple[str, ...]) -> list[str]:
@@ -99,9 +98,9 @@ def _write_png(path: Path, image: torch.Tensor) -> None:
     with warnings.catch_warnings():  # torchvision >= 0.29 deprecates its codecs (still fine)
         warnings.simplefilter("ignore", DeprecationWarning)
         data = encode_png(image, compression_level=6).numpy().tobytes()
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    # not fsynced: a shard's images, each made again with its shard when the record is missing
+    with atomic_path(path, durable=False) as tmp:
+        tmp.write_bytes(data)
 
 
 class ShardWriter:
@@ -125,10 +124,9 @@ class ShardWriter:
             f.result()
         self.pending = []
         path = fmt.shard_record(self.split_dir, shard)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
-        np.savez(tmp, identity=np.array(json.dumps(self.identity, sort_keys=True)),
-                 files=np.array(files), **columns)
-        os.replace(tmp, path)
+        with atomic_path(path, suffix=".npz") as tmp:   # numpy adds .npz to a name without it
+            np.savez(tmp, identity=np.array(json.dumps(self.identity, sort_keys=True)),
+                     files=np.array(files), **columns)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)

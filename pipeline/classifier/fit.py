@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from cache.atomic import atomic_file
 from cache.schema import to_attr
 from pipeline.core import dist
 from pipeline.core.inference import scoring
@@ -31,8 +32,8 @@ from pipeline.core.precision import autocast, default_precision
 from pipeline.core.presets import DEFAULT_FIT, EMBEDDED_ARCH, EMBEDDED_FIT, embedded_classifier_path
 from pipeline.data.errors import DataError
 from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, make_loader
-from pipeline.data.sources import (FMNIST_NAME, SampleList, default_artifacts, is_embedded,
-                                   list_split)
+from pipeline.data.sources import (SampleList, default_artifacts, embedded_data,
+                                   is_embedded_dataset, list_split)
 
 CHECKPOINT_VERSION = 1
 # FitConfig fields that say where and how, not what is fitted: not in the checkpoint's meta
@@ -224,11 +225,9 @@ def save_checkpoint(path: Path, model, spec, data_cfg, meta: dict) -> None:
             "model_kwargs": dict(spec.kwargs), "data_config": data_cfg.to_dict(),
             "state_dict": state, "meta": meta}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     # through a file object, torch.save names the zip's folder "archive", not after the temp file
-    with open(tmp, "wb") as fh:
+    with atomic_file(path, "wb") as fh:
         torch.save(ckpt, fh)
-    os.replace(tmp, path)
 
 
 def read_checkpoint(path: Path) -> dict:
@@ -266,10 +265,11 @@ ORACLE_SPLIT_WARNING = (
     "pass --split NAME here, or train the oracles on another split (train-oracle --train-split)")
 
 
-def default_split(data: str | None, embedded_data: bool) -> str:
-    """clf-train on the embedded dataset and wherever ROOT/clf-train/ exists (the classifier's
-    images, kept apart from the oracles'), else train (with ORACLE_SPLIT_WARNING)."""
-    if embedded_data or (data is not None and (Path(data) / "clf-train").is_dir()):
+def default_split(data: str | None, idx_data: bool) -> str:
+    """clf-train on the embedded dataset (``idx_data``: its idx files) and wherever
+    ROOT/clf-train/ exists (the classifier's images, kept apart from the oracles'), else train
+    (with ORACLE_SPLIT_WARNING)."""
+    if idx_data or (data is not None and (Path(data) / "clf-train").is_dir()):
         return "clf-train"
     return ORACLE_TRAIN_SPLIT
 
@@ -278,11 +278,10 @@ def fit(cfg: FitConfig) -> dict:
     """Fit one classifier; returns {"skipped", "out", "meta", "notes"} (meta as saved)."""
     if dist.info().enabled:
         raise ModelError("fit-classifier runs in one process: start it with python, not torchrun")
-    idx_root = cfg.data is not None and any(Path(cfg.data).glob("*-images-idx3-ubyte*"))
-    embedded_data = is_embedded(cfg.data) or idx_root
-    samples = list_split(cfg.data, cfg.split or default_split(cfg.data, embedded_data),
+    idx_data = embedded_data(cfg.data)
+    samples = list_split(cfg.data, cfg.split or default_split(cfg.data, idx_data),
                          cfg.labels_file)
-    embedded_preset = samples.dataset == FMNIST_NAME and cfg.classifier in EMBEDDED_ARCH
+    embedded_preset = is_embedded_dataset(samples.dataset) and cfg.classifier in EMBEDDED_ARCH
     hp = resolve_hparams(cfg, embedded_preset)
     num_classes = cfg.num_classes or len(samples.classes)
     if int(samples.labels.max()) >= num_classes:
@@ -296,11 +295,11 @@ def fit(cfg: FitConfig) -> dict:
         return {"skipped": True, "out": str(out), "meta": ckpt.get("meta", {}), "fitted": fitted,
                 "notes": stale_reasons(ckpt, spec, hp, samples)}
     notes = []
-    if samples.dataset == FMNIST_NAME and samples.split != "clf-train":
+    if is_embedded_dataset(samples.dataset) and samples.split != "clf-train":
         notes.append(f"fitted on split {samples.split!r}: the embedded dataset keeps 'clf-train' "
                      "for the classifiers so that the oracles' 'train' and 'test' stay unseen")
     warnings = [ORACLE_SPLIT_WARNING.format(split=samples.split)] \
-        if samples.split == ORACLE_TRAIN_SPLIT and not embedded_data else []
+        if samples.split == ORACLE_TRAIN_SPLIT and not idx_data else []
     _, device = dist.init(cfg.device)
     hp["precision"] = default_precision(hp["precision"], device)   # meta records it resolved
     model = build_classifier(cfg, spec)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from PIL import Image
 from torchvision.transforms.v2 import functional as TF
 from tqdm import tqdm
 
+from cache.atomic import atomic_file, atomic_path
 from pipeline.data.corruptions import make_corruption
 from pipeline.data.errors import DataError
 from pipeline.data.imagecorruptions_compat import installed_version as imagecorruptions_version
@@ -95,9 +95,8 @@ def claim(out: Path, manifest: dict) -> None:
                             f"{ {k: manifest[k] for k in differ} } now); use another --out")
         return
     out.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{MANIFEST}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(manifest, indent=2))
-    tmp.replace(path)
+    with atomic_file(path, "w") as fh:
+        fh.write(json.dumps(manifest, indent=2))
 
 
 class CorruptRows(ImageRows):
@@ -132,9 +131,9 @@ def write_image(img: torch.Tensor, path: Path, fmt: str) -> None:
     buf = io.BytesIO()
     pil.save(buf, "JPEG", quality=JPEG_QUALITY) if fmt == "jpeg" else pil.save(buf, "PNG")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(buf.getvalue())
-    tmp.replace(path)
+    # not fsynced: thousands of images, each made again by a re-run when it is missing
+    with atomic_path(path, durable=False) as tmp:
+        tmp.write_bytes(buf.getvalue())
 
 
 def corrupt_split(cfg: CorruptConfig) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.data.errors import DataError
-from pipeline.data.sources import FMNIST_NAME, SampleList, empty_class_folders
+from pipeline.data.sources import SampleList, empty_class_folders, is_embedded_dataset
 
 FIX = ("list the classifier's classes in {path}, one per line in the order of its outputs (a "
        "classifier fine-tuned with torchvision's ImageFolder: the sorted folder names)")
@@ -39,7 +39,7 @@ def check_num_classes(num_classes: int, samples: SampleList, classifier: str) ->
     hint = (f" Class folder(s) {', '.join(map(str, empty[:5]))} hold no images: remove "
             f"{'it' if len(empty) == 1 else 'them'} if {'it is' if len(empty) == 1 else 'they are'}"
             " not a class of the classifier." if empty else "")
-    if samples.dataset == FMNIST_NAME:    # most often: --data forgotten, the embedded set listed
+    if is_embedded_dataset(samples.dataset):  # most often: --data forgotten, the default listed
         hint += (f" {samples.root} is Fashion-MNIST, the dataset used when no --data is given: "
                  "for your own images pass --data ROOT.")
     raise DataError(f"--classifier {classifier} has {num_classes} outputs but {where} has {n} "

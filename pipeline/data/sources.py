@@ -88,7 +88,15 @@ class SampleList:
 
 
 def is_embedded(data: str | None) -> bool:
+    """``--data`` names the embedded dataset: left out, empty or its name."""
     return data is None or data in ("", FMNIST_NAME)
+
+
+def is_embedded_dataset(dataset: str) -> bool:
+    """Samples (``SampleList.dataset``) or a cache (its identity's) of the embedded dataset, which
+    its presets (``presets.EMBEDDED_*``) apply to: listed under its ``FORMATS`` entry's name (from
+    the default, a folder of its idx files, or an attack's split of it, which keeps the name)."""
+    return any(f.embedded == dataset for f in FORMATS if f.embedded)
 
 
 def list_split(data: str | None, split: str, labels_file: str | None = None) -> SampleList:
@@ -126,14 +134,20 @@ def check_splits(data: str | None, splits: tuple[str, ...]) -> None:
 
 
 def embedded_data(data: str | None) -> bool:
-    """The embedded Fashion-MNIST, or a --data folder holding its four idx files."""
-    return is_embedded(data) or FASHION_MNIST_IDX.detect(Path(data))
+    """The embedded Fashion-MNIST, or a --data folder holding its four idx files (a root that
+    the embedded layout of ``FORMATS`` recognises)."""
+    return is_embedded(data) or any(f.detect(Path(data)) for f in FORMATS if f.embedded)
 
 
 def default_artifacts(data: str | None) -> Path:
     """The artifacts root of ``--data`` (``pipeline.core.artifacts``): artifacts/<its folder's
     name>, artifacts/fashion-mnist for the embedded dataset; every stage's default outputs."""
-    return artifacts_root(FMNIST_NAME if is_embedded(data) else Path(data).resolve().name)
+    return artifacts_root(data_name(data))
+
+
+def data_name(data: str | None) -> str:
+    """What names ``--data`` in default paths: its folder's name, or the embedded dataset's."""
+    return FMNIST_NAME if is_embedded(data) else Path(data).resolve().name
 
 
 def _root(data: str) -> Path:
@@ -156,6 +170,9 @@ class Format:
     has_split: Callable[[Path, str], bool]
     missing: Callable[[Path, str], str]
     list: Callable[[Path, str, str | None], SampleList]
+    # the embedded dataset's layout: the name it lists every split under (is_embedded_dataset);
+    # None for the layouts whose datasets are named after their data
+    embedded: str | None = None
 
 
 def layout(root: Path, split: str) -> Format:
@@ -316,7 +333,8 @@ def _no_folder(root: Path, split: str) -> str:
 
 FASHION_MNIST_IDX = Format("Fashion-MNIST idx files", _has_idx_files, lambda root: ("train", "test"),
                            lambda root, split: split in FMNIST_SPLITS, _no_idx_split,
-                           lambda root, split, labels_file: fashion_mnist(root, split))
+                           lambda root, split, labels_file: fashion_mnist(root, split),
+                           embedded=FMNIST_NAME)
 IMAGE_FOLDER = Format("image folders", lambda root: True, _folder_splits,
                       lambda root, split: (root / split).is_dir(), _no_folder, image_folder)
 # Tried in this order (``layout``): a root with idx files may also hold ImageFolder splits (an

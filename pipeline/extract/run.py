@@ -20,6 +20,7 @@ import torch
 from tqdm import tqdm
 
 from cache import manifest as mf
+from cache.atomic import temp_files
 from cache.schema import (FEATURE_COLUMN, KIND_CLASSIFIER, MC_DROPOUT, SCHEMA_VERSION, CacheError,
                           cache_columns)
 from cache.shards import (read_attrs, read_columns, shard_entry, shard_is_complete, shard_path,
@@ -37,7 +38,7 @@ from pipeline.data.images import (GpuNormalize, chunk_batches, default_workers, 
                                   transform_for)
 from pipeline.data.orientation import EXIF_TRANSPOSE, reading_exif
 from pipeline.data.prefetch import StagedPrefetch
-from pipeline.data.sources import SampleList, is_embedded, list_split
+from pipeline.data.sources import SampleList, is_embedded_dataset, list_split
 from pipeline.extract import mcdropout as mc
 from pipeline.extract.claim import claim, locked
 from pipeline.data.stamps import SourceRecorder
@@ -142,7 +143,7 @@ def extract(cfg: ExtractConfig) -> dict:
     if cfg.workers is None:  # in-memory idx images: worker IPC would cost more than the work
         cfg = replace(cfg, workers=0 if samples.idx_images is not None and not cfg.corruption
                       else default_workers(dist.local_world()))
-    spec = resolve_spec(cfg.classifier, is_embedded(cfg.data) or samples.dataset == "fashion-mnist",
+    spec = resolve_spec(cfg.classifier, is_embedded_dataset(samples.dataset),
                         cfg.weights, cfg.random_init, cfg.model_kwargs)
     text = model_text(cfg, spec)
     model, mc_rates = mc.mc_model(spec, cfg.seed, cfg.mc_dropout_rate, text) if cfg.mc_dropout \
@@ -196,7 +197,7 @@ def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, 
     classifier and how messages name it."""
     model, text = model
     for s in todo:  # stale temporaries of an interrupted run of this rank's shards
-        for tmp in Path(cfg.out).glob(f".{shard_path(cfg.out, s).name}.tmp-*"):
+        for tmp in temp_files(shard_path(cfg.out, s)):
             tmp.unlink(missing_ok=True)
     my_ranges = [ranges[s] for s in todo]
     batch_rows = chunk_batches(my_ranges, cfg.batch_size, cfg.shuffle_seed)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.core.catalog import log_name
 from pipeline.core.losses import LOSSES
 from pipeline.report.baselines import DISPLAY_ORDER
 from pipeline.report.compare import row_intervals
@@ -138,7 +139,8 @@ def _row(members: list[dict]) -> dict:
            "excluded_rows": [m["excluded_rows"] for m in members], "agg": {}, "warnings": [],
            "_members": members}
     for d in ("paper", "standard"):
-        row["agg"][d] = {"acc": _agg([(m["accuracy"], None, None) for m in members], members)}
+        row["agg"][d] = {"acc": _agg([(m[log_name("acc")], None, None) for m in members],
+                                     members)}
         for name in members[0]["metrics"][d]["values"]:
             entries = [(m["metrics"][d]["values"][name], m["metrics"][d]["undefined"].get(name),
                         m["metrics"][d]["notes"].get(name)) for m in members]

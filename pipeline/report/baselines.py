@@ -44,27 +44,16 @@ from typing import Any, Callable
 
 import numpy as np
 
+from pipeline.core.logits import Softmax, pnorm
 from pipeline.report.calibrate import fit_pnorm, fit_relu, fit_temperature
 
 CHUNK_ELEMENTS = 8_388_608   # logits per float32 chunk (32 MB): 8,192 rows at K = 1,000
 
 
-@dataclass(frozen=True)
-class Softmax:
-    """Softmax quantities of z / T that several scores share: zm = z / T - m (m = max z / T),
-    e = exp(zm), S = sum e.  Then MCP = 1/S (the max of e is exp(0) = 1),
-    sum p log p = sum(e zm)/S - log S, sum p^2 = sum(e^2)/S^2, logsumexp(z / T) = m + log S."""
-    zm: np.ndarray
-    e: np.ndarray
-    m: np.ndarray
-    total: np.ndarray
-    log_total: np.ndarray
-
-
 class Chunk:
     """One chunk of logits (m, K) and of the cache columns the scores read (``columns``); its
-    softmax passes are computed on first use and kept, so one exp pass serves every score of a
-    temperature."""
+    softmax passes (``pipeline.core.logits.Softmax``) are computed on first use and kept, so one
+    exp pass serves every score of a temperature."""
 
     def __init__(self, logits: np.ndarray, columns: dict[str, np.ndarray] | None = None):
         self.logits = logits
@@ -73,42 +62,19 @@ class Chunk:
 
     def softmax(self, temperature: float = 1.0) -> Softmax:
         if temperature not in self._softmax:
-            z = self.logits.astype(np.float32)
-            if temperature != 1.0:
-                z /= np.float32(temperature)
-            m = z.max(axis=1)
-            z -= m[:, None]
-            e = np.exp(z)
-            total = e.sum(axis=1)
-            self._softmax[temperature] = Softmax(z, e, m, total, np.log(total))
+            self._softmax[temperature] = Softmax.of(self.logits, temperature)
         return self._softmax[temperature]
 
     def msp(self, temperature: float = 1.0) -> np.ndarray:
-        return 1.0 / self.softmax(temperature).total
-
-
-def _entropy(c: Chunk, _) -> np.ndarray:
-    s = c.softmax()
-    return np.einsum("ij,ij->i", s.e, s.zm) / s.total - s.log_total
-
-
-def _doctor(c: Chunk, _) -> np.ndarray:
-    s = c.softmax()
-    return np.einsum("ij,ij->i", s.e, s.e) / (s.total * s.total)
-
-
-def _energy(c: Chunk, _) -> np.ndarray:
-    s = c.softmax()
-    return s.m + s.log_total          # T * logsumexp(z / T) at T = 1
+        return self.softmax(temperature).msp()
 
 
 def _pnorm(c: Chunk, p) -> np.ndarray:
-    return c.msp() if p == "MSP" else pnorm_chunk(c.logits, p)
+    return c.msp() if p == "MSP" else pnorm(c.logits, p)
 
 
 def _relu(c: Chunk, matrix: np.ndarray) -> np.ndarray:
-    s = c.softmax()
-    p = s.e / s.total[:, None]
+    p = c.softmax().probs()
     return -np.einsum("ij,ij->i", p @ matrix.astype(np.float32), p)
 
 
@@ -172,11 +138,12 @@ class Baseline:
 # Evaluation order (report.json); ``order`` is the display order.
 TABLE = {
     "mcp": Baseline("MCP", 0, lambda c, _: c.msp(), probability=True, calibrated=True),
-    "entropy": Baseline("Neg. entropy", 2, _entropy),
+    "entropy": Baseline("Neg. entropy", 2, lambda c, _: c.softmax().neg_entropy()),
     "maxlogit": Baseline("Max logit", 3, lambda c, _: c.logits.max(axis=1).astype(np.float32),
                          worker=1),
-    "energy": Baseline("Energy", 5, _energy, worker=1),
-    "doctor": Baseline("DOCTOR (D_alpha)", 6, _doctor, probability=True),
+    "energy": Baseline("Energy", 5, lambda c, _: c.softmax().energy(), worker=1),
+    "doctor": Baseline("DOCTOR (D_alpha)", 6, lambda c, _: c.softmax().sum_squares(),
+                       probability=True),
     "ts": Baseline("MSP (temp. scaled)", 1, lambda c, t: c.msp(t), probability=True,
                    calibrated=True, prose="temperature-scaled MSP",
                    fitted=Fit(fit_temperature, "temperature", "T", "temperature scaling",
@@ -222,34 +189,6 @@ def fit_methods() -> str:
 def and_join(words: list[str]) -> str:
     """'a, b and c'."""
     return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
-
-
-def pnorm_chunk(logits: np.ndarray, p) -> np.ndarray:
-    """MaxLogit-pNorm of one chunk in float32 (``calibrate.pnorm_scores`` is the float64 form
-    used to choose p): max_k (z_k - mean z) / ||z - mean z||_p; p = "MSP" gives the MSP."""
-    if p == "MSP":
-        return Chunk(logits).msp()
-    z = logits.astype(np.float32)
-    z -= z.mean(axis=1, keepdims=True)
-    if p == 0:
-        norm = np.count_nonzero(z, axis=1).astype(np.float32)
-    elif p == 2:
-        norm = np.sqrt(np.einsum("ij,ij->i", z, z))
-    else:
-        norm = _power(np.abs(z), int(p)).sum(axis=1) ** np.float32(1.0 / p)
-    return z.max(axis=1) / np.maximum(norm, np.float32(1e-12))
-
-
-def _power(a: np.ndarray, p: int) -> np.ndarray:
-    """a ** p for a positive integer p by repeated squaring (float pow is ~10x slower)."""
-    out, base = None, a
-    while p:
-        if p & 1:
-            out = base.copy() if out is None else out * base
-        p >>= 1
-        if p:
-            base = base * base
-    return out
 
 
 def available(names: tuple[str, ...], cache_columns: list[str]) -> tuple[str, ...]:

@@ -18,13 +18,16 @@
   p^T D p.  lambda = 0.5, softmax temperature 1 and no input perturbation (their defaults; they
   also grid-search T and a perturbation on their validation rows).
 
-Too few rows, or rows of one kind only (every prediction right, or every one wrong), raise
-``FitError`` with the counts; the report records the reason instead of a number.
+The scores fitted on (MSP, MaxLogit-pNorm's grid, the softmax) are the float64 forms of
+``pipeline.core.logits``.  Too few rows, or rows of one kind only (every prediction right, or
+every one wrong), raise ``FitError`` with the counts; the report records the reason instead of a
+number.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from pipeline.core.logits import FIT_CHUNK, msp64, pnorm_grid, softmax64
 from pipeline.core.metrics import aurc
 from pipeline.core.presets import MIN_HELDOUT_PER_KIND, MIN_HELDOUT_ROWS
 
@@ -33,7 +36,7 @@ RELU_LAMBDA = 0.5
 # the minimum train-oracle warns about (one number for both: presets.MIN_HELDOUT_ROWS)
 MIN_FIT_ROWS = MIN_HELDOUT_ROWS
 MIN_PER_KIND = MIN_HELDOUT_PER_KIND      # correct and incorrect fit rows each
-CHUNK = 16_384
+CHUNK = FIT_CHUNK
 
 
 class FitError(ValueError):
@@ -111,50 +114,12 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray, what: str = "fit row
             "nll_at_1": _nll_derivatives(logits, labels, 1.0)[0], "rows": int(len(labels))}
 
 
-def _chunked(fn, logits: np.ndarray) -> np.ndarray:
-    return np.concatenate([fn(np.asarray(logits[a:a + CHUNK], dtype=np.float64))
-                           for a in range(0, len(logits), CHUNK)])
-
-
-def msp(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """Max softmax probability of logits / T, (m, K) -> (m,) float64."""
-    def one(z):
-        z = z / temperature
-        return 1.0 / np.exp(z - z.max(1, keepdims=True)).sum(1)
-    return _chunked(one, logits)
-
-
-def pnorm_score(logits: np.ndarray, p) -> np.ndarray:
-    """MaxLogit-pNorm: max_k (z_k - mean z) / ||z - mean z||_p, (m, K) -> (m,) float64; p = "MSP"
-    gives the MSP (the fallback); p = 0 divides by the count of non-zero centred logits."""
-    if p == "MSP":
-        return msp(logits)
-    return _chunked(lambda z: pnorm_scores(z, (p,))[p], logits)
-
-
-def pnorm_scores(z: np.ndarray, ps) -> dict:
-    """{p: score} of one float64 chunk for integer ``ps``, |z|^p by repeated products."""
-    z = z - z.mean(1, keepdims=True)
-    top, a = z.max(1), np.abs(z)
-    out, power, have = {}, None, 0
-    for p in sorted(ps):
-        if p == 0:
-            norm = np.count_nonzero(z, axis=1).astype(np.float64)
-        else:
-            while have < p:
-                power = a.copy() if power is None else np.multiply(power, a, out=power)
-                have += 1
-            norm = power.sum(1) ** (1.0 / p)
-        out[p] = top / np.maximum(norm, 1e-12)     # their clamp_min(eps): all-equal logits
-    return out
-
-
 def fit_pnorm(logits: np.ndarray, labels: np.ndarray, what: str = "fit rows") -> dict:
     """p in ``P_GRID`` with the lowest AURC on the rows, else "MSP" (no p beats it)."""
     correct = check_fit_rows(logits, labels, what)
-    best_p, best = "MSP", aurc(msp(logits), correct)
+    best_p, best = "MSP", aurc(msp64(logits), correct)
     grid = {"MSP": best}
-    parts = [pnorm_scores(np.asarray(logits[a:a + CHUNK], dtype=np.float64), P_GRID)
+    parts = [pnorm_grid(np.asarray(logits[a:a + CHUNK], dtype=np.float64), P_GRID)
              for a in range(0, len(logits), CHUNK)]
     for p in P_GRID:
         value = aurc(np.concatenate([part[p] for part in parts]), correct)
@@ -173,9 +138,7 @@ def fit_relu(logits: np.ndarray, labels: np.ndarray, what: str = "fit rows",
     k = logits.shape[1]
     right, wrong = np.zeros((k, k)), np.zeros((k, k))
     for a in range(0, len(logits), CHUNK):
-        z = np.asarray(logits[a:a + CHUNK], dtype=np.float64)
-        e = np.exp(z - z.max(1, keepdims=True))
-        p = e / e.sum(1, keepdims=True)
+        p = softmax64(np.asarray(logits[a:a + CHUNK], dtype=np.float64))
         ok = correct[a:a + CHUNK]
         right += p[ok].T @ p[ok]
         wrong += p[~ok].T @ p[~ok]

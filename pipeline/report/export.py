@@ -23,13 +23,13 @@ arguments that describe it (docs/METRICS.md gives the whole command).
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
+from cache.atomic import atomic_path
 from cache.outputs import classifier_ref, read_outputs
 from cache.manifest import MANIFEST_FILE
 from cache.reader import ClassifierCache, slug
@@ -163,9 +163,8 @@ def fd_shifts_args(group: str, name: str, parts: list[dict], num_classes: int) -
 
 def _write_npz(path: Path, array: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.npz")
-    np.savez_compressed(tmp, array)
-    tmp.replace(path)
+    with atomic_path(path, suffix=".npz") as tmp:    # numpy adds .npz to a name without it
+        np.savez_compressed(tmp, array)
 
 
 def _write_experiment(exp_dir: Path, parts: list[dict]) -> list[dict]:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cache.atomic import atomic_path
+
 COLORS = {"TP": "#2c7bb6", "FN": "#abd9e9", "TN": "#d7191c", "FP": "#fdae61"}
 DPI = 110
 MAX_CURVES = 8        # curves per risk-coverage panel: more cannot be told apart at a glance
@@ -273,6 +275,5 @@ def _rc_label(curve: dict) -> str:
 
 def _save(fig, path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp.png")
-    fig.savefig(tmp)
-    tmp.replace(path)
+    with atomic_path(path, suffix=".png") as tmp:    # matplotlib's format: the extension's
+        fig.savefig(tmp)

@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-
+from cache.atomic import atomic_file
 from cache.reader import ClassifierCache
 from pipeline.core.artifacts import cache_root_of, only_runs_root, recorded_root
 from pipeline.core.presets import ARTIFACTS
@@ -233,8 +233,7 @@ def write_outputs(doc: dict, splits: dict, out: Path, cfg: ReportConfig) -> list
     written = []
     for fmt in dict.fromkeys(cfg.formats):
         path = out / FILES[fmt]
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(texts[fmt](), encoding="utf-8")
-        tmp.replace(path)
+        with atomic_file(path, "w", encoding="utf-8") as fh:
+            fh.write(texts[fmt]())
         written.append(str(path))
     return written

@@ -7,9 +7,10 @@ import csv
 import io
 import json
 
-from pipeline.core.catalog import CATALOG, DEFINITIONS, columns
+from pipeline.core.catalog import CATALOG, DEFINITIONS, columns, delta_header
 from pipeline.report import smallscale
 from pipeline.report.baselines import CALIBRATED_SCORES, REFERENCE, TABLE
+from pipeline.report.compare import COMPARED, VERSUS_METRICS
 
 # (metric, header, unit) of each table, from pipeline/core/catalog.py; "%" = x100 like the
 # paper, "e3" = x1000 (fd-shifts' AURC scale).
@@ -92,8 +93,13 @@ def _table(split: dict, tid: str, title: str, text: str, columns: list, ci: bool
             "columns": columns, "rows": rows, "ci": ci}
 
 
-PAIRED_COLUMNS = [("standard", "auc", "ΔAUC", "%"), ("standard", "aurc", "ΔAURC ×10³", "e3")]
-VERSUS_COLUMNS = PAIRED_COLUMNS + [("standard", "augrc", "ΔAUGRC ×10³", "e3")]
+def _delta_columns(compared: tuple) -> list[tuple[str, str, str, str]]:
+    """(definition, metric, header, unit) of the differences compare.py computes."""
+    return [(d, m, delta_header(m, d), CATALOG[m].unit) for m, d, _ in compared]
+
+
+PAIRED_COLUMNS = _delta_columns(COMPARED)
+VERSUS_COLUMNS = _delta_columns(VERSUS_METRICS)
 
 
 def _delta_cells(c: dict, columns: list) -> list[dict]:

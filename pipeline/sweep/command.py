@@ -7,7 +7,7 @@ import click
 
 from pipeline.core.losses import PARAMS, option_losses
 from pipeline.core.options import Opt, options, positive
-from pipeline.sweep.grid import DEFAULT_VALUES
+from pipeline.sweep.grid import CRITERIA, DEFAULT_VALUES
 
 
 def _value_list(name: str) -> Opt:
@@ -31,7 +31,7 @@ def _value_list(name: str) -> Opt:
 @click.option("--mode", type=click.Choice(["paper", "grid"]), default="paper", show_default=True,
               help="paper: alpha- with alpha+ fixed, then alpha+ at the chosen alpha-, then each "
               "further option in turn; grid: every combination.")
-@click.option("--criterion", type=click.Choice(["tpr-tnr", "aupr-error", "auc", "aupr-success"]),
+@click.option("--criterion", type=click.Choice(list(CRITERIA)),
               default="tpr-tnr", show_default=True, help="What the choice maximises on the "
               "HELD-OUT validation rows: tpr-tnr = (TPR + TNR) / 2 (the paper's trade-off), or "
               "the chosen checkpoint's AUPR-Error (standard), AUC, AUPR-Success.")

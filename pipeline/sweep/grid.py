@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 
+from pipeline.core.catalog import CHECKPOINT_METRIC, log_name
 from pipeline.core.losses import PARAMS, option_losses
 
 # Numeric loss options a sweep may vary -> the losses they apply to.  cb_beta implies
@@ -19,12 +20,22 @@ FLAGS = {name: p.flag for name, p in PARAMS.items()}
 # The paper's Fig. 4 range around its ViT / ResNet choices (alpha+ 1 / 2, alpha- 3 / 5).
 DEFAULT_VALUES = {"alpha_neg": (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0),
                   "alpha_pos": (0.5, 1.0, 2.0, 3.0, 4.0)}
-# Criteria on the held-out validation rows; every one is "higher is better".
+
+
+def _logged(metric: str):
+    """A point's validation value of a catalog ``metric``, read under its log.jsonl key."""
+    key = log_name(metric)
+    return lambda m: m[key]
+
+
+_TPR, _TNR = _logged("tpr"), _logged("tnr")
+# Criteria on the held-out validation rows (--criterion, in this order); every one is "higher is
+# better".
 CRITERIA = {
-    "tpr-tnr": lambda m: (m["tpr"] + m["tnr"]) / 2,   # the paper's "trade-off between TPR and TNR"
-    "aupr-error": lambda m: m["aupr_error"],          # the checkpoint choice's metric (standard)
-    "auc": lambda m: m["auc"],
-    "aupr-success": lambda m: m["aupr_success"],
+    "tpr-tnr": lambda m: (_TPR(m) + _TNR(m)) / 2,   # the paper's "trade-off between TPR and TNR"
+    "aupr-error": _logged(CHECKPOINT_METRIC),        # the checkpoint choice's metric (standard)
+    "auc": _logged("auc"),
+    "aupr-success": _logged("aupr_succ"),
 }
 
 

@@ -7,10 +7,16 @@ import io
 import math
 from pathlib import Path
 
+from pipeline.core.catalog import log_name
 from pipeline.core.losses import PARAMS
 from pipeline.sweep.grid import score_of
 
 NAMES = {name: p.symbol for name, p in PARAMS.items()}
+# the table's metric columns (header, catalog metric) of the held-out validation rows and of the
+# evaluation split; a point holds them under their log.jsonl keys (catalog.log_name)
+RATES = (("TPR", "tpr"), ("TNR", "tnr"))          # also Fig. 4c's curves
+VAL_COLUMNS = (*RATES, ("AUPR-Err", "aupr_err"), ("AUC", "auc"))
+EVAL_COLUMNS = (*RATES, ("AUC", "auc"))
 
 
 def table_rows(summary: dict) -> tuple[list[str], list[list]]:
@@ -18,16 +24,16 @@ def table_rows(summary: dict) -> tuple[list[str], list[list]]:
     opts = list(summary["swept"])
     crit = summary["criterion"]
     tag = next((p["eval"]["split"] for p in summary["points"] if p.get("eval")), "eval")
-    head = (["stage", *[NAMES[o] for o in opts], "status", f"val {crit}", "val TPR", "val TNR",
-             "val AUPR-Err", "val AUC", "mean train loss", f"eval {tag} TPR (not used)",
-             f"eval {tag} TNR (not used)", f"eval {tag} AUC (not used)", "chosen", "run"])
+    head = (["stage", *[NAMES[o] for o in opts], "status", f"val {crit}",
+             *[f"val {h}" for h, _ in VAL_COLUMNS], "mean train loss",
+             *[f"eval {tag} {h} (not used)" for h, _ in EVAL_COLUMNS], "chosen", "run"])
     rows = []
     for p in summary["points"]:
         v, e = p.get("val") or {}, p.get("eval") or {}
         score = score_of(v, crit)
         rows.append([p["stage"], *[p["values"][o] for o in opts], p["status"], score,
-                     v.get("tpr"), v.get("tnr"), v.get("aupr_error"), v.get("auc"),
-                     p["mean_train_loss"], e.get("tpr"), e.get("tnr"), e.get("auc"),
+                     *[v.get(log_name(m)) for _, m in VAL_COLUMNS], p["mean_train_loss"],
+                     *[e.get(log_name(m)) for _, m in EVAL_COLUMNS],
                      "*" if p.get("chosen_in_stage") else "",
                      Path(p["run_dir"]).name if p.get("run_dir") else ""])
     return head, rows
@@ -100,13 +106,14 @@ def write_figures(out: Path, summary: dict) -> list[Path]:
         ax_b.plot(x, [p["mean_train_loss"] for p in pts], "o-", color="k")
         ax_b.set(xlabel=NAMES[option], ylabel="mean training loss",
                  title="(b) loss vs " + NAMES[option])
-        for key, colour in (("tpr", "tab:blue"), ("tnr", "tab:red")):
+        for (label, metric), colour in zip(RATES, ("tab:blue", "tab:red")):
+            key = log_name(metric)
             ax_c.plot(x, [_get(p, "val", key) for p in pts], "o-", color=colour,
-                      label=f"{key.upper()} (held-out val)")
+                      label=f"{label} (held-out val)")
             ev = [_get(p, "eval", key) for p in pts]
             tag = next((p["eval"]["split"] for p in pts if p.get("eval")), None)
             if tag is not None:
-                ax_c.plot(x, ev, "s--", color=colour, alpha=0.5, label=f"{key.upper()} ({tag})")
+                ax_c.plot(x, ev, "s--", color=colour, alpha=0.5, label=f"{label} ({tag})")
         ax_c.axvline(summary["chosen"][option], color="grey", lw=0.8, ls=":")
         ax_c.set(xlabel=NAMES[option], ylabel="rate", ylim=(-0.02, 1.02),
                  title=f"(c) TPR / TNR vs {NAMES[option]} (chosen {summary['chosen'][option]:g})")

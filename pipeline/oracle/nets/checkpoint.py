@@ -8,13 +8,12 @@ int/float/str/bool/list/dict, so the safe unpickler reads them.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from cache.integrity import no_room, no_room_reason
+from cache.atomic import atomic_file
 from cache.schema import CacheError
 
 
@@ -23,20 +22,10 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
     survives until the new one is entirely on disk."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            torch.save(payload, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as err:
-        tmp.unlink(missing_ok=True)
-        reason = no_room_reason(err)   # torch.save wraps the OSError in a RuntimeError
-        if reason:
-            raise no_room(path, reason, f"the previous {path.name} is kept and the run resumes "
-                          "from it") from None
-        raise
+    # torch.save wraps a full disk's OSError in a RuntimeError: cache.integrity finds it there
+    with atomic_file(path, "wb", kept=f"the previous {path.name} is kept and the run resumes "
+                     "from it") as fh:
+        torch.save(payload, fh)
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

@@ -13,7 +13,9 @@ Architectures (``--head-arch``), each a scalar z per row and a bank of P heads a
 Inputs (``--head-inputs``): ``features`` (the backbone's pooled features) or ``stacked``: the
 features followed by ``STATS``, the statistics of the classifier's logits of the same row and view
 (``logit_stats``), standardised by the training rows' mean and std, which the head keeps as
-buffers (``stats_mean``, ``stats_std``) so best.pt carries them to every scorer.
+buffers (``stats_mean``, ``stats_std``) so best.pt carries them to every scorer.  ``logit_stats``
+is the torch form, run on the training device inside the loop; ``pipeline.core.logits`` is the
+numpy form the report's baselines share (tests/test_logit_stats.py holds the two equal).
 
 A bank starts every head from the one head the seed draws (torch's default ``nn.Linear`` init, as
 ConfidNet's).  The MLP's weights are stacked (P, in, out) and each head is its own chain of
@@ -27,12 +29,12 @@ from typing import Mapping
 import torch
 from torch import nn
 
+from pipeline.core.logits import STATS
 from pipeline.core.losses import HEAD_ARCHS as ARCHS
 
 HYPERPLANE_EPS = 1e-7
 CONFIDNET_WIDTH = 400
 CONFIDNET_HIDDEN = 4          # Linear layers followed by a ReLU; then Linear(400, 1)
-STATS = ("msp", "max_logit", "margin", "neg_entropy", "energy", "pnorm2")
 
 
 @torch.no_grad()
@@ -47,7 +49,10 @@ def logit_stats(logits: torch.Tensor) -> torch.Tensor:
     top = z.topk(2, dim=1).values if z.shape[1] > 1 else torch.cat([z, z], dim=1)
     centred = z - z.mean(dim=1, keepdim=True)
     norm = centred.norm(dim=1)
-    pnorm = torch.where(norm > 0, centred.max(dim=1).values / norm.clamp_min(1e-30),
+    # constant logits are told by their range, not by the norm: on CUDA the mean of K equal
+    # values can be an ulp off, leaving a centred row of rounding noise whose pNorm is 1/sqrt(K)
+    varied = (norm > 0) & (top[:, 0] > z.min(dim=1).values)
+    pnorm = torch.where(varied, centred.max(dim=1).values / norm.clamp_min(1e-30),
                         torch.zeros_like(norm))
     return torch.stack([logp.exp().max(dim=1).values, top[:, 0], top[:, 0] - top[:, 1],
                         (logp.exp() * logp).sum(dim=1), torch.logsumexp(z, dim=1), pnorm], dim=1)

@@ -1,0 +1,56 @@
+"""One set of metric names: the catalog's, with the keys training's validation records have always
+written (log.jsonl, run.json, the sweep's files) mapped from it in one place (catalog.log_name).
+The names every output holds are pinned here, so taking them from the catalog changed none."""
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.core.catalog import BEST_KEY, CATALOG, CHECKPOINT_METRIC, log_name
+
+LOGGED = {"acc": "accuracy", "aupr_err": "aupr_error", "aupr_succ": "aupr_success", "auc": "auc",
+          "tpr": "tpr", "tnr": "tnr"}
+
+
+def test_the_logged_keys_are_those_the_outputs_always_held():
+    assert {n: m.log_name for n, m in CATALOG.items() if m.log_name} == LOGGED
+    assert {n: log_name(n) for n in LOGGED} == LOGGED
+    assert CHECKPOINT_METRIC == "aupr_err" and BEST_KEY == "val_aupr_error"
+
+
+def test_validation_writes_every_logged_metric_under_its_catalog_key():
+    from pipeline.oracle.loop.fit import validation_metrics
+
+    z = np.linspace(-2, 2, 40)
+    correct = np.arange(40) % 3 != 0
+    got = validation_metrics(z, correct, 0.5, 0.0)
+    assert set(got) == {"rows", "loss", *LOGGED.values()}
+    assert got[log_name("acc")] == correct.mean()
+
+
+def test_sweep_criteria_and_table_read_the_logged_keys():
+    from pipeline.sweep.grid import CRITERIA, score_of
+    from pipeline.sweep.report import table_rows
+
+    assert list(CRITERIA) == ["tpr-tnr", "aupr-error", "auc", "aupr-success"]   # --criterion
+    val = {"tpr": 0.9, "tnr": 0.3, "aupr_error": 0.4, "auc": 0.8, "aupr_success": 0.95,
+           "accuracy": 0.7, "rows": 10, "loss": 1.0}
+    assert [score_of(val, c) for c in CRITERIA] == [0.6, 0.4, 0.8, 0.95]
+    point = {"stage": 1, "values": {"alpha_neg": 2.0}, "status": "trained", "val": val,
+             "eval": {"tpr": 0.8, "tnr": 0.2, "auc": 0.7, "split": "test"},
+             "mean_train_loss": 0.1, "chosen_in_stage": True, "run_dir": "/r/x"}
+    head, rows = table_rows({"swept": {"alpha_neg": [2.0]}, "criterion": "auc",
+                             "points": [point]})
+    assert head[3:] == ["val auc", "val TPR", "val TNR", "val AUPR-Err", "val AUC",
+                        "mean train loss", "eval test TPR (not used)", "eval test TNR (not used)",
+                        "eval test AUC (not used)", "chosen", "run"]
+    assert rows[0][3:] == [0.8, 0.9, 0.3, 0.4, 0.8, 0.1, 0.8, 0.2, 0.7, "*", "x"]
+
+
+def test_report_columns_spelled_from_the_catalog_are_the_ones_report_json_held():
+    from pipeline.report import smallscale, tables
+
+    assert tables.PAIRED_COLUMNS == [("standard", "auc", "ΔAUC", "%"),
+                                     ("standard", "aurc", "ΔAURC ×10³", "e3")]
+    assert tables.VERSUS_COLUMNS == tables.PAIRED_COLUMNS + [("standard", "augrc",
+                                                             "ΔAUGRC ×10³", "e3")]
+    assert smallscale.METRICS == ("acc", "fpr95", "aupr_err", "aupr_succ", "auc", "tpr", "tnr")
