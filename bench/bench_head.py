@@ -14,9 +14,9 @@ project's format (``cache/``: 1,281,167 training rows with both views' fp16 feat
              val rows.  Printed beside it: a full fine-tune of the same point, one epoch at
              bench_train's img/s at batch 40 (``--finetune-img-s``, docs/PERFORMANCE.md), and the
              ratio.  The step runs as ``--cuda-graph`` says (default auto: one CUDA graph per
-             step on a GPU, ``pipeline/oracle/headonly/graph.py``); where that is the graph, the same
-             run with ``--cuda-graph off`` (the eager step) is measured too, with the ratio and a
-             check that both chose the same best heads (``--no-eager``: skip it).
+             step on a GPU, ``pipeline/oracle/headonly/graph.py``); where that is the graph, the
+             same run with ``--cuda-graph off`` (the eager step) is measured too, with the ratio and
+             a check that both chose the same best heads (``--no-eager``: skip it).
   grid       a 10 x 10 alpha+ / alpha- grid = 100 heads trained as one bank (features loaded once)
              plus scoring every head on the val rows.
 

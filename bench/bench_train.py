@@ -12,8 +12,8 @@ random-init (no hub needed): speed does not depend on the weights.
 
 Measured per model (the oracle and the classifier share the architecture, as <ViT,ViT>/<RSN,RSN>),
 at a GPU-filling batch (256; halved until it fits) and at the paper's batch of 40:
-  eager / graph  the project's training step (pipeline.oracle.finetune.step.train_step, and the same step
-              captured in one CUDA graph, pipeline.oracle.finetune.graph): targets from RAM (no
+  eager / graph  the project's training step (pipeline.oracle.finetune.step.train_step, and the same
+              step captured in one CUDA graph, pipeline.oracle.finetune.graph): targets from RAM (no
               classifier), uint8 loader, normalise + flip on the device, bf16, channels_last;
               "e2e" with the loader, "resident" on one batch already on the device
   authors     the authors' style at batch 40: PIL decode + Resize((s,s)) + flip + float
@@ -50,7 +50,8 @@ from pipeline.core.timing import device_name  # noqa: E402
 from pipeline.data.images import ImageRows, ResizeCrop, default_workers, make_loader  # noqa: E402
 from pipeline.data.sources import list_split  # noqa: E402
 from pipeline.oracle.finetune.graph import choose_step  # noqa: E402
-from pipeline.oracle.settings.sampler import StepSchedule, loader_batches, micro_slices  # noqa: E402
+from pipeline.oracle.settings.sampler import (StepSchedule, loader_batches,  # noqa: E402
+                                              micro_slices)
 from pipeline.oracle.finetune.step import TargetTable  # noqa: E402
 
 N_TRAIN, N_VAL, HELD_OUT, VALIDATIONS = 1_281_167, 50_000, 0.05, 4

@@ -10,8 +10,8 @@ A run directory is claimed like a cache directory: identical settings map to the
 (default name ``<oracle>-<classifier>_<loss>[_<variant>]_seed<N>_<group>``), where a complete run is
 skipped, an incomplete one resumed, and a directory holding another run is refused naming the
 differing settings.  Checkpoints are torch files: their paths are named here, their bytes are
-written by ``pipeline.oracle.nets.checkpoint``.  Torch-free (``cli.py report`` reads run directories).
-See docs/DATA_CONTRACT.md (Stage 2) for the layout.
+written by ``pipeline.oracle.nets.checkpoint``.  Torch-free (``cli.py report`` reads run
+directories).  See docs/DATA_CONTRACT.md (Stage 2) for the layout.
 """
 from __future__ import annotations
 

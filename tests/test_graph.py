@@ -1,8 +1,8 @@
-"""The captured training step's pieces that run anywhere (pipeline/oracle/finetune/graph.py): its SGD
-update (``loop.capture.sgd_step``, the one both graphed steps run, on the optimizer's zero-started
-buffers) equals torch.optim.SGD's under OneCycleLR (momentum cycling and weight decay included),
-the choice of step path, and the refusals of ``--cuda-graph on``.  The capture itself is tested
-on a GPU (tests/test_graph_cuda.py)."""
+"""The captured training step's pieces that run anywhere (pipeline/oracle/finetune/graph.py): its
+SGD update (``loop.capture.sgd_step``, the one both graphed steps run, on the optimizer's
+zero-started buffers) equals torch.optim.SGD's under OneCycleLR (momentum cycling and weight decay
+included), the choice of step path, and the refusals of ``--cuda-graph on``.  The capture itself is
+tested on a GPU (tests/test_graph_cuda.py)."""
 from __future__ import annotations
 
 import json

@@ -1,6 +1,6 @@
-"""The training step captured in a CUDA graph (pipeline/oracle/finetune/graph.py) against the eager step:
-the same losses and weights on fixed batches within bf16 tolerance (ViT with LayerNorm, ResNet with
-BatchNorm; fp32 and bf16), exact resume across a captured step, and the refusals/fallbacks of
+"""The training step captured in a CUDA graph (pipeline/oracle/finetune/graph.py) against the eager
+step: the same losses and weights on fixed batches within bf16 tolerance (ViT with LayerNorm, ResNet
+with BatchNorm; fp32 and bf16), exact resume across a captured step, and the refusals/fallbacks of
 --cuda-graph.
 Skipped without a GPU (CI); run on a GPU box with ``python -m pytest -q tests/test_graph_cuda.py``."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The CUDA-graphed training step under torchrun (pipeline/oracle/finetune/graph.py: the gradients averaged
-by one captured all-reduce, BatchNorm statistics broadcast from rank 0): two processes against one
-within bf16 tolerance, an exact resume across the capture, and a capture failing in one process
-stopping both with one message.  Skipped without two GPUs (CI); run on a GPU box with
+"""The CUDA-graphed training step under torchrun (pipeline/oracle/finetune/graph.py: the gradients
+averaged by one captured all-reduce, BatchNorm statistics broadcast from rank 0): two processes
+against one within bf16 tolerance, an exact resume across the capture, and a capture failing in one
+process stopping both with one message.  Skipped without two GPUs (CI); run on a GPU box with
 ``python -m pytest -q tests/test_graph_ddp_cuda.py``."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The head-only step captured in one CUDA graph (pipeline/oracle/headonly/graph.py) against the eager
-step: bit for bit (every log entry, counts, best step and score, best and final heads) for the
+"""The head-only step captured in one CUDA graph (pipeline/oracle/headonly/graph.py) against the
+eager step: bit for bit (every log entry, counts, best step and score, best and final heads) for the
 linear and the ConfidNet head, with flips, 2 epochs, momentum, weight decay and cycled momentum;
 the candidates for SGD's ``p -= lr b`` with the lr on the device, against torch's own update; the
 CLI's step_path and identical outputs with --cuda-graph off.
@@ -15,7 +15,6 @@ import torch
 from cache.outputs import read_outputs
 from oracle_fixtures import CLASSIFIER, TINY_VIT_KWARGS, extract, run_cli, step_losses, \
     write_colour_tree
-from pipeline.oracle.headonly import graph as headgraph
 from pipeline.oracle.loop import capture
 from test_head_only_step import assert_identical, check_sgd_step, feature_table, run_bank
 

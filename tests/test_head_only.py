@@ -47,7 +47,8 @@ def only_run(summary_output: str) -> Path:
     ("ce", {"class_balanced": True})])
 def test_bank_loss_equals_per_sample_loss_column_by_column(loss, opts):
     from pipeline.core.losses import resolve_loss
-    from pipeline.oracle.nets.losses import HeadLoss as BankLoss, broadcast_coefficients, per_sample_loss
+    from pipeline.oracle.nets.losses import (HeadLoss as BankLoss, broadcast_coefficients,
+                                             per_sample_loss)
 
     g = torch.Generator().manual_seed(0)
     z = torch.randn(64, 3, generator=g) * 3
@@ -273,8 +274,8 @@ def test_fine_tuned_runs_keep_their_group_and_head_only_runs_get_their_own():
 # ------------------------------------------------------------- --cuda-graph (head-only step) --
 def test_cuda_graph_on_a_cpu_is_refused_before_anything_is_written_and_auto_runs_eagerly(tree,
                                                                                         tmp_path):
-    """--cuda-graph applies to head-only runs (pipeline/oracle/headonly/graph.py): on a CPU ``on`` is
-    refused with the reason, ``auto`` and ``off`` run the eager step; run.json says which ran."""
+    """--cuda-graph applies to head-only runs (pipeline/oracle/headonly/graph.py): on a CPU ``on``
+    is refused with the reason, ``auto`` and ``off`` run the eager step; run.json says which ran."""
     root, data = tree
     refused = run_cli(head_args(root, data, "--device", "cpu", "--cuda-graph", "on", "--out",
                                 tmp_path / "on"), expect=1)

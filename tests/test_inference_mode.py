@@ -14,7 +14,8 @@ import torch
 from cache.outputs import output_paths, read_outputs
 from oracle_fixtures import CLASSIFIER, extract, run_cli, write_colour_tree
 
-FAST = ("--workers", 0, "--no-progress")
+# on the CPU wherever the tests run: the numbers compared here are computed by several commands
+FAST = ("--workers", 0, "--no-progress", "--device", "cpu")
 BN_ORACLE = "resnet10t"           # BatchNorm throughout; random init is enough to see the mode
 
 

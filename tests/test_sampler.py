@@ -1,5 +1,6 @@
-"""Deterministic training order, micro-batch split and held-out rows (pipeline/oracle/settings/sampler.py), and
-the targets of the view actually shown (pipeline/engine.TargetTable)."""
+"""Deterministic training order, micro-batch split and held-out rows
+(pipeline/oracle/settings/sampler.py), and the targets of the view actually shown
+(pipeline/engine.TargetTable)."""
 from __future__ import annotations
 
 import numpy as np

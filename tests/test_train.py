@@ -1,5 +1,6 @@
 """Stage 2 end to end on generated images: training from cached targets, outputs aligned with
-the cache, exact resume, DDP (gloo), accumulation, NaN guard, and refusals (pipeline/oracle/finetune/train.py)."""
+the cache, exact resume, DDP (gloo), accumulation, NaN guard, and refusals
+(pipeline/oracle/finetune/train.py)."""
 from __future__ import annotations
 
 import importlib.util

@@ -7,8 +7,9 @@ options each takes (with their ranges and defaults), their variants, labels and 
 
 ``pipeline.oracle.nets.losses`` computes them (torch); train-oracle's options, ``sweep``, ``report``
 (row order, the paper's TNR threshold) and ``demo`` (the grid) read them from here.  Adding a loss
-means a ``Loss`` entry here, its formula in ``pipeline/oracle/nets/losses.py`` and, for a new parameter,
-a ``Param`` here and a field of ``pipeline/oracle/settings/config.py``'s TrainConfig (docs/ARCHITECTURE.md).
+means a ``Loss`` entry here, its formula in ``pipeline/oracle/nets/losses.py`` and, for a new
+parameter, a ``Param`` here and a field of ``pipeline/oracle/settings/config.py``'s TrainConfig
+(docs/ARCHITECTURE.md).
 """
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ HEAD_ARCHS = ("linear", "confidnet")     # pipeline.oracle.nets.heads builds the
 
 class LossOptionError(ValueError):
     """A loss option that does not apply to the chosen loss, or an invalid value."""
+
+
+class CustomLossError(ValueError):
+    """A user's loss returned something other than one finite, differentiable number."""
 
 
 @dataclass(frozen=True)

@@ -97,8 +97,9 @@ def ss_slopes(name: str, model: str | None = None) -> tuple[tuple[float, float],
 
 
 # How ``cli.py train-oracle`` trains when an option is not given.  Every option left at None on
-# the command line is filled from ONE of these dicts by ``pipeline.oracle.settings.config.resolve_protocol`` and
-# the resolved value is recorded in run.json.
+# the command line is filled from ONE of these dicts by
+# ``pipeline.oracle.settings.config.resolve_protocol`` and the resolved value is recorded in
+# run.json.
 # PAPER_ORACLE: the paper's protocol (App. B + the authors' scripts: SGD, lr 1e-5, momentum 0.05,
 # batch 40, one epoch, OneCycle with 100 warm-up steps).  Used on every dataset but the embedded
 # one.  precision None: every command's rule (core/precision.py PRECISION_RULE: bf16 autocast on

@@ -1,5 +1,6 @@
 """``cli.py train-oracle`` and ``cli.py predict``: options -> ``TrainConfig`` / ``PredictConfig`` ->
-one call.  train-oracle's options are the fields of ``pipeline.oracle.settings.config.TrainConfig``."""
+one call.  train-oracle's options are the fields of
+``pipeline.oracle.settings.config.TrainConfig``."""
 from __future__ import annotations
 
 import sys
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from pipeline.core.catalog import BEST_KEY
 from pipeline.core.options import (BATCH_SIZE, DATA, DEVICE, LABELS, NO_PROGRESS, PRECISION,
                                    WEIGHTS, WORKERS, FiniteFloatRange, Opt, options,
                                    output_name_option)
@@ -87,8 +89,8 @@ def _print_train_summary(s: dict) -> None:
         f"trained {s['total_steps']} steps" + (f" (resumed at step {s['resumed_at']})"
                                                if s.get("resumed_at") else ""))
     best = s["best"]
-    chosen = (f"best held-out AUPR-Error {best['val_aupr_error']:.4f} at step {best['step']}"
-              if best.get("val_aupr_error") is not None else f"final model (step {best['step']})")
+    chosen = (f"best held-out AUPR-Error {best[BEST_KEY]:.4f} at step {best['step']}"
+              if best.get(BEST_KEY) is not None else f"final model (step {best['step']})")
     click.echo(f"{state}; {chosen}; run: {s['run_dir']}")
     for o in s["outputs"]:
         _print_output(o)

@@ -16,7 +16,7 @@ from cache.runs import RunDir, RunError
 from cache.schema import CacheError
 from pipeline.core import dist
 from pipeline.core.options import check_output_name
-from pipeline.data.sources import is_embedded
+from pipeline.data.sources import data_name, is_embedded
 from pipeline.oracle.loop.outputs import score_images
 from pipeline.oracle.nets.model import load_trained_oracle
 from pipeline.oracle.settings.targets import open_split
@@ -31,7 +31,7 @@ def default_output_name(data: str | None, record: dict, tag: str) -> str:
     if not is_embedded(data) and not is_embedded(trained_on) and \
             Path(data).resolve() == Path(trained_on).resolve():
         return tag
-    return f"{'fashion-mnist' if is_embedded(data) else Path(data).resolve().name}_{tag}"
+    return f"{data_name(data)}_{tag}"
 
 
 def run_precision(run: dict) -> str:

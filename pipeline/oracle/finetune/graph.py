@@ -46,8 +46,9 @@ from torch.optim.optimizer import _default_to_fused_or_foreach
 from cache.runs import RunError
 from pipeline.core import dist
 from pipeline.oracle.finetune.step import TargetTable, TrainObjects, forward_backward, train_step
-from pipeline.oracle.loop.capture import (GRAPH_MODES, capture, device_unsupported, not_capturable,
-                                          restore, sgd_step, snapshot, warm_up)
+from pipeline.oracle.loop.capture import (GRAPH_MODES, capture, device_unsupported, fell_back,
+                                          not_capturable, restore, sgd_step, snapshot, warm_up)
+from pipeline.oracle.nets.losses import CUSTOM_EAGER, CustomLoss
 from pipeline.oracle.settings.sampler import StepSchedule, derive_seed
 
 
@@ -57,6 +58,8 @@ def unsupported(objs: TrainObjects, accum_steps: int) -> str | None:
     group = objs.optimizer.param_groups
     if why := device_unsupported(objs.device):
         return why
+    if isinstance(objs.loss, CustomLoss):
+        return CUSTOM_EAGER
     if accum_steps != 1:
         return "--accum-steps > 1"
     if objs.scaler.is_enabled():
@@ -79,7 +82,7 @@ def choose_step(objs: TrainObjects, mode: str, accum_steps: int,
         return train_step, {"mode": "eager", "requested": mode}
     if why is None:
         graphed = GraphedStep(objs, mode, say)
-        return graphed, graphed.record
+        return graphed, graphed.path
     if mode == "on":
         raise not_capturable(why)
     if objs.device.type == "cuda" and objs.info.is_main:   # on a CPU there is nothing to miss
@@ -110,11 +113,11 @@ class GraphedStep:
     def __init__(self, objs: TrainObjects, mode: str, say: Callable[[str], None]):
         self.objs, self.mode, self.say = objs, mode, say      # never DDP-wrapped (finetune.distribute)
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.record = {"mode": "cuda_graph", "requested": mode}
+        self.path = {"mode": "cuda_graph", "requested": mode}    # run.json's step_path
 
     def __call__(self, objs: TrainObjects, batches: Iterator, step: int, schedule: StepSchedule,
                  slices: list[slice], targets: TargetTable):
-        if self.record["mode"] == "eager":     # capture failed earlier (auto, one process)
+        if self.path["mode"] == "eager":       # capture failed earlier (auto, one process)
             return train_step(objs, batches, step, schedule, slices, targets)
         rows, flips = schedule.batch_rows(step), schedule.batch_flips(step)
         o_all, _ = targets.lookup(rows, flips)     # the global batch's (broadcast variant)
@@ -205,7 +208,7 @@ class GraphedStep:
             raise (dist.EveryRankError if objs.info.enabled else RunError)(
                 f"--cuda-graph {self.mode}: capturing the training step failed ({failed}); "
                 f"{how}use --cuda-graph off") from error
-        self.record.update(mode="eager", reason=f"capture failed: {failed}")
+        self.path = fell_back(self.path, failed)
         self.say(f"note: capturing the training step in a CUDA graph failed ({failed}); "
                  "running it eagerly")
         return False

@@ -1,9 +1,9 @@
 """A fine-tuned oracle in the loop (``pipeline.oracle.loop.fit``): its training objects, and the
 session that steps it on images and validates it on the held-out rows' images.
 
-The step is ``pipeline.oracle.finetune.step.train_step`` or, on a CUDA device, that step captured in a CUDA
-graph (``pipeline.oracle.finetune.graph``); checkpoints (``last.pt``, ``best.pt``) are written atomically,
-so a killed run resumes exactly.
+The step is ``pipeline.oracle.finetune.step.train_step`` or, on a CUDA device, that step captured in
+a CUDA graph (``pipeline.oracle.finetune.graph``); checkpoints (``last.pt``, ``best.pt``) are
+written atomically, so a killed run resumes exactly.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from cache.runs import BEST, LAST, RunDir, RunError
 from pipeline.core import dist
+from pipeline.core.catalog import BEST_KEY
 from pipeline.core.losses import tnr_logit
 from pipeline.core.models import DataConfig
 from pipeline.core.precision import grad_scaler
@@ -26,7 +27,7 @@ from pipeline.oracle.loop.fit import LoopState, TrainingDiverged
 from pipeline.oracle.loop.outputs import oracle_z
 from pipeline.oracle.loop.schedule import sgd_onecycle
 from pipeline.oracle.nets.checkpoint import load_checkpoint, save_checkpoint, unwrap
-from pipeline.oracle.nets.losses import HeadLoss
+from pipeline.oracle.nets.losses import HeadLoss, make_loss
 from pipeline.oracle.nets.model import build_oracle
 from pipeline.oracle.settings.prepare import Prepared
 from pipeline.oracle.settings.sampler import loader_batches, micro_slices
@@ -46,7 +47,7 @@ def build_objects(prep: Prepared, info: dist.DistInfo, device: torch.device,
                                   cycle_momentum=cfg.cycle_momentum)
     objs = TrainObjects(model, step_model, None, opt, scheduler, grad_scaler(cfg.precision, device),
                         GpuNormalize(data_cfg, device, cfg.channels_last),
-                        prep.loss, cfg.precision, device, info,
+                        make_loss([prep.loss], device, prep.loss_fn), cfg.precision, device, info,
                         tnr_logit(cfg.loss, prep.record["num_classes"]))
     return objs, data_cfg
 
@@ -103,7 +104,9 @@ class ImageSession:
         self.prep, self.objs, self.data_cfg, self.step_fn = prep, objs, data_cfg, step_fn
         self.info, self.tnr_logit = objs.info, objs.tnr_logit
         self.val_correct = prep.targets["correct"][prep.val_rows]
-        self.val_loss = HeadLoss([prep.loss])          # validation runs on the CPU's arrays
+        # validation runs on the CPU's arrays; a user's loss on the training's device, where
+        # its own tensors (an nn.Module's buffers) are
+        self.val_loss = objs.loss if prep.loss_fn is not None else HeadLoss([prep.loss])
 
     def start(self, step: int) -> None:
         """The DataLoader from ``step`` on (inside the loop's signal handlers: its workers
@@ -145,12 +148,13 @@ class ImageSession:
                      batch_size=prep.cfg.eval_batch_size, workers=prep.cfg.workers,
                      precision=objs.precision, device=objs.device, info=self.info)
         o, pt = prep.targets["correct"][rows], prep.targets["p_true"][rows]
-        loss = self.val_loss(torch.from_numpy(z)[:, None], torch.from_numpy(o),
-                             torch.from_numpy(pt), broadcast=False).mean(0)
-        return z[:, None], loss.numpy()
+        dev = objs.device if prep.loss_fn is not None else torch.device("cpu")
+        loss = self.val_loss.batch_mean(*(torch.from_numpy(a).to(dev) for a in (z[:, None], o, pt)),
+                                        broadcast=False)
+        return z[:, None], loss.cpu().numpy()
 
     def keep_best(self, head: int, step: int, score: float) -> None:
-        save_best(self.prep.run, self.objs, self.prep.record, step, score, "val_aupr_error")
+        save_best(self.prep.run, self.objs, self.prep.record, step, score, BEST_KEY)
 
     def save_last(self, step: int, state: LoopState) -> None:
         save_training_state(self.prep.run.checkpoint(LAST), self.objs, step, {

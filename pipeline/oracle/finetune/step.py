@@ -20,7 +20,7 @@ from pipeline.core.precision import autocast
 from pipeline.data.images import GpuNormalize
 from pipeline.oracle.loop.log import step_counts
 from pipeline.oracle.nets.checkpoint import rng_state, save_checkpoint, set_rng_state, unwrap
-from pipeline.oracle.nets.losses import HeadLoss
+from pipeline.oracle.nets.losses import CustomLoss, HeadLoss
 from pipeline.oracle.settings.sampler import StepSchedule, derive_seed
 
 
@@ -33,7 +33,7 @@ class TrainObjects:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
     normalize: GpuNormalize
-    loss: HeadLoss                   # one head (P = 1); a LossConfig given becomes its HeadLoss
+    loss: HeadLoss | CustomLoss      # one head (P = 1); a LossConfig given becomes its HeadLoss
     precision: str
     device: torch.device
     info: dist.DistInfo
@@ -102,14 +102,14 @@ def forward_backward(objs: TrainObjects, images: torch.Tensor, o: torch.Tensor, 
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One micro-batch: normalise, flip, forward, loss, backward (gradients accumulate).
     Returns (loss / n_slices (1,), counts (4, 1), gradient sums (2,)), detached, on the device.
-    The same code runs eagerly and inside the captured CUDA graph (pipeline.oracle.finetune.graph), which
-    needs ``autocast_cache=False``."""
+    The same code runs eagerly and inside the captured CUDA graph (pipeline.oracle.finetune.graph),
+    which needs ``autocast_cache=False``."""
     x = objs.normalize(images)
     x = torch.where(flip[:, None, None, None], x.flip(-1), x)
     with autocast(objs.precision, objs.device, cache=autocast_cache):
         z = objs.step_model(x)
     z.retain_grad()        # dL/dz: the head's input gradient follows (logging only)
-    loss = objs.loss(z[:, None], o, pt, coef).mean(0) / n_slices
+    loss = objs.loss.batch_mean(z[:, None], o, pt, coef) / n_slices
     objs.scaler.scale(loss.sum()).backward()
     return loss.detach(), step_counts(z.detach()[:, None], o, objs.tnr_logit), \
         grad_norm_sums(objs, z.grad)

@@ -1,61 +1,72 @@
 """Stage 2: train a fine-tuned oracle from cached classifier targets, then score the evaluation
-splits.  (Head-only runs: ``pipeline.oracle.headonly.train``; both share everything below the config.)
+splits.  (Head-only runs: ``pipeline.oracle.headonly.train``; both share everything below the
+config.)
 
-prepare (``pipeline.oracle.settings.prepare``: caches checked, rows carved, loss resolved, run named) ->
-claim the run directory (skip / resume / new) -> build oracle, optimizer, OneCycle, scaler
-(``pipeline.oracle.finetune.objects``) -> the loop (``pipeline.oracle.loop.fit``) with validation and
-checkpoints -> best oracle over each eval split (``pipeline.oracle.loop.outputs.finish_run``).
+prepare (``pipeline.oracle.settings.prepare``: caches checked, rows carved, loss resolved, run
+named) -> claim the run directory (skip / resume / new) -> build oracle, optimizer, OneCycle, scaler
+(``pipeline.oracle.finetune.objects``) -> the loop (``pipeline.oracle.loop.fit``) with validation
+and checkpoints -> best oracle over each eval split (``pipeline.oracle.loop.outputs.finish_run``).
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
 from cache.runs import RunError
 from pipeline.core import dist
+from pipeline.core.catalog import BEST_KEY
 from pipeline.core.models import DataConfig
 from pipeline.oracle.finetune.graph import choose_step
 from pipeline.oracle.finetune.objects import (ImageSession, build_objects, distribute, resume_state,
                                               save_best)
+from pipeline.oracle.loop.capture import current_path
 from pipeline.oracle.loop.fit import LoopState, TrainingDiverged, fit
 from pipeline.oracle.loop.log import StepLog
 from pipeline.oracle.loop.outputs import finish_run, image_scorer
 from pipeline.oracle.loop.schedule import loop_settings, schedule_of
 from pipeline.oracle.settings.config import TrainConfig, head_only_settings
-from pipeline.oracle.settings.prepare import (Prepared, claimed, prepare, run_extras, versions,
-                                              write_val_split)
+from pipeline.oracle.loop.rundir import claimed, run_extras, versions, write_val_split
+from pipeline.oracle.settings.prepare import Prepared, prepare
 from pipeline.oracle.settings.targets import SplitMemo
 
 RESUMES = "the run resumes from its last complete checkpoint"
 
 
-def train(cfg: TrainConfig, splits: SplitMemo | None = None) -> dict:
+def train(cfg: TrainConfig, splits: SplitMemo | None = None, *,
+          loss_fn: Callable | None = None) -> dict:
     """Run stage 2 for one (oracle, classifier, loss, seed); returns a summary dict.
     (Head-only runs: ``pipeline.oracle.headonly.train.train_head_only``.)  ``splits``: a sweep's
-    listings and image checks, shared by its runs."""
+    listings and image checks, shared by its runs.  ``loss_fn``: a user's loss for a run whose
+    loss is ``custom:...`` (``pipeline.oracle.nets.losses.CustomLoss``; the public API's
+    ``trust_oracles.training.train``)."""
     if cfg.head_only or cfg.features_cache or head_only_settings(cfg):
-        raise RunError("head-only runs are trained by pipeline.oracle.headonly.train.train_head_only "
+        raise RunError("head-only runs are trained by "
+                       "pipeline.oracle.headonly.train.train_head_only "
                        f"({', '.join(['--features-cache'] + head_only_settings(cfg))} "
                        "applies to --head-only runs only)")
     info, device = dist.init(cfg.device)
-    prep = prepare(cfg, device, splits)
-    with claimed([prep], info, cfg.resume, RESUMES):
-        return _train_claimed(prep, info, device)
+    prep = prepare(cfg, device, splits, loss_fn)
+    with claimed([prep], info, cfg.resume, RESUMES) as (claim,):
+        return _train_claimed(prep, claim, info, device)
 
 
-def _train_claimed(prep: Prepared, info: dist.DistInfo, device: torch.device) -> dict:
+def _train_claimed(prep: Prepared, claim: str, info: dist.DistInfo,
+                   device: torch.device) -> dict:
+    """``claim``: the run directory's state, new, resume or complete."""
     sched = schedule_of(prep, info.world)
     total = sched["total_steps"]
-    if prep.state == "complete":
+    if claim == "complete":
         scorer = lambda rj: image_scorer(prep, info, device, rj)  # noqa: E731
         return {**finish_run(prep, scorer, info, total), "already_complete": True}
     objs, data_cfg = build_objects(prep, info, device, sched)
     state = LoopState()
-    if prep.state == "resume":
+    if claim == "resume":
         state = resume_state(prep.run, objs, prep.record["group"])
     step_fn, step_path = choose_step(objs, prep.cfg.cuda_graph, prep.cfg.accum_steps)
     objs = distribute(objs, step_path["mode"] == "cuda_graph")
     extras = {**run_extras(prep, sched), "oracle_build": oracle_build(prep, data_cfg),
-              "step_path": step_path}   # the dict a failed capture updates (auto: eager)
+              "step_path": step_path}
     write_val_split(prep, info)
     if info.is_main:
         prep.run.write(prep.record, "running", versions(), step=state.step, **extras)
@@ -65,6 +76,7 @@ def _train_claimed(prep: Prepared, info: dist.DistInfo, device: torch.device) ->
     try:
         outcome = fit(ImageSession(prep, objs, data_cfg, step_fn), state, settings, [log])
     except TrainingDiverged as err:
+        extras["step_path"] = current_path(step_fn, step_path)   # a failed capture: eager
         if info.is_main:
             prep.run.write(prep.record, "failed", versions(), step=state.step, error=str(err),
                            **extras)
@@ -72,7 +84,8 @@ def _train_claimed(prep: Prepared, info: dist.DistInfo, device: torch.device) ->
     finally:
         log.close()          # flushes the TensorBoard event file
     head = state.heads[0]
-    best = {"step": head.best_step, "val_aupr_error": head.best_score}
+    best = {"step": head.best_step, BEST_KEY: head.best_score}
+    extras["step_path"] = current_path(step_fn, step_path)       # a failed capture: eager
     extras["grad_norm"] = {**state.grad_norm(), "global_batch": prep.schedule.batch_size}
     if outcome in ("stopped", "interrupted"):
         if info.is_main:
@@ -81,7 +94,7 @@ def _train_claimed(prep: Prepared, info: dist.DistInfo, device: torch.device) ->
                 "total_steps": total, "resumed_at": resumed_at}
     if head.best_step is None:   # no held-out rows (or no defined score): the final model
         save_best(prep.run, objs, prep.record, state.step, None, "final")
-        best = {"step": state.step, "val_aupr_error": None}
+        best = {"step": state.step, BEST_KEY: None}
     scorer = lambda rj: image_scorer(prep, info, device, rj, objs)  # noqa: E731
     summary = finish_run(prep, scorer, info, total, best=best, extras=extras)
     return {**summary, "resumed_at": resumed_at, "already_complete": False}

@@ -7,7 +7,8 @@ flips), one (B, D) x (D, P) product, the loss and its gradient -- no images, no 
 
 Runs that differ only in their loss parameters (the points of a sweep) share the row order, the
 flips, the initialisation and the OneCycle schedule, so their heads train together in the same
-products (``pipeline.oracle.nets.model.Head`` with P outputs, ``pipeline.oracle.nets.losses.HeadLoss``).
+products (``pipeline.oracle.nets.model.Head`` with P outputs,
+``pipeline.oracle.nets.losses.HeadLoss``).
 SGD (momentum, weight decay) acts element by element and each head's loss depends on its own
 parameters only, so every head follows the trajectory it would follow alone.  Everything stays
 on the device between the loop's sync points.  On a CUDA device the step is one CUDA graph
@@ -18,6 +19,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -30,7 +32,7 @@ from pipeline.oracle.loop.fit import LoopSettings, LoopState, fit
 from pipeline.oracle.loop.log import step_counts
 from pipeline.oracle.loop.schedule import sgd_onecycle
 from pipeline.oracle.nets.heads import make_head
-from pipeline.oracle.nets.losses import HeadLoss
+from pipeline.oracle.nets.losses import make_loss
 from pipeline.oracle.settings.sampler import StepSchedule
 
 
@@ -47,18 +49,21 @@ def score(table: FeatureTable, rows: np.ndarray, head: torch.nn.Module,
 
 class FeatureSession:
     """The loop's session for a bank of head-only heads (``pipeline.oracle.loop.fit.Session``).
-    ``head``: a head of P outputs (``pipeline.oracle.nets.heads``) initialised for the runs' seed, on
-    the table's device.  ``fast``: the same step on static state (``pipeline.oracle.headonly.graph``,
-    a CUDA graph), used from ``start`` on unless its capture falls back."""
+    ``head``: a head of P outputs (``pipeline.oracle.nets.heads``) initialised for the runs' seed,
+    on the table's device.  ``fast``: the same step on static state
+    (``pipeline.oracle.headonly.graph``, a CUDA graph), used from ``start`` on unless its capture
+    falls back.  ``loss_fn``: a user's loss for every head
+    (``pipeline.oracle.nets.losses.CustomLoss``) instead of ``losses``' own."""
 
     def __init__(self, table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
                  head: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
-                 val_rows: np.ndarray, tnr_logit: float, fast: HeadStep | None = None):
+                 val_rows: np.ndarray, tnr_logit: float, fast: HeadStep | None = None,
+                 loss_fn: Callable | None = None):
         if schedule.flip and not table.has_flip:
             raise ValueError("the schedule flips rows but the features have no flipped view")
         self.table, self.schedule, self.head = table, schedule, head
         self.optimizer, self.scheduler = optimizer, scheduler
-        self.loss = HeadLoss(losses, table.x.device)
+        self.loss = make_loss(losses, table.x.device, loss_fn)
         self.info, self.tnr_logit = dist.DistInfo(), tnr_logit
         self.val_rows = np.asarray(val_rows, np.int64)
         self.val_correct = (table.correct[torch.as_tensor(self.val_rows, device=table.x.device)]
@@ -89,7 +94,7 @@ class FeatureSession:
         i = step - first
         idx = self.table.index(rows[i], None if flips is None else flips[i])
         z = self.head(self.table.inputs(idx))
-        per_head = self.loss(z, self.table.correct[idx], self.table.p_true[idx]).mean(0)
+        per_head = self.loss.batch_mean(z, self.table.correct[idx], self.table.p_true[idx])
         self.optimizer.zero_grad(set_to_none=True)
         per_head.sum().backward()
         self.optimizer.step()
@@ -115,8 +120,9 @@ class FeatureSession:
         z = score(self.table, self.val_rows, self.head)
         idx = torch.as_tensor(self.val_rows, device=self.table.x.device)
         # the validation loss is per sample, also for the broadcast variant (as fine-tuning)
-        loss = self.loss(torch.from_numpy(z).to(self.table.x.device), self.table.correct[idx],
-                         self.table.p_true[idx], broadcast=False).mean(0).cpu().numpy()
+        loss = self.loss.batch_mean(torch.from_numpy(z).to(self.table.x.device),
+                                    self.table.correct[idx], self.table.p_true[idx],
+                                    broadcast=False).cpu().numpy()
         self.val_s += time.perf_counter() - t
         return z, loss
 
@@ -191,20 +197,25 @@ def onecycle_values(opt: BankOptim, total: int) -> tuple[list[float], list[float
 
 def train_heads(table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
                 opt: BankOptim, val_rows: np.ndarray, tnr_logit: float, settings: LoopSettings,
-                logs: list, step_path: dict | None = None) -> tuple[LoopState, FeatureSession]:
+                logs: list, step_path: dict | None = None,
+                loss_fn: Callable | None = None) -> tuple[LoopState, FeatureSession]:
     """One head per entry of ``losses`` (``make_bank``), trained through the loop; returns the
     loop's state (per head: counts, best step and score, divergence) and the session (best heads,
     final heads, timing).  ``step_path`` (``headgraph.head_step_path``; None: eager): the step
     captured in a CUDA graph where its mode is ``cuda_graph`` (updated if the capture falls
-    back)."""
+    back; never with ``loss_fn``, a user's loss: ``head_step_path`` says eager).  ``logs``: one
+    per head (``pipeline.oracle.loop.log``)."""
     head, sgd, sched = make_bank(table, schedule, losses, opt)
     fast = None
     if step_path is not None and step_path["mode"] == "cuda_graph":
+        if loss_fn is not None:
+            raise ValueError("a custom loss trains eagerly: head_step_path(..., custom_loss=True)")
         fast = GraphedHeadStep(table, schedule, head, losses,
                                onecycle_values(opt, schedule.total_steps), opt.weight_decay,
                                min(settings.log_every, settings.total), tnr_logit,
                                record=step_path)
-    session = FeatureSession(table, schedule, losses, head, sgd, sched, val_rows, tnr_logit, fast)
+    session = FeatureSession(table, schedule, losses, head, sgd, sched, val_rows, tnr_logit, fast,
+                             loss_fn)
     state = LoopState.for_heads(len(losses))
     fit(session, state, settings, logs)
     return state, session

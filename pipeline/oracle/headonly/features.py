@@ -13,7 +13,8 @@ caller owns: one ``train_head_only`` call, or a whole sweep; it is freed with it
 Shapes: ``FeatureTable.x`` (2N, D) float16/float32 features (rows [0, N) the plain view, [N, 2N)
 the flipped one; one copy of the plain rows when there is no flipped view); for a head on stacked
 inputs ``FeatureTable.stats`` (2N, 6) float32, the statistics of the classifier's cached logits of
-the same rows and views (``pipeline.oracle.nets.heads.logit_stats``), raw: the head standardises them.
+the same rows and views (``pipeline.oracle.nets.heads.logit_stats``), raw: the head standardises
+them.
 """
 from __future__ import annotations
 

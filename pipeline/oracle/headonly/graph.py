@@ -26,39 +26,38 @@ momentum buffers start as -0.0: ``-0 m + g`` is ``g`` exactly, signed zeros incl
 step copies g).  A graphed run equals the eager run in its losses, counts, best and final heads
 (tests/test_head_graph_cuda.py).
 
-Capture (``pipeline.oracle.loop.capture``): warm-up steps on a side stream, capture, then every tensor the
-warm-up moved is put back, so the first replay is step 0.  Under ``auto`` a failed capture falls
-back to the eager step with one note.
+Capture (``pipeline.oracle.loop.capture``): warm-up steps on a side stream, capture, then every
+tensor the warm-up moved is put back, so the first replay is step 0.  Under ``auto`` a failed
+capture falls back to the eager step with one note.
 """
 from __future__ import annotations
 
 import sys
-from typing import Callable, Sequence
+from typing import Callable
 
-import numpy as np
 import torch
 from torch.optim.optimizer import _default_to_fused_or_foreach
 
 from cache.runs import RunError
 from pipeline.core.losses import LossConfig
 from pipeline.oracle.headonly.features import FeatureTable
-from pipeline.oracle.loop.capture import (GRAPH_MODES, device_unsupported, momentum_buffers,
-                                          not_capturable, restore, sgd_step, snapshot,
-                                          warm_up_and_capture)
+from pipeline.oracle.loop.capture import (GRAPH_MODES, WARMUP_STEPS, device_unsupported,
+                                          fell_back, momentum_buffers, not_capturable, restore,
+                                          sgd_step, snapshot, warm_up_and_capture)
 from pipeline.oracle.loop.log import step_counts
-from pipeline.oracle.nets.losses import HeadLoss
+from pipeline.oracle.nets.losses import CUSTOM_EAGER, HeadLoss
 from pipeline.oracle.settings.sampler import Ahead, StepSchedule, batches
 
 
-def head_step_path(device: torch.device, mode: str) -> dict:
+def head_step_path(device: torch.device, mode: str, custom_loss: bool = False) -> dict:
     """run.json's ``step_path`` of a head-only run, decided before anything is written: the graph
-    on a CUDA device unless ``off``; elsewhere eager (``auto``, silently: on a CPU there is nothing
-    to miss) or refused (``on``)."""
+    on a CUDA device unless ``off``; elsewhere, or with a user's loss (``CUSTOM_EAGER``), eager
+    (``auto``, silently: on a CPU there is nothing to miss) or refused (``on``)."""
     if mode not in GRAPH_MODES:
         raise RunError(f"--cuda-graph {mode!r}: expected one of {GRAPH_MODES}")
     if mode == "off":
         return {"mode": "eager", "requested": mode}
-    why = device_unsupported(device)
+    why = device_unsupported(device) or (CUSTOM_EAGER if custom_loss else None)
     if why is None:
         return {"mode": "cuda_graph", "requested": mode}
     if mode == "on":
@@ -99,10 +98,14 @@ class HeadStep:
         self.bufs = momentum_buffers(self.params, moms[:total])
         self.foreach = bool(_default_to_fused_or_foreach(self.params, False, False)[1])
         p, b = len(losses), schedule.batch_size
-        self.losses = torch.zeros(window, p, device=dev)
-        self.z = torch.zeros(window, b, p, device=dev)
-        self.idx = torch.zeros(window, b, dtype=torch.long, device=dev)
-        self.rows = torch.zeros(schedule.steps_per_epoch, b, dtype=torch.long, device=dev)
+        # the capture's warm-up runs WARMUP_STEPS steps without a drain or a new epoch: room for
+        # them however short the window (--log-every 1) or the epoch (its rows are put back after)
+        rows = max(window, WARMUP_STEPS)
+        self.losses = torch.zeros(rows, p, device=dev)
+        self.z = torch.zeros(rows, b, p, device=dev)
+        self.idx = torch.zeros(rows, b, dtype=torch.long, device=dev)
+        self.rows = torch.zeros(max(schedule.steps_per_epoch, WARMUP_STEPS), b, dtype=torch.long,
+                                device=dev)
         self.chunk, self.ahead, self.ready = chunk, None, 0
         self.count = self.done = 0
 
@@ -144,7 +147,7 @@ class HeadStep:
         t = self.table
         idx = self.rows.index_select(0, self.pos)[0]
         z = self.head(t.inputs(idx))
-        per_head = self.loss(z, t.correct[idx], t.p_true[idx]).mean(0)
+        per_head = self.loss.batch_mean(z, t.correct[idx], t.p_true[idx])
         per_head.sum().backward()
         with torch.no_grad():
             self.losses.index_copy_(0, self.win, per_head[None])
@@ -187,12 +190,13 @@ class HeadStep:
 
 class GraphedHeadStep(HeadStep):
     """``HeadStep``'s body captured in one CUDA graph at ``prepare``, replayed by ``step``.
-    ``record``: run.json's ``step_path``, updated where a capture under ``auto`` falls back."""
+    ``record``: run.json's ``step_path`` as chosen; ``path``: as it stands (a capture under
+    ``auto`` that falls back replaces it)."""
 
     def __init__(self, *args, record: dict,
                  say: Callable[[str], None] = lambda m: print(m, file=sys.stderr), **kwargs):
         super().__init__(*args, **kwargs)
-        self.record, self.say = record, say
+        self.path, self.say = record, say
         self.graph: torch.cuda.CUDAGraph | None = None
 
     def prepare(self, step: int) -> bool:
@@ -210,10 +214,10 @@ class GraphedHeadStep(HeadStep):
             self.graph = None
             restore(saved, dev)
             self._no_grads()
-            if self.record["requested"] == "on":
+            if self.path["requested"] == "on":
                 raise RunError(f"--cuda-graph on: capturing the head-only step failed ({err}); "
                                "use --cuda-graph off") from err
-            self.record.update(mode="eager", reason=f"capture failed: {err}")
+            self.path = fell_back(self.path, err)
             self.say(f"note: capturing the head-only step in a CUDA graph failed ({err}); "
                      "running it eagerly")
             return False

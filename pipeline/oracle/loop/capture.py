@@ -1,8 +1,8 @@
 """What the two CUDA-graphed training steps share (``pipeline.oracle.finetune.graph``: a fine-tuned
-oracle's step, one process or several; ``pipeline.oracle.headonly.graph``: a bank of head-only heads):
-the modes of ``--cuda-graph``, why a device cannot capture, warm-up on a side stream, the capture,
-the snapshot/restore of what the warm-up steps moved (the first replay is the real step), and the
-one SGD update both graphs run with the lr and momentum on the device (``sgd_step``)."""
+oracle's step, one process or several; ``pipeline.oracle.headonly.graph``: a bank of head-only
+heads): the modes of ``--cuda-graph``, why a device cannot capture, warm-up on a side stream, the
+capture, the snapshot/restore of what the warm-up steps moved (the first replay is the real step),
+and the one SGD update both graphs run with the lr and momentum on the device (``sgd_step``)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -12,6 +12,18 @@ import torch
 from cache.runs import RunError
 
 GRAPH_MODES = ("auto", "on", "off")
+
+
+def fell_back(path: dict, why: str) -> dict:
+    """run.json's ``step_path`` after a capture under ``auto`` failed: a new record (the one
+    chosen before training stays as it was), eager, with the reason."""
+    return {**path, "mode": "eager", "reason": f"capture failed: {why}"}
+
+
+def current_path(step, chosen: dict) -> dict:
+    """run.json's ``step_path`` as it stands: a graphed step's own (``path``, which a failed
+    capture under ``auto`` replaces), else the one chosen before training."""
+    return getattr(step, "path", chosen)
 WARMUP_STEPS = 2
 
 

@@ -1,11 +1,11 @@
 """The one training loop of ``cli.py train-oracle``, fine-tuned or head-only.
 
-A session does the work that differs: ``pipeline.oracle.finetune.objects.ImageSession`` runs one optimizer
-step of a fine-tuned oracle on images (eagerly or as a CUDA graph) and validates it on held-out
-images; ``pipeline.oracle.headonly.bank.FeatureSession`` steps a bank of P heads on cached features (one
-per run that differs only in loss parameters) and validates them on the held-out rows' features.
-The loop decides the rest, the same way for both: when to sync, the NaN check, the log entries,
-validation and the best checkpoint of each head, mid-run checkpoints, stopping.
+A session does the work that differs: ``pipeline.oracle.finetune.objects.ImageSession`` runs one
+optimizer step of a fine-tuned oracle on images (eagerly or as a CUDA graph) and validates it on
+held-out images; ``pipeline.oracle.headonly.bank.FeatureSession`` steps a bank of P heads on cached
+features (one per run that differs only in loss parameters) and validates them on the held-out rows'
+features.  The loop decides the rest, the same way for both: when to sync, the NaN check, the log
+entries, validation and the best checkpoint of each head, mid-run checkpoints, stopping.
 
 Sync points (every ``log_every`` steps, before a validation or checkpoint, at the end) are the
 only places the host waits for the device: the window's losses are checked for NaN/inf there,
@@ -30,6 +30,7 @@ from tqdm import tqdm
 from cache.runs import RunError
 from pipeline.core import dist
 from pipeline.core import metrics as M
+from pipeline.core.catalog import CHECKPOINT_METRIC, log_name
 from pipeline.core.stop import StopSignals
 from pipeline.oracle.loop.log import StepLog
 
@@ -127,10 +128,12 @@ def validation_metrics(z: np.ndarray, correct: np.ndarray, loss: float, tnr_logi
             return float("nan")
 
     o = correct.astype(bool)
-    return {"rows": int(len(o)), "accuracy": float(o.mean()), "loss": loss,
-            "aupr_error": safe(M.aupr_error, z, o, definition="standard"),
-            "aupr_success": safe(M.aupr_success, z, o), "auc": safe(M.auc, z, o),
-            "tpr": safe(M.tpr, z, o, threshold=0.0), "tnr": safe(M.tnr, z, o, threshold=tnr_logit)}
+    # the keys are the catalog's names as the logs write them (pipeline.core.catalog.log_name)
+    return {"rows": int(len(o)), log_name("acc"): float(o.mean()), "loss": loss,
+            log_name("aupr_err"): safe(M.aupr_error, z, o, definition="standard"),
+            log_name("aupr_succ"): safe(M.aupr_success, z, o), log_name("auc"): safe(M.auc, z, o),
+            log_name("tpr"): safe(M.tpr, z, o, threshold=0.0),
+            log_name("tnr"): safe(M.tnr, z, o, threshold=tnr_logit)}
 
 
 def fit(session: Session, state: LoopState, s: LoopSettings, logs: list[StepLog]) -> str:
@@ -230,7 +233,7 @@ def _validate(session: Session, state: LoopState, logs: list[StepLog]) -> None:
     for p, metrics in zip(live, scored):
         head = state.heads[p]
         logs[p].write({"step": state.step, "val": metrics})
-        score = metrics["aupr_error"]
+        score = metrics[log_name(CHECKPOINT_METRIC)]
         if math.isfinite(score) and (head.best_score is None or score > head.best_score):
             head.best_score, head.best_step = score, state.step
             session.keep_best(p, state.step, score)

@@ -1,5 +1,6 @@
 """The one log writer of every training run: log.jsonl (``cache.runs``) and, when the optional
-``tensorboard`` package is installed, TensorBoard event files beside it."""
+``tensorboard`` package is installed, TensorBoard event files beside it; ``MemoryLog``, the same
+entries in memory for a head trained without a run directory."""
 from __future__ import annotations
 
 import math
@@ -46,6 +47,22 @@ class StepLog:
         if self.tb is not None:
             self.tb.close()
             self.tb = None
+
+
+class MemoryLog:
+    """A log kept in memory, for a head trained without a run directory
+    (``pipeline.oracle.headonly.arrays``): the entries ``StepLog`` would write, in order."""
+
+    writes = True
+
+    def __init__(self):
+        self.entries: list[dict] = []
+
+    def write(self, *entries: Mapping) -> None:
+        self.entries.extend(dict(e) for e in entries)
+
+    def close(self) -> None:
+        """Nothing to flush."""
 
 
 def tensorboard_writer(run: RunDir, resume_step: int | None):

@@ -6,8 +6,8 @@ outputs with the same writer.
 
 A scorer is ``(split, path[, rows]) -> summary`` (``rows``: the held-out ones written to
 ``heldout/<tag>.h5``, default every valid row): ``image_scorer`` runs the oracle over the split's
-images (``pipeline.oracle.deploy.predict``), the head-only runs score their heads on the split's cached
-features (``pipeline.oracle.headonly.train``).  It is built only when a file is missing.
+images (``pipeline.oracle.deploy.predict``), the head-only runs score their heads on the split's
+cached features (``pipeline.oracle.headonly.train``).  It is built only when a file is missing.
 """
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ from pipeline.core.timing import ModelTimer
 from pipeline.data.images import GpuNormalize, ImageRows, make_loader, transform_for
 from pipeline.oracle.nets.checkpoint import unwrap
 from pipeline.oracle.nets.model import Oracle, load_trained_oracle
-from pipeline.oracle.settings.prepare import Prepared, versions
+from pipeline.oracle.loop.rundir import versions
+from pipeline.oracle.settings.prepare import Prepared
 from pipeline.oracle.settings.targets import Split
 
 # (split, output file[, rows: the held-out ones, default every valid row]) -> the summary

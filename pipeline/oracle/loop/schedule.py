@@ -41,7 +41,8 @@ def schedule_info(config: Mapping, total_steps: int, steps_per_epoch: int, world
     eff = min(max(warm, 2), cap, total_steps - 1)
     return {"total_steps": total_steps, "steps_per_epoch": steps_per_epoch,
             "warmup_steps": warm, "warmup_steps_effective": eff, "pct_start": eff / total_steps,
-            "world_size": world, "micro_batch": config["batch_size"] // (world * config["accum_steps"]),
+            "world_size": world,
+            "micro_batch": config["batch_size"] // (world * config["accum_steps"]),
             "cycle_momentum": config["cycle_momentum"],
             "momentum": "0.85-0.95 (cycled)" if config["cycle_momentum"] else config["momentum"]}
 

@@ -30,16 +30,23 @@ as float32 (P,) tensors, rounded once from the Python values (exp(-a) in float64
 ``math.exp``); focal's exponent stays a Python float per head, since torch computes x ** 2 and
 x ** 0.5 exactly for a scalar exponent and through pow() for a tensor one, so every head computes
 what it would compute alone, in a bank or fine-tuned.
+
+A user's own loss (``CustomLoss``, the public API's ``trust_oracles.training``) trains through the
+same steps: ``loss(z, correct) -> scalar`` on one head's z (B,), applied to each column of z
+(B, P).  The steps call ``batch_mean`` of either kind: (P,) batch means.  For the built-in losses
+that is ``HeadLoss(...).mean(0)``, the very ops the steps ran before, so their numbers do not
+change.
 """
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from pipeline.core.losses import LOSSES, LossConfig, LossOptionError
+from pipeline.core.losses import LOSSES, CustomLossError, LossConfig, LossOptionError
 
 
 def cross_entropy(z: torch.Tensor, c_pos: torch.Tensor, c_neg: torch.Tensor) -> torch.Tensor:
@@ -139,6 +146,88 @@ class HeadLoss:
         if self.name == "focal":
             return focal(z, c_pos, c_neg, self.gamma)
         return steep_slope(z, c_pos, c_neg, self.a_pos, self.a_neg, self.shift_pos, self.shift_neg)
+
+    def batch_mean(self, z: torch.Tensor, o: torch.Tensor, p_true: torch.Tensor,
+                   coef: tuple[torch.Tensor, torch.Tensor] | None = None,
+                   broadcast: bool | None = None) -> torch.Tensor:
+        """(P,) the mean over the batch of each head's per-sample loss (the authors' reduction)."""
+        return self(z, o, p_true, coef, broadcast).mean(0)
+
+
+# ------------------------------------------------------------------ a user's own loss --
+CUSTOM_PREFIX = "custom:"     # a run's loss name: custom:<module>.<qualname> (or the name given)
+# Why a custom loss never runs inside a CUDA graph: a graph replays the kernels of one call, so
+# whatever the loss decides in Python (a counter, a schedule, a branch on a value) would freeze.
+CUSTOM_EAGER = ("a custom loss runs eagerly (a graph would replay the kernels of one call and "
+                "freeze whatever the loss does in Python)")
+
+
+def is_custom(name: str) -> bool:
+    return name.startswith(CUSTOM_PREFIX)
+
+
+class CustomLoss:
+    """A user's loss in the place of ``HeadLoss``: ``fn(z, correct) -> loss``, with ``z`` (B,)
+    float32 one head's outputs, ``correct`` (B,) float32 the trust labels (1 = the classifier is
+    right) and ``loss`` a 0-dim tensor, the mean over the batch.  A bank's z (B, P) is scored
+    column by column (P calls).  Every result is checked (a tensor, 0-dim, floating point, with a
+    gradient when z has one); the first training call's value must also be finite, the one host
+    sync this adds (later non-finite values are the loop's divergence).  An ``nn.Module`` is moved
+    to ``device`` (its parameters are not trained)."""
+
+    broadcast = False            # the authors' broadcasting is a form of the built-in CE/focal
+
+    def __init__(self, fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], name: str,
+                 device: torch.device | None = None):
+        if not callable(fn):
+            raise CustomLossError(f"loss {name}: {type(fn).__name__} is not callable")
+        if isinstance(fn, nn.Module) and device is not None:
+            fn.to(device)
+        self.fn, self.name, self.checked = fn, name, False
+
+    def batch_mean(self, z: torch.Tensor, o: torch.Tensor, p_true: torch.Tensor,
+                   coef=None, broadcast: bool | None = None) -> torch.Tensor:
+        """(P,) each column's loss (``p_true``, ``coef``, ``broadcast``: the built-in forms')."""
+        o = o.float()
+        return torch.stack([self._one(z[:, p].float(), o) for p in range(z.shape[1])])
+
+    def _one(self, z: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        out = self.fn(z, o)
+        if not isinstance(out, torch.Tensor):
+            self._refuse(z, f"returned a {type(out).__name__}, not a torch.Tensor: compute it "
+                         "with torch operations on z")
+        if out.dim() != 0:
+            self._refuse(z, f"returned shape {tuple(out.shape)}: expected a scalar (0-dim) "
+                         "tensor, the mean over the batch (e.g. per_row.mean())")
+        if not out.is_floating_point():
+            self._refuse(z, f"returned a {out.dtype} tensor: expected floating point")
+        if z.requires_grad and not out.requires_grad:
+            self._refuse(z, "returned a value without a gradient with respect to z (computed "
+                         "outside torch's autograd: .item(), numpy, detach or no_grad?)")
+        if z.requires_grad and not self.checked:
+            self.checked = True
+            if not torch.isfinite(out):
+                self._refuse(z, f"returned {out.item()} on the first training batch "
+                             f"({int(o.sum())} correct and {int(len(o) - o.sum())} incorrect "
+                             "rows): expected a finite number")
+        return out
+
+    def _refuse(self, z: torch.Tensor, what: str) -> None:
+        raise CustomLossError(f"custom loss {self.name} (called as loss(z, correct) with z and "
+                              f"correct of shape ({len(z)},)) {what}")
+
+
+def make_loss(cfgs: Sequence[LossConfig], device: torch.device | None = None,
+              custom: Callable | None = None) -> HeadLoss | CustomLoss:
+    """The loss of a bank's heads: ``HeadLoss`` of ``cfgs``, or ``custom`` (a user's function,
+    named by the configs' ``custom:...`` loss name) for every head."""
+    if custom is None:
+        return HeadLoss(cfgs, device)
+    names = {c.name for c in cfgs}
+    if len(names) != 1 or not is_custom(next(iter(names))):
+        raise ValueError(f"a custom loss function trains runs named {CUSTOM_PREFIX}...; got "
+                         f"{sorted(names)}")
+    return CustomLoss(custom, next(iter(names)), device)
 
 
 # ---------------------------------------------------------------- one head, as (B,) arrays --

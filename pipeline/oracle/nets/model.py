@@ -13,8 +13,8 @@ which images share a batch, and scoring never updates its BatchNorm statistics.
 Heads: ``linear`` z = w.x + b (CE, focal, TCP; SS's Table A3 variant) and ``hyperplane``
 z = (w.x + b) / (||w|| + 1e-7), the signed distance to the hyperplane (SS, the authors'
 ``Hyperplane`` module), both ``pipeline.oracle.nets.heads.Head``; a head-only run may train another
-architecture of ``pipeline.oracle.nets.heads`` (ConfidNet's MLP), on stacked inputs.  The head runs in
-float32 outside autocast: it is tiny, and SS squashes z through z / (1 + |z|), where bf16's 8
+architecture of ``pipeline.oracle.nets.heads`` (ConfidNet's MLP), on stacked inputs.  The head runs
+in float32 outside autocast: it is tiny, and SS squashes z through z / (1 + |z|), where bf16's 8
 mantissa bits would be visible.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pipeline.core.inference import for_inference, for_training
 from pipeline.core.losses import HEADS
 from pipeline.core.models import (DataConfig, ModelError, ModelSpec, build_model,
                                   resolve_data_config, resolve_spec, weights_sha256)
-from pipeline.data.sources import FMNIST_NAME
+from pipeline.data.sources import is_embedded_dataset
 from pipeline.oracle.nets.checkpoint import load_checkpoint
 from pipeline.oracle.nets.heads import Head, head_from_checkpoint, logit_stats
 
@@ -154,6 +154,7 @@ def cache_classifier(cache: ClassifierCache, weights: str | None,
     """The classifier of ``cache`` rebuilt as its ``extract`` built it (name, model kwargs, seed),
     from ``weights``; the caller compares its ``weights_sha256`` with the cache's."""
     ident, config = cache.identity, cache.manifest.get("config", {})
-    spec = resolve_spec(config.get("classifier", ident["model"]), ident["dataset"] == FMNIST_NAME,
-                        weights, random_init, config.get("model_kwargs") or ident.get("model_kwargs") or {})
+    spec = resolve_spec(config.get("classifier", ident["model"]),
+                        is_embedded_dataset(ident["dataset"]), weights, random_init,
+                        config.get("model_kwargs") or ident.get("model_kwargs") or {})
     return build_model(spec, seed=int(config.get("seed") or 0))

@@ -43,6 +43,8 @@ def setting(default: Any = None, opt: Opt | None = None, part: str = "run", *, f
     and where it belongs (module docstring).  ``head_only``: it applies to --head-only runs
     only; ``later``: added after runs existed, so at its default it stays out of the group hash
     (those runs keep their group and run directory)."""
+    if opt is not None and opt.show_default:   # the option shows the field's one default
+        opt = replace(opt, default=default)
     meta = {"opt": opt, "part": part, "fine_tune_only": fine_tune_only, "head_only": head_only,
             "bank_free": bank_free, "loss": loss, "invert": invert, "later": later}
     if factory is not None:
@@ -69,8 +71,8 @@ class TrainConfig:
     oracle: str | None = setting(None, Opt(("--oracle",), help="Oracle backbone: preset or timm "
                                  "name. Default: the classifier's name (on Fashion-MNIST "
                                  "vit/resnet = the fitted small models)."))
-    loss: str = setting("ss", Opt(("--loss",), type=click.Choice(list(LOSSES)), default="ss",
-                                  show_default=True), loss=True)
+    loss: str = setting("ss", Opt(("--loss",), type=click.Choice(list(LOSSES)), show_default=True),
+                        loss=True)
     data: str | None = setting(None, DATA, "where")          # None: the embedded Fashion-MNIST
     cache: str = setting("artifacts/fashion-mnist/cache", Opt(("--cache",), type=PATH, help="Cache "
                          "root given to extract. Default: artifacts/<dataset>/cache."), "where")
@@ -83,7 +85,7 @@ class TrainConfig:
                                     "`report --runs-root`). Default: artifacts/<dataset>/runs."),
                                     "where", bank_free=True)
     labels_file: str | None = setting(None, LABELS, "where")
-    train_split: str = setting("train", Opt(("--train-split",), default="train", show_default=True,
+    train_split: str = setting("train", Opt(("--train-split",), show_default=True,
                                             help="Cache tag to train on."))
     eval_splits: tuple[str, ...] = setting((), Opt(("--eval-split", "eval_splits"), multiple=True,
                                            help="Extra cache tag(s) to score after training "
@@ -152,20 +154,20 @@ class TrainConfig:
                                    "the authors' runs (REFERENCE.md)."))
     batch_size: int | None = setting(None, BATCH_SIZE.but(help=f"{PRESET} Global batch (all "
                                                             "GPUs)."))
-    accum_steps: int = setting(1, Opt(("--accum-steps",), default=1, show_default=True,
+    accum_steps: int = setting(1, Opt(("--accum-steps",), show_default=True,
                                type=click.IntRange(1), help="Micro-batches per optimizer step "
                                "and GPU (same global batch)."), fine_tune_only=True)
     epochs: int | None = setting(None, Opt(("--epochs",), type=click.IntRange(1), help=f"{PRESET} "
                                  "A split too small for the paper's one epoch (< 100 optimizer "
                                  "steps) trains the fewest epochs that reach 100 steps, at most "
                                  "50, with a note."))
-    flip: bool = setting(True, Opt(("--flip/--no-flip",), default=True, show_default=True,
+    flip: bool = setting(True, Opt(("--flip/--no-flip",), show_default=True,
                                    help="Random horizontal flip."))
     # which rows
     train_limit: int | None = setting(None, Opt(("--train-limit",), type=click.IntRange(0),
                                       help=f"{PRESET} Use a seeded subset of N training rows; "
                                       "0 = every row."))
-    val_fraction: float = setting(0.05, Opt(("--val-fraction",), default=0.05, show_default=True,
+    val_fraction: float = setting(0.05, Opt(("--val-fraction",), show_default=True,
                                   type=FRACTION, help="Held-out rows carved from the training "
                                   "split to choose the checkpoint (0: keep the final model); "
                                   "under 100 rows (or 10 right or wrong ones) warns."))
@@ -178,13 +180,13 @@ class TrainConfig:
     precision: str | None = setting(None, PRECISION.more(
         "[preset] The embedded Fashion-MNIST's preset names fp32; the paper's protocol leaves it "
         "to this rule."), fine_tune_only=True)
-    channels_last: bool = setting(True, Opt(("--channels-last/--no-channels-last",), default=True,
+    channels_last: bool = setting(True, Opt(("--channels-last/--no-channels-last",),
                                             show_default=True), fine_tune_only=True)
     compile: bool = setting(False, Opt(("--compile", "compile"), is_flag=True,
                             help="torch.compile the training step."), "runtime",
                             fine_tune_only=True)
     cuda_graph: str = setting("auto", Opt(("--cuda-graph",), type=click.Choice(["auto", "on", "off"]),
-                              default="auto", show_default=True, help="Capture the whole training "
+                              show_default=True, help="Capture the whole training "
                               "step (optimizer and schedule included) in one CUDA graph: auto = "
                               "where possible (one CUDA process, no --accum-steps, bf16/fp32; "
                               "with or without --compile; --head-only: any CUDA device), else "
@@ -192,11 +194,11 @@ class TrainConfig:
                               "step_path says which ran."), "runtime")
     device: str | None = setting(None, DEVICE, "runtime")
     workers: int | None = setting(None, WORKERS, "runtime", fine_tune_only=True)
-    eval_batch_size: int = setting(256, Opt(("--eval-batch-size",), default=256, show_default=True,
+    eval_batch_size: int = setting(256, Opt(("--eval-batch-size",), show_default=True,
                                    type=BATCH), "runtime", fine_tune_only=True)
-    ckpt_every: int = setting(2000, Opt(("--ckpt-every",), default=2000, show_default=True,
+    ckpt_every: int = setting(2000, Opt(("--ckpt-every",), show_default=True,
                               type=click.IntRange(1)), "runtime", fine_tune_only=True)
-    log_every: int = setting(10, Opt(("--log-every",), default=10, show_default=True,
+    log_every: int = setting(10, Opt(("--log-every",), show_default=True,
                              type=click.IntRange(1)), "runtime")
     stop_at_step: int | None = setting(None, Opt(("--stop-at-step",), type=click.IntRange(1),
                                        help="Stop cleanly after step N (checkpoint written), e.g. "
@@ -214,11 +216,11 @@ class TrainConfig:
                                          "only: cache root holding the oracle's feature caches. "
                                          "Default: --cache."), "where")
     head_arch: str = setting("linear", Opt(("--head-arch",), type=click.Choice(HEAD_ARCHS),
-                             default="linear", show_default=True, help="--head-only: one linear "
+                             show_default=True, help="--head-only: one linear "
                              "layer, or ConfidNet's MLP (docs/TRAINING.md)."), head_only=True,
                              later=True)
     head_inputs: str = setting("features", Opt(("--head-inputs",), type=click.Choice(HEAD_INPUTS),
-                               default="features", show_default=True, help="--head-only: the "
+                               show_default=True, help="--head-only: the "
                                "features, or them and 6 statistics of the classifier's logits."),
                                head_only=True, later=True)
     progress: bool = setting(True, NO_PROGRESS, "runtime", invert=True)

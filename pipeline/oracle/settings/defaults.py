@@ -1,4 +1,4 @@
-"""Defaults a run takes from its data rather than from a preset alone (issue 21), each said in a
+"""Defaults a run takes from its data rather than from a preset alone, each said in a
 ``note:`` line and recorded in run.json (its config holds the values, ``protocol`` the reasons):
 
 * the oracle's starting weights: an oracle of the classifier's architecture starts from the
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,17 +29,27 @@ from pipeline.core.presets import (MAX_AUTO_EPOCHS, MIN_HELDOUT_PER_KIND, MIN_HE
 from pipeline.oracle.nets.model import cache_classifier, recorded_weights
 from pipeline.oracle.settings.config import TrainConfig
 
-_SAID: set[str] = set()
-# weights hashes of files already checked, by (path, size, mtime, classifier): a sweep prepares
-# every point of one setting, and rebuilding a large classifier per point would cost seconds each
-_CHECKED: dict[tuple, str] = {}
+# Two memos of this process, each bounded (oldest forgotten first), since a notebook or a sweep
+# may prepare thousands of runs in one process.  The notes already said: a sweep prepares every
+# point of one setting and would repeat each note per point.  The weights hashes of files already
+# checked, by (path, size, mtime, classifier): rebuilding a large classifier per point would cost
+# seconds each.
+MEMO_SIZE = 256
+_SAID: OrderedDict[str, None] = OrderedDict()
+_CHECKED: OrderedDict[tuple, str] = OrderedDict()
+
+
+def _remember(memo: OrderedDict, key, value=None) -> None:
+    memo[key] = value
+    while len(memo) > MEMO_SIZE:
+        memo.popitem(last=False)
 
 
 def say(text: str, kind: str = "note") -> None:
     """``note: ...`` (or ``warning: ...``) on stderr, once per process (a sweep prepares many
     runs of one setting) and only on the main process of a torchrun."""
     if text not in _SAID and dist.info().is_main:
-        _SAID.add(text)
+        _remember(_SAID, text)
         print(f"{kind}: {text}", file=sys.stderr, flush=True)
 
 
@@ -93,7 +104,7 @@ def _loaded_weights_sha256(cache: ClassifierCache, path: str) -> str:
     key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, cache.identity["model"],
            json.dumps(cache.manifest.get("config", {}).get("model_kwargs"), sort_keys=True))
     if key not in _CHECKED:
-        _CHECKED[key] = weights_sha256(cache_classifier(cache, path))
+        _remember(_CHECKED, key, weights_sha256(cache_classifier(cache, path)))
     return _CHECKED[key]
 
 

@@ -7,48 +7,39 @@ target come from ``cli.py extract``'s cache.
 """
 from __future__ import annotations
 
-import platform
-from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
-import timm
 import torch
-import torch.distributed as tdist
 
-from cache.integrity import as_no_room
+from cache.reader import slug
 from cache.runs import RunDir, RunError, default_run_dir, run_record
 from pipeline.core import dist
-from pipeline.core.losses import (PARAMS, LossConfig, check_loss_options, head_of, loss_label,
-                                  resolve_loss, variant_tags)
+from pipeline.core.losses import (HEADS, PARAMS, LossConfig, LossOptionError, check_loss_options,
+                                  flag, head_of, loss_label, resolve_loss, variant_tags)
 from pipeline.core.models import ModelSpec, file_sha256, resolve_spec
 from pipeline.core.precision import default_precision
 from pipeline.core.presets import ss_slopes
 from pipeline.data.images import default_workers
-from pipeline.data.sources import FMNIST_NAME, is_embedded
-from pipeline.oracle.settings.config import (LOSS_OPTIONS, NOT_IN_GROUP, TrainConfig, as_record,
-                                             group_hash, resolve_protocol)
+from pipeline.data.sources import is_embedded_dataset
+from pipeline.oracle.nets.losses import CUSTOM_PREFIX, is_custom
+from pipeline.oracle.settings.config import (LOSS_OPTIONS, TrainConfig, as_record, group_hash,
+                                             resolve_protocol)
 from pipeline.oracle.settings.defaults import (classifier_weights, heldout_note, say,
                                                small_run_batch, small_run_epochs)
 from pipeline.oracle.settings.sampler import StepSchedule, carve_rows
-from pipeline.oracle.settings.targets import (CLASSIFIER_KEYS, Split, SplitMemo, check_both_classes,
-                                              open_split, training_targets)
+from pipeline.oracle.settings.targets import (Split, SplitMemo, check_both_classes, open_split,
+                                              training_targets)
 
-# Settings a refusal of "holds another run" names when they differ: the run part of the config.
-CLAIM_COMPARED = tuple(sorted(f for f in TrainConfig.__dataclass_fields__ if f not in NOT_IN_GROUP))
-CLAIM_HINTS = {"weights_sha256": "the --weights file's contents are not the ones this run was "
-               "trained with (the file changed in place, or another file): restore that file to "
-               "continue this run; new weights make a new run"}
-
-
-@dataclass
+@dataclass(frozen=True)
 class Prepared:
-    """Everything resolved before any model is built."""
+    """Everything resolved before any model is built (the run directory's claim, made after,
+    is ``pipeline.oracle.loop.rundir.claimed``'s to return)."""
     cfg: TrainConfig              # the resolved config (saved in run.json and checkpoints)
     record: dict                  # the DATA_CONTRACT ``run`` record
     run: RunDir
-    state: str                    # unclaimed, then new | resume | complete
     train: Split
     evals: list[Split]
     targets: dict[str, np.ndarray]
@@ -59,6 +50,7 @@ class Prepared:
     schedule: StepSchedule
     counts: tuple[int, int]       # (incorrect, correct) training rows
     protocol: dict = field(default_factory=dict)   # which preset filled which options
+    loss_fn: Callable | None = None   # a user's loss (``loss`` named custom:...), else None
 
     @property
     def config(self) -> dict:
@@ -68,7 +60,7 @@ class Prepared:
 
 def default_eval_splits(data: str | None, train: Split) -> tuple[str, ...]:
     """The dataset's own held-out split: test for the embedded set, else val (or test)."""
-    if is_embedded(data) or train.samples.dataset == FMNIST_NAME:
+    if is_embedded_dataset(train.samples.dataset):
         return ("test",)
     root = Path(data)
     return ("val",) if (root / "val").is_dir() or not (root / "test").is_dir() else ("test",)
@@ -111,14 +103,15 @@ def _runtime(cfg: TrainConfig, device: torch.device) -> TrainConfig:
     return replace(cfg, precision=default_precision(cfg.precision, device), workers=workers)
 
 
-def prepare(cfg: TrainConfig, device: torch.device, splits: SplitMemo | None = None) -> Prepared:
+def prepare(cfg: TrainConfig, device: torch.device, splits: SplitMemo | None = None,
+            loss_fn: Callable | None = None) -> Prepared:
     """Open and check every cache, carve the rows, resolve the loss, name the run dir.
-    ``splits`` (a sweep's) lists the data and checks its images once for all its runs."""
-    given = {k: getattr(cfg, k) for k in LOSS_OPTIONS}
-    check_loss_options(cfg.loss, given)
+    ``splits`` (a sweep's) lists the data and checks its images once for all its runs;
+    ``loss_fn``: a user's loss, for a config whose loss is named ``custom:...``."""
+    given = check_loss(cfg, loss_fn)
     train = open_split(cfg.data, Path(cfg.cache), cfg.classifier, cfg.train_split, cfg.labels_file,
                        memo=splits)
-    embedded = is_embedded(cfg.data) or train.samples.dataset == FMNIST_NAME
+    embedded = is_embedded_dataset(train.samples.dataset)
     if cfg.head_only:     # the head always trains in float32 (on fp16-stored features)
         cfg = replace(cfg, precision="fp32")
     cfg, protocol = resolve_protocol(cfg, embedded)
@@ -134,31 +127,79 @@ def prepare(cfg: TrainConfig, device: torch.device, splits: SplitMemo | None = N
     counts = check_both_classes(targets["correct"][train_rows], f"split {train.tag!r}")
     cfg, epochs_note = small_run_epochs(cfg, protocol, len(train_rows))
     spec, alphas, why = resolve_oracle(cfg, embedded)
-    loss = resolve_loss(cfg.loss, given, alphas, counts)
+    loss, z_head = _resolve_loss(cfg, given, alphas, counts)
     notes = {"weights": weights_note, "batch_size": batch_note, "epochs": epochs_note,
              "ss_slopes": _slopes_note(cfg, spec, loss, why)}
     for note in filter(None, notes.values()):
         say(note)
     if any(notes.values()):     # run.json says which default came from the data, and why
         protocol = {**protocol, "notes": {k: v for k, v in notes.items() if v}}
-    z_head = head_of(cfg.loss, cfg.z)
     cfg = replace(cfg, oracle=cfg.oracle or cfg.classifier, eval_splits=eval_tags,
                   preprocess=cfg.preprocess or train.cache.identity["preprocess"], z=z_head,
                   weights_sha256=file_sha256(cfg.weights) if cfg.weights else None,
                   **{name: getattr(loss, name) for name, p in PARAMS.items() if p.recorded})
-    config = as_record(cfg)
-    tags = variant_tags(loss, z_head) + (["head-only"] if cfg.head_only else []) + \
-        [t for t, on in (("confidnet", cfg.head_arch == "confidnet"),
-                         ("stacked", cfg.head_inputs == "stacked")) if on]
-    record = run_record(config, oracle_model=spec.name, variant="+".join(tags),
-                        loss_label=loss_label(loss, tags), group=group_hash(config, train.cache.identity),
-                        dataset=train.samples.dataset,
-                        num_classes=train.cache.identity["num_classes"])
+    record = _run_record(cfg, loss, spec, train)
     runs_root = Path(cfg.runs_root) if cfg.runs_root else Path(cfg.artifacts) / "runs"
-    run_dir = Path(cfg.out) if cfg.out else default_run_dir(runs_root, record)
+    # a custom loss's name (custom:module.qualname) as a folder name: slugged
+    named = {**record, "loss": slug(record["loss"])} if is_custom(cfg.loss) else record
+    run_dir = Path(cfg.out) if cfg.out else default_run_dir(runs_root, named)
     schedule = StepSchedule(train_rows, cfg.batch_size, cfg.epochs, cfg.seed, cfg.flip)
-    return Prepared(cfg, record, RunDir(run_dir), "unclaimed", train, evals, targets, train_rows,
-                    val_rows, loss, spec, schedule, counts, protocol)
+    return Prepared(cfg, record, RunDir(run_dir), train, evals, targets, train_rows,
+                    val_rows, loss, spec, schedule, counts, protocol, loss_fn)
+
+
+def _run_record(cfg: TrainConfig, loss: LossConfig, spec: ModelSpec, train: Split) -> dict:
+    """The DATA_CONTRACT ``run`` record of a resolved config: its variant tags, label and group.
+    A custom loss is labelled by its name; the built-in losses' tags (weights, broadcasting,
+    linear z) are forms of those losses."""
+    config = as_record(cfg)
+    custom = is_custom(cfg.loss)
+    tags = ([] if custom else variant_tags(loss, cfg.z)) + \
+        [t for t, on in (("head-only", cfg.head_only), ("confidnet", cfg.head_arch == "confidnet"),
+                         ("stacked", cfg.head_inputs == "stacked")) if on]
+    if custom:
+        label = cfg.loss + (f" ({', '.join(tags)})" if tags else "")
+    else:
+        label = loss_label(loss, tags)
+    return run_record(config, oracle_model=spec.name, variant="+".join(tags), loss_label=label,
+                      group=group_hash(config, train.cache.identity),
+                      dataset=train.samples.dataset,
+                      num_classes=train.cache.identity["num_classes"])
+
+
+def check_loss(cfg: TrainConfig, loss_fn: Callable | None) -> dict:
+    """The loss options the config sets (option -> value, None = unset), checked: against its
+    built-in loss (``pipeline.core.losses``), or, for a user's loss (``custom:...``, trained only
+    with its function), none but the head (--z): the others are parameters of the built-in
+    losses, which a custom loss does not read."""
+    given = {k: getattr(cfg, k) for k in LOSS_OPTIONS}
+    if not is_custom(cfg.loss):
+        if loss_fn is not None:
+            raise RunError(f"a loss function was given for a run of the built-in loss "
+                           f"{cfg.loss!r}: its config's loss must be named {CUSTOM_PREFIX}...")
+        check_loss_options(cfg.loss, given)
+        return given
+    if loss_fn is None:
+        raise RunError(f"the loss {cfg.loss!r} is a user's function, which the command line "
+                       "cannot import: train it from Python (trust_oracles.training.train("
+                       "settings, loss=fn)); train-oracle trains the built-in losses")
+    wrong = [flag(k) for k, v in given.items() if k != "z" and v is not None and v is not False]
+    if wrong:
+        raise LossOptionError(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not "
+                              f"apply to the custom loss {cfg.loss} (it is called with z and the "
+                              "trust labels only; --z chooses its head)")
+    if cfg.z is not None and cfg.z not in HEADS:
+        raise LossOptionError(f"--z {cfg.z!r}: expected one of {HEADS}")
+    return given
+
+
+def _resolve_loss(cfg: TrainConfig, given: dict, alphas: tuple[float, float],
+                  counts: tuple[int, int]) -> tuple[LossConfig, str]:
+    """The resolved loss and the head it trains.  A custom loss has no options; its head is
+    --z's, linear by default (the built-in losses' own default head but SS's)."""
+    if is_custom(cfg.loss):
+        return LossConfig(cfg.loss), cfg.z or "linear"
+    return resolve_loss(cfg.loss, given, alphas, counts), head_of(cfg.loss, cfg.z)
 
 
 def _slopes_note(cfg: TrainConfig, spec: ModelSpec, loss: LossConfig,
@@ -190,94 +231,3 @@ def check_not_trained_on(train: Split, evals: list[Split], given: tuple[str, ...
                        f"fingerprint {fingerprint[:12]}): the oracle would be scored on the rows "
                        "it is trained on, and the report's baselines fitted on the evaluated "
                        f"split. {fix[0].upper()}{fix[1:]}.")
-
-
-def write_val_split(prep: Prepared, info: dist.DistInfo) -> None:
-    """val_split.json: the held-out rows carved from the training split (rank 0)."""
-    if info.is_main:
-        cfg = prep.cfg
-        prep.run.write_val_split({
-            "split": prep.train.tag, "val_fraction": cfg.val_fraction,
-            "split_seed": cfg.split_seed, "train_limit": cfg.train_limit,
-            "num_train_rows": int(len(prep.train_rows)), "num_val_rows": int(len(prep.val_rows)),
-            "val_rows": prep.val_rows.tolist()})
-
-
-def run_extras(prep: Prepared, schedule_info: dict) -> dict:
-    """What run.json records of a run besides its record and status."""
-    ident = prep.train.cache.identity
-    return {"schedule": schedule_info, "loss": prep.loss.to_dict(),
-            "train_cache": str(prep.train.cache.path),
-            "eval_caches": {s.tag: str(s.cache.path) for s in prep.evals},
-            "classifier_identity": {k: ident[k] for k in CLASSIFIER_KEYS},
-            "train_fingerprint": ident["dataset_fingerprint"],
-            "class_counts": {"incorrect": prep.counts[0], "correct": prep.counts[1]},
-            "rows": {"train": int(len(prep.train_rows)), "val": int(len(prep.val_rows))},
-            "protocol": prep.protocol}
-
-
-def versions() -> dict:
-    """The library versions run.json records, and the CPU thread count: fine-tuned weights on
-    the CPU depend on it (kernels split float sums by thread; docs/RESULTS.md "Determinism")."""
-    return {"torch": torch.__version__, "timm": timm.__version__,
-            "python": platform.python_version(), "threads": torch.get_num_threads()}
-
-
-@contextmanager
-def claimed(preps: list[Prepared], info: dist.DistInfo, must_resume: bool, kept: str):
-    """Lock and claim the runs' directories (rank 0 decides, the others follow): each prep's
-    ``state`` becomes new, resume or complete.  Any error after the claim marks the claimed runs
-    that are not complete ``failed`` with its message (a write that finds no room: the one
-    disk-full message, ``kept`` saying what survives and how to go on); a failed start leaves
-    no empty run folder behind."""
-    existed = [p.run.path.exists() for p in preps]
-    with ExitStack() as locks:
-        try:
-            for prep in preps:
-                err = None
-                try:
-                    locks.enter_context(prep.run.lock(info.is_main))
-                except RunError as e:
-                    err = e
-                if not dist.all_ok(info, err is None):
-                    raise err or RunError(f"rank 0 could not lock {prep.run.path}")
-                prep.state = _claim(prep, must_resume, info)
-            yield preps
-        except Exception as err:
-            full = as_no_room(err, preps[0].run.path, kept)
-            if info.is_main:   # a run that stops is never left `running`; another run's
-                for prep in preps:   # run.json (a refused claim) is not this call's to mark
-                    if prep.state in ("new", "resume"):
-                        prep.run.mark_failed(str(full or err))
-            if full is None:
-                raise
-            raise full from None
-        finally:
-            locks.close()
-            for prep, before in zip(preps, existed):
-                if info.is_main and not before:   # a failed start leaves no empty run folder
-                    _remove_if_empty(prep.run.path)
-
-
-def _claim(prep: Prepared, must_resume: bool, info: dist.DistInfo) -> str:
-    """Rank 0 decides; the others follow (or stop with it)."""
-    err, state = None, "new"
-    if info.is_main:
-        try:
-            state = prep.run.claim(prep.record, must_resume, CLAIM_COMPARED, CLAIM_HINTS)
-        except RunError as e:
-            err = e
-    if not dist.all_ok(info, err is None):
-        raise err or RunError(f"rank 0 refused run directory {prep.run.path}")
-    if info.enabled:
-        box = [state]
-        tdist.broadcast_object_list(box, src=0)
-        state = box[0]
-    return state
-
-
-def _remove_if_empty(run_dir: Path) -> None:
-    try:
-        run_dir.rmdir()
-    except OSError:   # not empty (the run wrote something) or already gone
-        pass
