@@ -18,11 +18,9 @@ from huggingface_hub import constants as hf
 from timm.models._hub import check_cached_file
 from torch import nn
 
+from pipeline.core.errors import HubUnreachable
+
 PROBE_TIMEOUT_S = 3.0
-
-
-class HubUnreachable(RuntimeError):
-    """The weights are in no local cache and their source cannot be reached."""
 
 
 def create_pretrained(name: str, kwargs: dict) -> nn.Module:

@@ -16,7 +16,8 @@ import timm
 import torch
 from torch import nn
 
-from pipeline.core.hub import HubUnreachable, create_pretrained
+from pipeline.core.errors import HubUnreachable, ModelError
+from pipeline.core.hub import create_pretrained
 from pipeline.core.inference import for_inference, for_training
 from pipeline.core.presets import (EMBEDDED_ARCH, EMBEDDED_DATA_CONFIG, IMAGENET_PRESETS,
                                    embedded_classifier_path)
@@ -42,10 +43,6 @@ class DataConfig:
 
 
 CHECKPOINT_FORMAT = "trust-oracles-classifier"
-
-
-class ModelError(ValueError):
-    """Unknown model name, unreadable weights file, or weights that do not fit the model."""
 
 
 @dataclass(frozen=True)

@@ -23,16 +23,13 @@ from torchvision.transforms.v2 import functional as TF
 
 from pipeline.core.models import DataConfig
 from pipeline.core.options import usable_cores
+from pipeline.data.errors import BadImageError
 from pipeline.data.orientation import orientation, turned
 from pipeline.data.sources import SampleList
 from pipeline.data.stamps import read_stamped
 
 _INTERP = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
            "nearest": InterpolationMode.NEAREST}
-
-
-class BadImageError(RuntimeError):
-    """An image file could not be decoded; the message names the file and its row index."""
 
 
 class UnusableImage(ValueError):

@@ -154,10 +154,11 @@ def _linear(conf, correct, group, g, w, thresholds, probability) -> dict:
 
 
 def interval(samples: np.ndarray | None, value: float | None, name: str, counts: tuple[int, int],
-             reason: str | None = None) -> dict:
-    """The percentile interval of ``samples`` for a metric whose full-sample value is ``value``;
-    ``counts`` = (correct rows, incorrect rows) of the split.  Undefined (with the reason) when
-    the metric is, when a class it needs has fewer than 2 rows, or when > 5% of resamples fail."""
+             reason: str | None = None, level: float = CI_LEVEL) -> dict:
+    """The ``level``% percentile interval of ``samples`` for a metric whose full-sample value is
+    ``value``; ``counts`` = (correct rows, incorrect rows) of the split.  Undefined (with the
+    reason) when the metric is, when a class it needs has fewer than 2 rows, or when > 5% of
+    resamples fail."""
     def undefined(why):
         return {"low": None, "high": None, "resamples": 0, "undefined": why, "note": None}
     if reason or value is None or samples is None:
@@ -173,7 +174,7 @@ def interval(samples: np.ndarray | None, value: float | None, name: str, counts:
     if left_out > MAX_LEFT_OUT * len(samples):
         return undefined(f"{left_out} of {len(samples)} resamples drew too few correct or "
                          "incorrect rows for this metric")
-    half = (100.0 - CI_LEVEL) / 2
+    half = (100.0 - level) / 2
     low, high = np.percentile(finite, [half, 100.0 - half])
     note = (f"{left_out} of {len(samples)} resamples left out (too few correct or incorrect "
             "rows drawn)") if left_out else None

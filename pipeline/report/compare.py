@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.report.baselines import REFERENCE, VERSUS
-from pipeline.report.bootstrap import interval
+from pipeline.report.bootstrap import CI_LEVEL, interval
 
 # (metric, definition, higher is better)
 COMPARED = (("auc", "standard", True), ("aurc", "standard", False))
@@ -102,16 +102,27 @@ def _compare(a: dict, b: dict, metrics: tuple = COMPARED, subject: str = "SS") -
         ma, mb = a["agg"][d][name]["mean"], b["agg"][d][name]["mean"]
         delta = None if ma is None or mb is None else ma - mb
         sa, sb = _samples(a["_members"], d, name), _samples(b["_members"], d, name)
-        reason = why or (None if sa is not None and sb is not None else
-                         "no bootstrap values (--no-ci, or a metric undefined on these rows)")
         counts = members[0].get("class_counts", (0, 0))
-        ci = interval(None if reason else sa - sb, delta, name, counts, reason=reason)
-        verdict = None
-        if ci["undefined"] is None:
-            better = ci["low"] > 0 if higher else ci["high"] < 0
-            worse = ci["high"] < 0 if higher else ci["low"] > 0
-            verdict = (f"{subject} better" if better else f"{subject} worse" if worse
-                       else "no clear difference")
+        ci, side = paired_interval(delta, sa, sb, name, counts, higher, reason=why)
+        verdict = None if side is None else {1: f"{subject} better", -1: f"{subject} worse",
+                                             0: "no clear difference"}[side]
         entry["metrics"][name] = {"definition": d, "delta": delta, "ci": ci, "verdict": verdict,
                                   "higher_is_better": higher}
     return entry
+
+
+def paired_interval(delta: float | None, sa: np.ndarray | None, sb: np.ndarray | None,
+                    name: str, counts: tuple[int, int], higher: bool,
+                    reason: str | None = None, level: float = CI_LEVEL) -> tuple[dict, int | None]:
+    """The paired interval of ``delta`` = a - b of metric ``name`` from the per-resample values
+    ``sa``, ``sb`` (R,) of the two scores on the SAME resamples, and which side it favours: 1 (a
+    better), -1 (a worse), 0 (the interval holds 0), None (no interval).  ``counts`` = (correct,
+    incorrect) rows; ``higher``: higher is better.  Shared with trust_oracles.evaluation."""
+    reason = reason or (None if sa is not None and sb is not None else
+                        "no bootstrap values (--no-ci, or a metric undefined on these rows)")
+    ci = interval(None if reason else sa - sb, delta, name, counts, reason=reason, level=level)
+    if ci["undefined"] is not None:
+        return ci, None
+    better = ci["low"] > 0 if higher else ci["high"] < 0
+    worse = ci["high"] < 0 if higher else ci["low"] > 0
+    return ci, 1 if better else -1 if worse else 0

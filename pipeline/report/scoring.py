@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.core.metrics import (DEFINITIONS, PAPER_METRICS, STANDARD_METRICS, aurc, evaluate,
-                                   fpr_at_95tpr, rank, risk_coverage_curve)
+from pipeline.core.catalog import log_name
+from pipeline.core.metrics import (DEFINITIONS, PAPER_METRICS, STANDARD_METRICS, Ranked, aurc,
+                                   evaluate, fpr_at_95tpr, rank, risk_coverage_curve)
 from pipeline.core.selective import SELECTIVE_METRICS, evaluate_selective
-from pipeline.report.bootstrap import NO_CI, BootstrapSpec, bootstrap_score, interval
+from pipeline.report.bootstrap import CI_LEVEL, NO_CI, BootstrapSpec, bootstrap_score, interval
 from pipeline.report.separability import SEPARABILITY_METRICS, separability_all
 
 HIST_BINS = 50
@@ -29,6 +30,27 @@ def score_summary(conf: np.ndarray, correct: np.ndarray, tnr_thresholds: dict[st
     "ci" = {definition: {metric: interval}} (accuracy as "acc") and "_boot" = the per-resample
     values the report combines over seeds and between scores (not written to report.json)."""
     r = rank(conf, correct)
+    metrics, fits = score_metrics(r, conf, correct, tnr_thresholds, rates, probability)
+    result = {"valid_rows": int(len(conf)), log_name("acc"): float(correct.mean()),
+              "class_counts": [int(correct.sum()), int((~correct).sum())],
+              "tnr_threshold": dict(tnr_thresholds), "metrics": metrics, "fits": fits,
+              "rc": thin_curve(*risk_coverage_curve(r), aurc=aurc(r)),
+              "hist": histograms(conf, correct, tnr_thresholds["paper"],
+                                 tpr95=_tpr95_threshold(r)) if histogram else None}
+    if bootstrap is not None:
+        result["_boot"], result["ci"] = intervals(conf, correct, metrics, tnr_thresholds,
+                                                  probability, bootstrap)
+    return result
+
+
+def score_metrics(r: Ranked, conf: np.ndarray, correct: np.ndarray,
+                  tnr_thresholds: dict[str, float], rates: bool = True,
+                  probability: bool = True) -> tuple[dict, dict]:
+    """Every metric of both definitions but accuracy for one split of one score: the values the
+    report stores (``score_summary``) and the public API returns (trust_oracles.evaluation).
+
+    ``r`` = ``rank(conf, correct)`` (shared with the caller's curve); the other arguments as in
+    ``score_summary``.  Returns ({definition: {"values", "undefined", "notes"}}, Gaussian fits)."""
     metrics, fits = {}, {}
     separation = separability_all(conf, correct, DEFINITIONS)
     for definition in DEFINITIONS:
@@ -46,16 +68,7 @@ def score_summary(conf: np.ndarray, correct: np.ndarray, tnr_thresholds: dict[st
                 out[key].update(sel[key])
         metrics[definition] = out
         fits = sep["fits"]
-    result = {"valid_rows": int(len(conf)), "accuracy": float(correct.mean()),
-              "class_counts": [int(correct.sum()), int((~correct).sum())],
-              "tnr_threshold": dict(tnr_thresholds), "metrics": metrics, "fits": fits,
-              "rc": thin_curve(*risk_coverage_curve(r), aurc=aurc(r)),
-              "hist": histograms(conf, correct, tnr_thresholds["paper"],
-                                 tpr95=_tpr95_threshold(r)) if histogram else None}
-    if bootstrap is not None:
-        result["_boot"], result["ci"] = intervals(conf, correct, metrics, tnr_thresholds,
-                                                  probability, bootstrap)
-    return result
+    return metrics, fits
 
 
 def undefined_summary(correct: np.ndarray, reason: str) -> dict:
@@ -67,15 +80,15 @@ def undefined_summary(correct: np.ndarray, reason: str) -> dict:
                    "notes": {}} for d in DEFINITIONS}
     ci = {d: {n: {"low": None, "high": None, "resamples": 0, "undefined": reason, "note": None}
               for n in ("acc", *names[d])} for d in DEFINITIONS}
-    return {"valid_rows": int(len(correct)), "accuracy": float(np.mean(correct)),
+    return {"valid_rows": int(len(correct)), log_name("acc"): float(np.mean(correct)),
             "class_counts": [int(np.sum(correct)), int(np.sum(~correct))],
             "tnr_threshold": {"paper": 0.5, "standard": 0.5}, "metrics": metrics, "fits": {},
             "rc": None, "hist": None, "ci": ci, "_boot": None}
 
 
 def intervals(conf, correct, metrics: dict, thresholds: dict, probability: bool,
-              spec: BootstrapSpec) -> tuple[dict, dict]:
-    """Per-resample values and 95% intervals of every metric of both definitions."""
+              spec: BootstrapSpec, level: float = CI_LEVEL) -> tuple[dict, dict]:
+    """Per-resample values and ``level``% intervals of every metric of both definitions."""
     exact = {d: metrics[d]["values"] for d in DEFINITIONS}
     boot = bootstrap_score(conf, correct, spec, exact, thresholds, probability)
     counts = (int(correct.sum()), int((~correct).sum()))
@@ -83,7 +96,8 @@ def intervals(conf, correct, metrics: dict, thresholds: dict, probability: bool,
     for d in DEFINITIONS:
         values = {"acc": float(correct.mean()), **metrics[d]["values"]}
         ci[d] = {name: interval(boot[d].get(name), value, name, counts,
-                                reason=metrics[d]["undefined"].get(name) or NO_CI.get((d, name)))
+                                reason=metrics[d]["undefined"].get(name) or NO_CI.get((d, name)),
+                                level=level)
                  for name, value in values.items()}
     return boot, ci
 

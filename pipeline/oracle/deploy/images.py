@@ -8,6 +8,8 @@ data config, classes; its weights checked against the cache's ``weights_sha256``
 different file is refused) and the oracle of ``model.load_trained_oracle`` -> one pass over the
 files (each decoded once, resized for each model: ``images.Views``), batched, rows placed by
 index -> the table (``cache.predictions``: CSV, JSON lines or Parquet) and its meta JSON.
+One batch is scored by ``score_batch``, which the Python API (``trust_oracles.oracles``) calls
+too, so both give the same numbers.
 
 Each model runs in the precision it was run in before (the classifier: its cache's; the oracle:
 the run's, ``predict.run_precision``), so MSP and confidence are those the cache and the held-out
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -107,13 +110,31 @@ def choose_threshold(cfg: DeployConfig, run: dict) -> dict:
     return pick_threshold(cfg.run, run, *(cfg.target or DEFAULT_TARGET))
 
 
+def complete_run(run_dir: Path) -> dict:
+    """run.json of a finished run; a run still training, stopped or failed is refused."""
+    run = RunDir(run_dir).read()
+    if run.get("status") != "complete":
+        raise RunError(f"run {run_dir} is not complete (status {run.get('status')!r}); finish "
+                       "training first (re-run the same train-oracle command)")
+    return run
+
+
+def deployed_models(run_dir: Path, run: dict, cache: ClassifierCache, weights: str | None,
+                    precision: str | None, device: torch.device) -> tuple:
+    """((classifier, its DataConfig, precision), (oracle, its DataConfig, precision)) on
+    ``device``, each model in the precision it ran in before unless ``precision`` overrides both
+    (module docstring); what ``score_files`` and ``score_batch`` take as ``models``."""
+    classifier = load_classifier(cache, weights).to(device)
+    oracle, oracle_cfg, _ = load_trained_oracle(run_dir, run, weights)
+    return ((classifier, DataConfig.from_dict(cache.identity["data_config"]),
+             precision or cache.identity["precision"]),
+            (oracle.to(device), oracle_cfg, precision or run_precision(run)))
+
+
 def predict_images(cfg: DeployConfig) -> dict:
     """``cli.py predict --images``: returns a summary (the table, its meta, counts)."""
     run_dir = RunDir(cfg.run)
-    run = run_dir.read()
-    if run.get("status") != "complete":
-        raise RunError(f"run {cfg.run} is not complete (status {run.get('status')!r}); finish "
-                       "training first (re-run the same train-oracle command)")
+    run = complete_run(cfg.run)
     info, device = dist.init(cfg.device)
     if info.world > 1:
         raise RunError("predict --images runs in one process: start it without torchrun")
@@ -123,12 +144,9 @@ def predict_images(cfg: DeployConfig) -> dict:
     choice = choose_threshold(cfg, run)
     cache = training_cache(cfg.run, run)
     samples = reading_exif(samples, cache.identity.get(EXIF_TRANSPOSE, False))   # as it was read
-    classifier = load_classifier(cache, cfg.weights).to(device)
-    oracle, oracle_cfg, _ = load_trained_oracle(cfg.run, run, cfg.weights)
-    models = ((classifier, DataConfig.from_dict(cache.identity["data_config"]),
-               cfg.precision or cache.identity["precision"]),
-              (oracle.to(device), oracle_cfg, cfg.precision or run_precision(run)))
-    scores = score_files(samples, models, cfg, device)
+    models = deployed_models(cfg.run, run, cache, cfg.weights, cfg.precision, device)
+    scores = score_files(samples, models, device, batch_size=cfg.batch_size,
+                         workers=cfg.workers, skip_bad=cfg.skip_bad, progress=cfg.progress)
     rows = table_rows(samples, scores, class_names(cache.manifest.get("classes") or []),
                       choice["threshold"], scores.pop("views"))
     meta = {"run": str(Path(cfg.run).resolve()), "images": cfg.images, "trust": choice,
@@ -145,51 +163,85 @@ def predict_images(cfg: DeployConfig) -> dict:
     return {**meta, "table": str(out), "meta": str(sidecar)}
 
 
-def score_files(samples, models, cfg: DeployConfig, device: torch.device) -> dict:
+def model_views(models) -> Views:
+    """The resize/crop of each model (one when both models take the same input)."""
+    (_, clf_cfg, _), (_, orc_cfg, _) = models
+    return Views(ResizeCrop(clf_cfg)) if clf_cfg == orc_cfg else \
+        Views(ResizeCrop(clf_cfg), ResizeCrop(orc_cfg))
+
+
+def normalizers(models, device: torch.device) -> tuple[GpuNormalize, GpuNormalize]:
+    (_, clf_cfg, _), (_, orc_cfg, _) = models
+    return GpuNormalize(clf_cfg, device), GpuNormalize(orc_cfg, device)
+
+
+def oracle_z(oracle: torch.nn.Module, precision: str, x: torch.Tensor,
+             logits: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+    """z (B,) of the oracle on normalised ``x`` on ``device``, in its precision."""
+    with autocast(precision, device):   # a stacked head reads the classifier's logits
+        return oracle(x, logits) if oracle.stacked else oracle(x)
+
+
+def score_batch(models, norm, images, device: torch.device) -> dict[str, torch.Tensor]:
+    """One batch through both models, the scoring step of ``predict --images`` and of the
+    Python API: ``images`` is ``model_views``' uint8 (B, C, H, W) view(s) of the batch (one, or
+    the classifier's and the oracle's), ``norm`` is ``normalizers(models, device)``.  Returns
+    the classifier's ``pred`` (B,) and ``msp`` (B,) and the oracle's ``z`` (B,) float32, on
+    ``device``.  Call it under ``torch.inference_mode()``."""
+    (clf, _, clf_prec), (orc, _, orc_prec) = models
+    x_clf, x_orc = (images[0], images[0]) if len(images) == 1 else images
+    with autocast(clf_prec, device):
+        logits = clf(norm[0](x_clf))
+    z = oracle_z(orc, orc_prec, norm[1](x_orc), logits, device)
+    probs = logits.float().softmax(dim=-1)      # float32 softmax, as extract computes
+    return {"pred": probs.argmax(dim=-1), "msp": probs.max(dim=-1).values, "z": z.float()}
+
+
+def confidence_of(z: np.ndarray) -> np.ndarray:
+    """sigmoid(z) as float32, computed as ``write_z_outputs`` computes the run's outputs."""
+    return torch.sigmoid(torch.from_numpy(z)).numpy()
+
+
+def score_files(samples, models, device: torch.device, *, batch_size: int = 256,
+                workers: int = 0, skip_bad: bool = False, progress: bool = False) -> dict:
     """One pass over every file: (pred, msp) of the classifier and z of the oracle, by row.
-    ``models``: ((classifier, its DataConfig, precision), (oracle, its DataConfig, precision))."""
-    (clf, clf_cfg, clf_prec), (orc, orc_cfg, orc_prec) = models
-    same = clf_cfg == orc_cfg               # one resize/crop serves both
-    views = Views(ResizeCrop(clf_cfg)) if same else Views(ResizeCrop(clf_cfg), ResizeCrop(orc_cfg))
-    dataset = ImageRows(samples, views, skip_bad=cfg.skip_bad)
+    ``models``: ``deployed_models``' ((classifier, its DataConfig, precision), (oracle, its
+    DataConfig, precision))."""
+    views = model_views(models)
+    dataset = ImageRows(samples, views, skip_bad=skip_bad)
     order = list(range(len(samples)))
-    batches = [order[i:i + cfg.batch_size] for i in range(0, len(order), cfg.batch_size)]
-    loader = make_loader(dataset, batches, cfg.workers, pin_memory=device.type == "cuda")
-    norm = (GpuNormalize(clf_cfg, device), GpuNormalize(orc_cfg, device))
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    loader = make_loader(dataset, batches, workers, pin_memory=device.type == "cuda")
+    norm = normalizers(models, device)
     n = len(samples)
     out = {"pred": np.full(n, -1, np.int64), "msp": np.zeros(n, np.float32),
            "z": np.zeros(n, np.float32), "valid": np.zeros(n, bool)}
-    bar = tqdm(total=n, unit="img", desc="predict", disable=not cfg.progress, dynamic_ncols=True,
+    bar = tqdm(total=n, unit="img", desc="predict", disable=not progress, dynamic_ncols=True,
                leave=False)
     with torch.inference_mode():
         for images, rows, valid in loader:
-            x_clf, x_orc = (images[0], images[0]) if same else images
-            with autocast(clf_prec, device):
-                logits = clf(norm[0](x_clf))
-            with autocast(orc_prec, device):   # a stacked head reads the classifier's logits
-                z = orc(norm[1](x_orc), logits) if orc.stacked else orc(norm[1](x_orc))
-            probs = logits.float().softmax(dim=-1)      # float32 softmax, as extract computes
+            batch = score_batch(models, norm, images, device)
             rows = rows.numpy()
-            out["pred"][rows] = probs.argmax(dim=-1).cpu().numpy()
-            out["msp"][rows] = probs.max(dim=-1).values.cpu().numpy()
-            out["z"][rows] = z.float().cpu().numpy()
+            for key in ("pred", "msp", "z"):
+                out[key][rows] = batch[key].cpu().numpy()
             out["valid"][rows] = valid.numpy().astype(bool)
             bar.update(len(rows))
     bar.close()
-    check_finite(samples, out)
-    out["confidence"] = torch.sigmoid(torch.from_numpy(out["z"])).numpy()   # as write_z_outputs
+    check_finite(samples.path, out)
+    out["confidence"] = confidence_of(out["z"])
     out["views"] = views
     return out
 
 
-def check_finite(samples, out: dict) -> None:
-    """NaN logits would give class 0 and NaN an untrusted row, silently: refused by file."""
+def check_finite(name: Callable[[int], object], out: dict) -> None:
+    """NaN logits would give class 0 and NaN an untrusted row, silently: refused by file
+    (``name(i)``: how row i's image is named, e.g. ``samples.path``)."""
     for key, what in (("msp", "the classifier gives non-finite logits"),
                       ("z", "the oracle gives non-finite scores")):
         bad = np.flatnonzero(out["valid"] & ~np.isfinite(out[key]))
         if len(bad):
             raise ModelError(f"{what} (NaN or inf) on {len(bad)} image(s), e.g. "
-                             f"{samples.path(int(bad[0]))}: its weights are damaged or overflow "
+                             f"{name(int(bad[0]))}: its weights are damaged or overflow "
                              "in this precision; try --precision fp32")
 
 

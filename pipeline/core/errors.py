@@ -1,0 +1,11 @@
+"""The errors of models and weights, in a module that loads no torch: a caller can catch them
+(``trust_oracles.errors``) without importing what raises them."""
+from __future__ import annotations
+
+
+class ModelError(ValueError):
+    """Unknown model name, unreadable weights file, or weights that do not fit the model."""
+
+
+class HubUnreachable(RuntimeError):
+    """The weights are in no local cache and their source cannot be reached."""

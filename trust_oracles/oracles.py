@@ -1,0 +1,340 @@
+"""A finished ``train-oracle`` run as a Python object: its chosen oracle and the frozen classifier
+it judges, scoring image files, PIL images or tensors.
+
+    oracle = load_oracle("runs/vit-vit_ce_seed0_0123abcd4567")
+    scores = oracle.score_files(["a.jpg", "b.png"])
+    scores.pred, scores.confidence, scores.trust          # (2,) each
+
+Every batch of images is scored by ``pipeline.oracle.deploy.images.score_batch``, the step of
+``cli.py predict --images``, with the models that command builds (``deployed_models``: the
+classifier its training cache recorded, weights checked by hash; the run's best oracle; each in
+the precision it ran in before), so the numbers equal that command's table.  A row is trusted
+when its confidence is >= the threshold, chosen as ``predict --images`` chooses it
+(``pipeline.oracle.deploy.threshold``): a number as given, or a target met on the run's held-out
+rows; by default ``("tpr", 0.95)``.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+from cache.schema import check_identity
+from pipeline.core.models import DataConfig
+from pipeline.core.options import check_device
+from pipeline.core.precision import PRECISIONS
+from pipeline.data.images import BadImageError
+from pipeline.data.labels import class_names
+from pipeline.data.orientation import EXIF_TRANSPOSE
+from pipeline.oracle.deploy import images as deploy
+from pipeline.oracle.deploy.threshold import given_threshold, pick_threshold
+from pipeline.oracle.settings.targets import CLASSIFIER_KEYS
+from trust_oracles import _inputs as inputs
+from trust_oracles._inputs import ThresholdSpec
+from trust_oracles.caches import Cache
+from trust_oracles.errors import received
+
+
+@dataclass(frozen=True, eq=False)     # arrays: no elementwise ==
+class Scores:
+    """What the oracle says about N inputs, in the order they were given.
+
+    Attributes
+    ----------
+    confidence : ndarray (N,) float32
+        sigmoid(z): the oracle's confidence that the classifier's answer is right.
+    z : ndarray (N,) float32
+        The oracle head's output.
+    trust : ndarray (N,) bool
+        ``confidence >= threshold``.
+    threshold : float
+        The threshold used.
+    valid : ndarray (N,) bool
+        False for a file ``score_files(..., skip_bad=True)`` could not use; its ``z``,
+        ``confidence`` and ``msp`` are NaN, ``pred`` -1 and ``trust`` False.
+    pred : ndarray (N,) int64 or None
+        The classifier's class; None for ``score(x)`` without logits.
+    msp : ndarray (N,) float32 or None
+        The classifier's maximum softmax probability (float32 softmax); None likewise.
+    """
+
+    confidence: np.ndarray
+    z: np.ndarray
+    trust: np.ndarray
+    threshold: float
+    valid: np.ndarray
+    pred: np.ndarray | None = None
+    msp: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.z)
+
+
+@dataclass(frozen=True, eq=False)
+class TrustOracle:
+    """A finished run's chosen oracle and its classifier, ready to score (``load_oracle``).
+
+    Attributes
+    ----------
+    run_dir : Path
+    device : torch.device
+        Where both models run.
+    batch_size : int
+        Images per forward pass.
+    stacked : bool
+        The oracle's head also reads the classifier's logits (a head-only run on stacked
+        inputs): ``score(x)`` then needs them.
+    data_config, classifier_data_config : DataConfig
+        The oracle's and the classifier's input: ``input_size`` (C, H, W), resize/crop, mean, std.
+    precision, classifier_precision : str
+        The autocast each model runs in (bf16, fp16 or fp32).
+    classes : tuple of str
+        Readable names of the classifier's outputs (``classes[scores.pred[i]]``).
+    """
+
+    run_dir: Path
+    device: torch.device
+    batch_size: int
+    stacked: bool
+    data_config: DataConfig
+    classifier_data_config: DataConfig
+    precision: str
+    classifier_precision: str
+    classes: tuple[str, ...] = field(repr=False)
+    _run: dict = field(repr=False)
+    _classifier: dict = field(repr=False)       # the training cache's identity
+    _models: tuple = field(repr=False)          # deploy.deployed_models' ((clf...), (oracle...))
+    _choices: dict = field(default_factory=dict, repr=False)
+
+    def threshold(self, target: str | tuple[str, float] = deploy.DEFAULT_TARGET) -> float:
+        """The threshold meeting ``target`` on the run's held-out rows (``predict --target``).
+
+        Parameters
+        ----------
+        target : ("tpr", T) or ("risk", R), or "tpr=T" / "risk=R"
+            ``tpr``: the highest threshold that trusts at least T of the classifier's correct
+            held-out answers; ``risk``: the lowest whose share of wrong answers among the
+            trusted held-out rows is at most R.
+
+        Raises
+        ------
+        RunError
+            The run held out no rows (``--val-fraction 0``), or they cannot meet the target.
+        InputError
+            ``target`` is not a target.
+        """
+        return self.threshold_choice(target)["threshold"]
+
+    def threshold_choice(self, threshold: ThresholdSpec = None) -> dict:
+        """How a threshold is chosen and what it reaches on the held-out rows, as the
+        ``trust`` record of ``predict --images``' meta JSON: ``threshold``, ``chosen_by``,
+        ``reached`` (tpr, fpr, coverage, risk, rows) where the run has held-out rows."""
+        key = inputs.threshold_key(threshold)
+        if key not in self._choices:
+            if isinstance(key, float):
+                self._choices[key] = given_threshold(self.run_dir, self._run, key)
+            else:
+                self._choices[key] = pick_threshold(self.run_dir, self._run, *key)
+        return copy.deepcopy(self._choices[key])
+
+    def score(self, x: torch.Tensor, logits: torch.Tensor | None = None, *,
+              threshold: ThresholdSpec = None) -> Scores:
+        """Score a batch already at the oracle's input size.
+
+        Parameters
+        ----------
+        x : Tensor (B, C, H, W)
+            ``(C, H, W) == data_config.input_size``, on the CPU or on ``device``; either uint8
+            pixels after the oracle's resize/crop (``pipeline.data.images.ResizeCrop``),
+            normalised here, or float32 already normalised as ``GpuNormalize`` does:
+            ``(pixels - 255 * mean) / (255 * std)`` per channel.
+        logits : Tensor (B, K), optional
+            The classifier's logits of the same images, as it gives them.  Needed by a stacked
+            oracle; where given, ``Scores.pred`` and ``msp`` are computed from them.
+        threshold : float, target or None
+            A number in [0, 1], a target (see ``threshold``), or None for ("tpr", 0.95).
+
+        Returns
+        -------
+        Scores
+            B rows.
+
+        Raises
+        ------
+        InputError
+            ``x`` or ``logits`` of the wrong type, shape, dtype or device; a stacked oracle
+            without ``logits``.
+        """
+        cut = self.threshold_choice(threshold)["threshold"]
+        x = inputs.checked_batch(x, self.data_config.input_size, self.device)
+        logits = inputs.checked_logits(logits, len(x), int(self._classifier["num_classes"]),
+                                       self.stacked, self.device)
+        norm = deploy.normalizers(self._models, self.device)[1]
+        oracle, _, precision = self._models[1]
+        parts = []
+        with torch.inference_mode():
+            for i in range(0, len(x), self.batch_size):
+                xb = x[i:i + self.batch_size]
+                xb = norm(xb) if xb.dtype == torch.uint8 else \
+                    xb.to(self.device).contiguous(memory_format=norm.memory_format)
+                lb = None if logits is None else logits[i:i + self.batch_size].to(self.device)
+                parts.append(deploy.oracle_z(oracle, precision, xb, lb, self.device).float().cpu())
+        out = {"z": inputs.concat(parts), "valid": np.ones(len(x), bool)}
+        deploy.check_finite(lambda i: f"row {i} of x", {**out, "msp": np.zeros(len(x))})
+        if logits is not None:
+            probs = logits.float().softmax(dim=-1)
+            out.update(pred=probs.argmax(dim=-1).cpu().numpy(),
+                       msp=probs.max(dim=-1).values.cpu().numpy())
+        return self._scores(out, cut, pixels=logits is not None)
+
+    def score_images(self, images: Sequence[Image.Image], *,
+                     threshold: ThresholdSpec = None) -> Scores:
+        """Score PIL images through the classifier and the oracle, as ``predict --images``
+        scores files: each image converted to 8-bit RGB (16-bit greys keep their high byte),
+        turned upright where the run's training cache was read so, resized and cropped for each
+        model, batched.  ``score_files`` on the same files gives the same numbers where PIL
+        decodes them as torchvision does (true of PNG; JPEG decoders may round differently).
+
+        Parameters
+        ----------
+        images : sequence of PIL.Image.Image
+        threshold : float, target or None
+            As for ``score``.
+
+        Returns
+        -------
+        Scores
+            One row per image, with the classifier's ``pred`` and ``msp``.
+
+        Raises
+        ------
+        InputError
+            An item that is not a PIL image, of a pixel format whose range is unknown (32-bit
+            samples), or too elongated for the classifier's crop.
+        """
+        cut = self.threshold_choice(threshold)["threshold"]
+        inputs.refuse_single(images, Image.Image, "score_images(images)", "PIL images")
+        upright = self._classifier.get(EXIF_TRANSPOSE, False)
+        views = deploy.model_views(self._models)
+        norm = deploy.normalizers(self._models, self.device)
+        parts = []
+        with torch.inference_mode():
+            for start in range(0, len(images), self.batch_size):
+                batch = [inputs.image_views(views, im, start + j, upright)
+                         for j, im in enumerate(images[start:start + self.batch_size])]
+                stacked = [torch.stack(v) for v in zip(*batch)]
+                parts.append({k: v.cpu() for k, v in
+                              deploy.score_batch(self._models, norm, stacked, self.device).items()})
+        out = {k: inputs.concat([p[k] for p in parts], dtype) for k, dtype in
+               (("z", np.float32), ("pred", np.int64), ("msp", np.float32))}
+        out["valid"] = np.ones(len(images), bool)
+        deploy.check_finite(lambda i: f"image {i}", out)
+        return self._scores(out, cut, pixels=True)
+
+    def score_files(self, paths: Sequence[str | Path], *, threshold: ThresholdSpec = None,
+                    skip_bad: bool = False, workers: int = 0) -> Scores:
+        """Score image files exactly as ``cli.py predict --images`` does, in the given order.
+
+        Parameters
+        ----------
+        paths : sequence of str or Path
+            Image files (any format ``predict --images`` reads).
+        threshold : float, target or None
+            As for ``score``.
+        skip_bad : bool, default False
+            Mark a file that cannot be read or used invalid (``Scores.valid``) instead of
+            raising, as ``--skip-bad``.
+        workers : int, default 0
+            Decoding processes (0: in this process).
+
+        Raises
+        ------
+        DataError
+            A path that is not a file (without ``skip_bad``).
+        BadImageError
+            A file that cannot be decoded or used (without ``skip_bad``).
+        """
+        cut = self.threshold_choice(threshold)["threshold"]
+        inputs.refuse_single(paths, (str, Path), "score_files(paths)", "paths of image files")
+        samples = inputs.file_list(paths, self._classifier.get(EXIF_TRANSPOSE, False), skip_bad)
+        try:
+            out = deploy.score_files(samples, self._models, self.device,
+                                     batch_size=self.batch_size, workers=workers,
+                                     skip_bad=skip_bad)
+        except BadImageError as err:
+            raise BadImageError(inputs.worker_message(err).replace(
+                "re-run with --skip-bad", "pass skip_bad=True")) from None
+        return self._scores(out, cut, pixels=True)
+
+    def check_cache(self, cache: Cache) -> None:
+        """Refuse (``CacheMismatch``, naming each attribute) a cache of another classifier than
+        the one this oracle was trained to judge (model, weights, preprocessing, classes)."""
+        check_identity(cache.identity, self._classifier, f"cache {cache.path}",
+                       keys=CLASSIFIER_KEYS,
+                       hint="It was extracted with another classifier than the training split's "
+                            "cache; re-extract it with the same --classifier, --weights FILE, "
+                            "--model-kwargs and --preprocess.")
+
+    @staticmethod
+    def _scores(out: dict, threshold: float, pixels: bool) -> Scores:
+        """``out``'s rows (checked finite) as Scores; rows not ``valid`` hold NaN / -1."""
+        valid = out["valid"]
+        z = np.where(valid, out["z"], np.nan).astype(np.float32)
+        confidence = np.where(valid, deploy.confidence_of(out["z"]), np.nan).astype(np.float32)
+        return Scores(confidence=confidence, z=z, trust=valid & (confidence >= threshold),
+                      threshold=float(threshold), valid=valid,
+                      pred=np.where(valid, out["pred"], -1) if pixels else None,
+                      msp=np.where(valid, out["msp"], np.nan).astype(np.float32)
+                      if pixels else None)
+
+
+def load_oracle(run_dir: str | Path, *, weights: str | Path | None = None,
+                device: str | torch.device | None = None, batch_size: int = 256,
+                precision: str | None = None) -> TrustOracle:
+    """Load a finished run's chosen oracle and the classifier it judges.
+
+    Parameters
+    ----------
+    run_dir : str or Path
+        A complete ``train-oracle`` run directory.
+    weights : str or Path, optional
+        The classifier's weights (and a head-only run's backbone's) at another path, where the
+        file its cache recorded was moved; checked against the recorded hash.
+    device : str or torch.device, optional
+        ``cpu``, ``cuda`` or ``cuda:N``; default: cuda if available, else cpu.
+    batch_size : int, default 256
+    precision : {"bf16", "fp16", "fp32"}, optional
+        Override both models' autocast; default: the precision each ran in before (the
+        classifier: its cache's; the oracle: the run's), as ``predict --images``.
+
+    Raises
+    ------
+    RunError
+        Not a complete run, or its training cache is gone.
+    ModelError
+        The classifier's weights file moved or holds other weights.
+    """
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise received("load_oracle(batch_size)", repr(batch_size), "an int >= 1")
+    if precision is not None and precision not in PRECISIONS:
+        raise received("load_oracle(precision)", repr(precision), f"one of {PRECISIONS} or None")
+    run_dir = Path(run_dir)
+    run = deploy.complete_run(run_dir)
+    device = check_device(None if device is None else str(device))
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    cache = deploy.training_cache(run_dir, run)
+    models = deploy.deployed_models(run_dir, run, cache, None if weights is None else str(weights),
+                                    precision, device)
+    (_, clf_cfg, clf_prec), (oracle, orc_cfg, orc_prec) = models
+    return TrustOracle(run_dir=run_dir, device=device, batch_size=batch_size,
+                       stacked=oracle.stacked, data_config=orc_cfg,
+                       classifier_data_config=clf_cfg, precision=orc_prec,
+                       classifier_precision=clf_prec,
+                       classes=tuple(class_names(cache.manifest.get("classes") or [])),
+                       _run=run, _classifier=dict(cache.identity), _models=models)

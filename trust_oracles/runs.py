@@ -1,0 +1,124 @@
+"""A train-oracle run directory read from Python: what was trained, and the oracle's scores of
+each split it scored, row for row with that split's classifier cache.
+
+    run = open_run(run_dir)
+    run.record.loss, run.splits                    # "ss", ("test", "test-gaussian_noise-5")
+    s = run.scores("test")                         # outputs/test.h5, verified
+    s.confidence[s.valid], s.correct[s.valid]      # what the report evaluates
+
+The scores are the run's output files (``outputs/<tag>.h5``, ``heldout/<tag>.h5``; written by
+``train-oracle`` and ``predict``), read by the reader every stage uses
+(``cache.outputs.read_outputs``: each column checked against its hash, the file against the
+digest run.json records), so row i is the row i of the classifier cache the report pairs it with.
+No torch is loaded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from cache.outputs import output_paths, read_outputs
+from cache.runs import RunDir, RunError
+
+__all__ = ["Run", "RunRecord", "SplitScores", "open_run"]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """run.json's ``run`` record (docs/DATA_CONTRACT.md): what was trained."""
+    oracle: str
+    oracle_model: str
+    classifier: str
+    loss: str                     # ce, focal, tcp, ss, or custom:<name>
+    variant: str                  # e.g. "head-only", "broadcast+head-only"
+    loss_label: str
+    seed: int
+    group: str                    # 12 hex digits: everything but the seed
+    dataset: str
+    num_classes: int
+
+    @classmethod
+    def from_run_json(cls, run_json: dict) -> "RunRecord":
+        record = run_json["run"]
+        return cls(**{f.name: record[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class SplitScores:
+    """The oracle's scores of one split, one row per row of its classifier cache.
+
+    Attributes
+    ----------
+    split : str
+        The output's name (a split tag such as ``test``, or ``predict --name``'s).
+    z, confidence : ndarray, shape (N,), float32
+        The head's output and sigmoid(z).
+    correct, valid : ndarray, shape (N,), bool
+        The classifier's correctness (copied from its cache) and whether the row was scored
+        (an undecodable image is not: evaluate ``[valid]`` rows, as the report does).
+    index, label, pred : ndarray, shape (N,), int64
+        The cache's global row index, the label and the classifier's prediction.
+    paths : list of str, or None
+        Each row's image file (None for in-memory datasets such as the embedded Fashion-MNIST).
+    """
+    split: str
+    z: np.ndarray
+    confidence: np.ndarray
+    correct: np.ndarray
+    valid: np.ndarray
+    index: np.ndarray
+    label: np.ndarray
+    pred: np.ndarray
+    paths: list[str] | None
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run directory: ``record`` (what was trained), ``status``, ``head_only``, ``splits`` (the
+    outputs it holds, by name) and ``heldout`` (its held-out training rows' output, or None)."""
+    path: Path
+    record: RunRecord
+    status: str
+    head_only: bool
+    splits: tuple[str, ...]
+    heldout: str | None
+
+    def scores(self, split: str) -> SplitScores:
+        """The scores of ``split`` (one of ``splits``, or ``heldout``'s name): verified columns
+        (and, where run.json records it, the file's digest)."""
+        run_dir, run_json = RunDir(self.path), RunDir(self.path).read()
+        if split in self.splits:
+            path = run_dir.output(split)
+        elif split == self.heldout:
+            path = run_dir.heldout_output(split)
+        else:
+            raise RunError(f"run {self.path} has no scores of {split!r}; it holds "
+                           f"{list(self.splits)} (and its held-out rows: {self.heldout!r}). "
+                           f"Score a split with `cli.py predict --run {self.path} --split TAG`")
+        out = read_outputs(path, digest=run_dir.output_digest(run_json, path))
+        c = out.columns
+        return SplitScores(split, c["z"], c["confidence"], c["correct"].astype(bool),
+                           c["valid"].astype(bool), c["index"], c["label"], c["pred"],
+                           output_paths(out))
+
+
+def open_run(run_dir: str | Path) -> Run:
+    """The run in ``run_dir`` (a ``train-oracle`` output directory).
+
+    Raises
+    ------
+    RunError
+        ``run_dir`` holds no run.json (not a run directory, or not started).
+    """
+    run_dir = RunDir(Path(run_dir))
+    if not run_dir.exists():
+        raise RunError(f"{run_dir.path} is not a train-oracle run directory (no run.json); "
+                       "pass the folder train-oracle wrote "
+                       "(--out, or artifacts/<dataset>/runs/...)")
+    run_json = run_dir.read()
+    held = (run_json.get("heldout_output") or {}).get("split")
+    names = tuple(sorted(p.stem for p in run_dir.outputs()))
+    return Run(run_dir.path, RunRecord.from_run_json(run_json), str(run_json.get("status")),
+               bool(run_json.get("head_only")), names, held)

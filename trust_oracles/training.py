@@ -1,0 +1,203 @@
+"""Training oracles from Python: the runs ``cli.py train-oracle`` trains, with its losses or
+your own, and (re-exported) a head on features held in memory.
+
+    cfg = settings(data="/imagenet", classifier="vit", loss="ce", head_only=True)
+    result = train(cfg)                        # = train-oracle --data /imagenet ... --head-only
+    result.run_dir, result.val_aupr_error, result.outputs["val"]
+    result = train(cfg, loss=squared_hinge)    # the same run with your loss (trust_oracles.losses)
+    oracle = train_head(features, correct)     # trust_oracles.heads: no cache, no run directory
+
+``settings`` is the command line's option parsing in Python: each option converted and checked
+by its own parser, the others at their defaults, the head-only refusals, then
+``config_from_params`` (``pipeline.oracle.command``, ``pipeline.oracle.settings.config``); the
+dataset's preset fills the protocol options left None when the run is prepared, as on the
+command line.  ``train`` calls what the command calls (``pipeline.oracle.finetune.train.train``
+or ``pipeline.oracle.headonly.train.train_head_only``), so a run trained here is the command's:
+the same directory, run.json, notes and warnings, outputs; a run found complete is not trained
+again, an incomplete fine-tuned one resumes.  A loss of your own (``loss=``) trains through the
+same loop, recorded as ``custom:<module>.<qualname>`` (``trust_oracles.losses``).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import click
+from click.core import ParameterSource
+
+from cache.runs import RunDir
+from pipeline.core.catalog import BEST_KEY
+from pipeline.core.losses import LOSSES, LossOptionError
+from pipeline.oracle.command import check_head_only_options, train_oracle
+from pipeline.oracle.finetune.train import train as train_finetuned
+from pipeline.oracle.headonly.train import train_head_only
+from pipeline.oracle.loop.fit import TrainingDiverged
+from pipeline.oracle.settings.config import TrainConfig, config_from_params
+from trust_oracles.errors import InputError, received
+from trust_oracles.heads import HeadOracle, train_head
+from trust_oracles.runs import RunRecord
+from trust_oracles.losses import CustomLossError, LossFn, custom_loss_name
+
+__all__ = ["CustomLossError", "HeadOracle", "LossFn", "LossOptionError", "RunRecord", "RunResult",
+           "TrainConfig", "TrainingDiverged", "custom_loss_name", "settings", "train",
+           "train_head"]
+
+_OPTIONS = {f.name: f for f in fields(TrainConfig) if f.metadata["opt"] is not None}
+
+
+# --------------------------------------------------------------------------- settings --
+def settings(**options: Any) -> TrainConfig:
+    """The ``TrainConfig`` that ``cli.py train-oracle`` builds from the same options.
+
+    Parameters
+    ----------
+    **options
+        ``TrainConfig`` fields by name, e.g. ``data="/imagenet"``, ``loss="ce"``, ``epochs=2``,
+        ``head_only=True``, ``model_kwargs={"depth": 2}``, ``progress=False``.  Each is converted
+        and checked as its command-line option is; the rest take the command line's defaults
+        (``cache``: <artifacts of data>/cache; protocol options left None are filled by the
+        dataset's preset when the run is prepared, as on the command line).
+
+    Returns
+    -------
+    TrainConfig
+        Frozen; ``dataclasses.replace`` derives others.
+
+    Raises
+    ------
+    InputError
+        An unknown option, a value its option refuses, or options that do not go together
+        (the command line's usage errors, with its message).
+    """
+    ctx = train_oracle.make_context("train-oracle", [])
+    params = {p.name: p for p in train_oracle.params}
+    for key, value in options.items():
+        f = _OPTIONS.get(key)
+        if f is None:
+            raise received("settings()", f"option {key!r}", f"one of {', '.join(_OPTIONS)}")
+        if key == "loss" and callable(value):
+            raise received("settings(loss=...)", "a function", f"a built-in loss {tuple(LOSSES)}",
+                           "Pass your own loss to train(settings, loss=fn)")
+        opt = f.metadata["opt"]
+        value = _as_option_value(f, opt, value)
+        try:
+            ctx.params[opt.name] = params[opt.name].process_value(ctx, value)
+        except click.ClickException as err:
+            raise InputError(f"settings({key}={options[key]!r}): {err.format_message()}") from None
+        ctx.set_parameter_source(opt.name, ParameterSource.COMMANDLINE)
+    try:
+        check_head_only_options(ctx)
+        return config_from_params(ctx.params)
+    except click.ClickException as err:
+        raise InputError(err.format_message()) from None
+
+
+def _as_option_value(f, opt, value: Any) -> Any:
+    """A Python value as its option's parser takes it (a --no-X flag inverted, a dict as JSON,
+    one name of a repeatable option as a list of one)."""
+    if f.metadata["invert"]:
+        return not value
+    if isinstance(value, Mapping):
+        return json.dumps(dict(value))
+    if opt.multiple and isinstance(value, (str, Path)):
+        return (value,)
+    return value
+
+
+# ------------------------------------------------------------------------ train a run --
+@dataclass(frozen=True)
+class RunResult:
+    """A run trained (or found complete) by ``train``: its directory and run.json's main fields.
+
+    ``status`` is ``complete``, or ``stopped``/``interrupted`` (``stop_at_step`` or a signal: the
+    same call continues it).  ``outputs`` maps each evaluated split's tag to its scores file
+    (``outputs/<tag>.h5``); ``heldout_output`` holds the held-out training rows' scores (None
+    without held-out rows).  ``settings`` is the resolved config run.json records."""
+    run_dir: Path
+    status: str
+    run: RunRecord
+    settings: TrainConfig
+    head_only: bool
+    step: int
+    total_steps: int
+    resumed_at: int
+    already_complete: bool
+    best_step: int | None
+    val_aupr_error: float | None  # the chosen step's held-out AUPR-Error (None: the final model)
+    outputs: dict[str, Path]
+    heldout_output: Path | None
+    train_rows: int
+    val_rows: int
+    step_path: str                # eager or cuda_graph
+
+
+def train(settings: TrainConfig, *, loss: LossFn | None = None,
+          loss_name: str | None = None) -> RunResult:
+    """Train (or resume, or find complete) the run ``settings`` describe, as ``cli.py
+    train-oracle`` does: fine-tuned, or head-only with ``settings.head_only``.
+
+    Parameters
+    ----------
+    settings : TrainConfig
+        From ``settings(...)`` (the command line's defaults), or built directly.
+    loss : LossFn, optional
+        Your own loss instead of ``settings.loss`` (module docstring); loss options of the
+        built-in losses (gamma, alpha_pos, ...) are refused with it, ``z`` chooses its head
+        (linear by default).
+    loss_name : str, optional
+        The name the run records (``custom:<loss_name>``); default ``custom_loss_name(loss)``.
+
+    Returns
+    -------
+    RunResult
+
+    Raises
+    ------
+    CustomLossError
+        ``loss`` returned something other than a finite scalar tensor with a gradient.
+    LossOptionError, RunError, CacheError, ModelError
+        As the command line (its messages).
+    TrainingDiverged
+        The loss became NaN or infinite (a ``RunError``).
+    """
+    cfg = settings
+    if loss is not None:
+        cfg = replace(cfg, loss=custom_loss_name(loss, loss_name))
+    elif loss_name is not None:
+        raise received("loss_name", repr(loss_name), "a name for loss=fn, which is not given")
+    if cfg.head_only:
+        summary = train_head_only([cfg], loss_fn=loss)[0]
+    else:
+        summary = train_finetuned(cfg, loss_fn=loss)
+    if summary["status"] == "failed":
+        raise TrainingDiverged(f"{summary['error']} (run {summary['run_dir']})")
+    return _result(summary)
+
+
+def _result(summary: dict) -> RunResult:
+    run_dir = Path(summary["run_dir"])
+    rj = RunDir(run_dir).read()
+    record = rj["run"]
+    best = rj.get("best") or {}
+    held = rj.get("heldout_output")
+    rows = rj.get("rows", {})
+    return RunResult(
+        run_dir, rj["status"], RunRecord.from_run_json(rj),
+        _config(record["config"]), bool(rj.get("head_only")), int(rj.get("step", 0)),
+        int(summary["total_steps"]), int(summary.get("resumed_at", 0)),
+        bool(summary.get("already_complete")), best.get("step"), best.get(BEST_KEY),
+        {tag: Path(p) for tag, p in rj.get("outputs", {}).items()},
+        RunDir(run_dir).heldout_output(held["split"]) if held else None,
+        int(rows.get("train", 0)), int(rows.get("val", 0)),
+        rj.get("step_path", {}).get("mode", "eager"))
+
+
+def _config(config: Mapping[str, Any]) -> TrainConfig:
+    """run.json's config (JSON types) as the TrainConfig it was written from."""
+    values = {f.name: config[f.name] for f in fields(TrainConfig) if f.name in config}
+    values["eval_splits"] = tuple(values.get("eval_splits", ()))
+    return TrainConfig(**values)
+
+
