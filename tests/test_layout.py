@@ -28,16 +28,20 @@ ALLOWED = {
     "sweep": {"cache", "core", "data", "oracle", "sweep"},   # trains oracles through the oracle stage
     # runs the stages as subprocesses, the seconds-long head-only ones through their commands
     "demo": {"cache", "core", "data", "report", "oracle", "sweep", "demo"},
+    # the Python API: above every stage, and nothing below imports it
+    "trust_oracles": {"cache", "core", "data", "oracle", "report", "trust_oracles"},
 }
 # The only core modules `report` may use: they import no torch.
 TORCH_FREE_CORE = {"pipeline.core", "pipeline.core.metrics", "pipeline.core.counts",
                    "pipeline.core.selective", "pipeline.core.losses", "pipeline.core.presets",
                    "pipeline.core.catalog", "pipeline.core.artifacts",
-                   "pipeline.core.options"}
+                   "pipeline.core.options", "pipeline.core.logits"}
 TORCH = ("torch", "torchvision", "timm")
 # Where a function-level import of a first-party module is allowed: a command loads its stage on
 # call, which keeps torch out of the commands that do not need it.
 LAZY_OK = ("command.py", "cli.py")
+# The API loads a module on first use of one of its names, so that its metrics load no torch.
+LAZY_API = ("trust_oracles/__init__.py", "trust_oracles/errors.py")
 
 
 def module_name(path: Path) -> str:
@@ -49,7 +53,8 @@ def module_name(path: Path) -> str:
 
 def sources() -> dict[str, Path]:
     files = [ROOT / "cli.py", *sorted((ROOT / "pipeline").rglob("*.py")),
-             *sorted((ROOT / "cache").rglob("*.py"))]
+             *sorted((ROOT / "cache").rglob("*.py")),
+             *sorted((ROOT / "trust_oracles").rglob("*.py"))]
     return {module_name(p): p for p in files}
 
 
@@ -91,8 +96,8 @@ def imports(module: str) -> list[tuple[str, int, bool]]:
 
 def package(module: str) -> str | None:
     parts = module.split(".")
-    if parts[0] == "cache":
-        return "cache"
+    if parts[0] in ("cache", "trust_oracles"):
+        return parts[0]
     return parts[1] if parts[0] == "pipeline" and len(parts) > 1 else None
 
 
@@ -160,6 +165,7 @@ def test_function_level_imports_of_the_project_only_in_commands():
     their stage lazily (torch stays out of the commands that do not need it)."""
     lazy = [f"{MODULES[m].relative_to(ROOT)}:{line} imports {t}"
             for m in MODULES if not MODULES[m].name in LAZY_OK
+            and MODULES[m].relative_to(ROOT).as_posix() not in LAZY_API
             for t, line, top in imports(m) if not top and package(t) is not None]
     assert not lazy, "function-level imports of project modules:\n" + "\n".join(lazy)
 
@@ -269,3 +275,34 @@ def test_each_package_says_what_its_modules_do():
             if module.name != "__init__.py":
                 assert module.name in doc or module.stem in doc, \
                     f"{init.relative_to(ROOT)} does not say what {module.name} does"
+
+
+def _architecture_map() -> dict[str, set[str]]:
+    """docs/ARCHITECTURE.md's tree: {folder: the module file names its entry mentions}."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text().split("## The tree", 1)[1]
+    block = text.split("```", 2)[1]
+    out, folder = {}, None
+    for line in block.splitlines():
+        head = line.split(" ", 1)[0]
+        if head.endswith("/"):
+            folder = head.rstrip("/")
+            line = line[len(head):]
+        if folder is not None:
+            out.setdefault(folder, set()).update(re.findall(r"\b([a-z_0-9]+\.py)\b", line))
+    return out
+
+
+def test_the_architecture_map_names_every_module_and_nothing_else():
+    documented = _architecture_map()
+    folders = {p.parent.relative_to(ROOT).as_posix()
+               for top in ("cache", "pipeline", "trust_oracles") if (ROOT / top).is_dir()
+               for p in (ROOT / top).rglob("__init__.py")}
+    folders.discard("pipeline")
+    assert folders == set(documented), \
+        f"folders without an entry: {sorted(folders - set(documented))}; entries without a " \
+        f"folder: {sorted(set(documented) - folders)}"
+    for folder in sorted(folders):
+        real = {p.name for p in (ROOT / folder).glob("*.py") if p.name != "__init__.py"}
+        assert documented[folder] == real, \
+            f"docs/ARCHITECTURE.md, {folder}/: not named {sorted(real - documented[folder])}; " \
+            f"named but absent {sorted(documented[folder] - real)}"
