@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -217,3 +218,21 @@ def test_bare_commands_find_the_demo_work_complete(demo_run):
     train = run("train-oracle", "--loss", "ss", "--epochs", "1")
     assert train.returncode == 0, train.stderr
     assert train.stdout.startswith("already complete") and "vit-vit_ss_seed0_" in train.stdout
+
+
+def test_the_api_evaluates_the_demos_scores_as_its_report(demo_run):
+    """``trust_oracles`` on the demo's own scores: each oracle run's output file, opened with
+    ``open_run`` and evaluated with ``evaluate`` (the report's default bootstrap), gives every
+    number the demo's report.json holds for it: each metric of both definitions, its interval."""
+    from test_api_evaluation import assert_equals_report
+    from trust_oracles import evaluate, open_run
+
+    doc = json.loads((demo_run["art"] / "report" / "report.json").read_text())
+    results = [r for r in doc["evaluations"] if r["kind"] == "oracle"]
+    assert len(results) >= 6
+    for result in results:
+        scores = open_run(result["run_dir"]).scores(Path(result["source"]).stem)
+        ok = scores.valid
+        ev = evaluate(scores.confidence[ok], scores.correct[ok], bootstrap=1000,
+                      tnr_threshold=result["tnr_threshold"]["paper"])
+        assert_equals_report(ev, result)
