@@ -43,8 +43,8 @@ def setting(default: Any = None, opt: Opt | None = None, part: str = "run", *, f
     and where it belongs (module docstring).  ``head_only``: it applies to --head-only runs
     only; ``later``: added after runs existed, so at its default it stays out of the group hash
     (those runs keep their group and run directory)."""
-    if opt is not None and opt.show_default:   # the option shows the field's one default
-        opt = replace(opt, default=default)
+    if opt is not None and opt.show_default and opt.default != default:
+        opt = replace(opt, default=default)    # the option shows the field's one default
     meta = {"opt": opt, "part": part, "fine_tune_only": fine_tune_only, "head_only": head_only,
             "bank_free": bank_free, "loss": loss, "invert": invert, "later": later}
     if factory is not None:
