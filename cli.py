@@ -17,6 +17,7 @@ import click
 from pipeline.attack.command import attack
 from pipeline.classifier.command import fit_classifier
 from pipeline.corrupt.command import corrupt
+from pipeline.data.errors import worker_message
 from pipeline.demo.command import demo
 from pipeline.extract.command import extract
 from pipeline.oracle.command import predict, train_oracle
@@ -34,15 +35,6 @@ _USER_ERRORS = {"cache.schema": "CacheError", "pipeline.data.errors": "DataError
 def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(getattr(sys.modules[m], name) for m, name in _USER_ERRORS.items()
                  if m in sys.modules)
-
-
-def _first_line_of_worker_error(err: BaseException) -> str:
-    """DataLoader re-raises worker errors with the worker traceback; keep the original message."""
-    text = str(err)
-    if "Original Traceback" in text:
-        last = [l for l in text.splitlines() if l.strip()][-1]
-        return last.split(": ", 1)[-1]
-    return text
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
@@ -72,7 +64,7 @@ class Group(click.Group):
             _say(err, err.format_message())
             sys.exit(err.exit_code)
         except _user_errors() as err:
-            _say(err, _first_line_of_worker_error(err))
+            _say(err, worker_message(err))
             sys.exit(1)
 
 

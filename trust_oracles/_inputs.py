@@ -12,7 +12,8 @@ import torch
 from PIL import Image, ImageOps
 
 # the pixel formats the file decoder narrows or refuses: PIL images are read by the same rules
-from pipeline.data.images import _PIL_16BIT, _PIL_UNKNOWN_RANGE, UnusableImage, Views
+from pipeline.data.images import UnusableImage, Views
+from pipeline.data.images import pil_pixels as decoded
 from pipeline.data.sources import SampleList
 from pipeline.data.unlabelled import NO_LABEL
 from pipeline.oracle.deploy.images import DEFAULT_TARGET
@@ -110,14 +111,11 @@ def pil_pixels(image, i: int, upright: bool) -> torch.Tensor:
         raise received(f"score_images: item {i}", type(image).__name__, "a PIL.Image.Image")
     if upright:     # the training cache read its files turned upright (extract --exif-transpose)
         image = ImageOps.exif_transpose(image)
-    if image.mode in _PIL_UNKNOWN_RANGE:
-        raise received(f"score_images: image {i}", f"PIL mode {image.mode!r} "
-                       f"({_PIL_UNKNOWN_RANGE[image.mode]} samples, range unknown)",
-                       "8 or 16 bits per channel", "convert the image first")
-    if image.mode in _PIL_16BIT:
-        grey = (np.asarray(image).astype(np.uint16) >> 8).astype(np.uint8)
-        return torch.from_numpy(grey).expand(3, -1, -1).contiguous()
-    return torch.from_numpy(np.asarray(image.convert("RGB")).copy()).permute(2, 0, 1).contiguous()
+    try:
+        return decoded(image)          # the file decoder's own rules
+    except ValueError as err:
+        raise received(f"score_images: image {i}", f"PIL mode {image.mode!r}",
+                       "8 or 16 bits per channel", str(err)) from None
 
 
 def file_list(paths: Sequence[str | Path], upright: bool, skip_bad: bool) -> SampleList:
@@ -132,14 +130,6 @@ def file_list(paths: Sequence[str | Path], upright: bool, skip_bad: bool) -> Sam
     return SampleList(dataset="images", root="/", split="", names=names,
                       labels=np.full(len(names), NO_LABEL, np.int64), classes=(), base="/",
                       exif_transpose=bool(upright))
-
-
-def worker_message(err: BaseException) -> str:
-    """A loader worker's error carries its traceback; keep the original message (as cli.py)."""
-    text = str(err)
-    if "Original Traceback" in text:
-        return [line for line in text.splitlines() if line.strip()][-1].split(": ", 1)[-1]
-    return text
 
 
 def concat(parts: list, dtype=np.float32) -> np.ndarray:

@@ -28,7 +28,7 @@ from cache.schema import check_identity
 from pipeline.core.models import DataConfig
 from pipeline.core.options import check_device
 from pipeline.core.precision import PRECISIONS
-from pipeline.data.images import BadImageError
+from pipeline.data.errors import BadImageError, worker_message
 from pipeline.data.labels import class_names
 from pipeline.data.orientation import EXIF_TRANSPOSE
 from pipeline.oracle.deploy import images as deploy
@@ -267,7 +267,7 @@ class TrustOracle:
                                      batch_size=self.batch_size, workers=workers,
                                      skip_bad=skip_bad)
         except BadImageError as err:
-            raise BadImageError(inputs.worker_message(err).replace(
+            raise BadImageError(worker_message(err).replace(
                 "re-run with --skip-bad", "pass skip_bad=True")) from None
         return self._scores(out, cut, pixels=True)
 

@@ -8,3 +8,12 @@ class DataError(ValueError):
 
 class BadImageError(RuntimeError):
     """An image file could not be decoded; the message names the file and its row index."""
+
+
+def worker_message(err: BaseException) -> str:
+    """A DataLoader re-raises a worker's error with the worker's traceback in its text: the
+    original message (its last line), as a user should see it."""
+    text = str(err)
+    if "Original Traceback" in text:
+        return [line for line in text.splitlines() if line.strip()][-1].split(": ", 1)[-1]
+    return text

@@ -179,15 +179,20 @@ def _decode_pil(path) -> torch.Tensor:
     from PIL import Image
 
     with Image.open(path) as im:
-        if im.mode in _PIL_UNKNOWN_RANGE:
-            raise ValueError(f"unsupported pixel format ({_PIL_UNKNOWN_RANGE[im.mode]} samples, "
-                             f"PIL mode {im.mode!r}) whose value range is unknown; convert the "
-                             "image to 8 or 16 bits per channel")
-        if im.mode in _PIL_16BIT:
-            grey = (np.asarray(im).astype(np.uint16) >> 8).astype(np.uint8)
-            return torch.from_numpy(grey).expand(3, -1, -1).contiguous()
-        arr = np.asarray(im.convert("RGB"))
-    return torch.from_numpy(arr.copy()).permute(2, 0, 1).contiguous()
+        return pil_pixels(im)
+
+
+def pil_pixels(im) -> torch.Tensor:
+    """A PIL image -> uint8 RGB (3, H, W) by the decoder's rules (16-bit greys: their high byte);
+    ValueError for samples whose value range is unknown."""
+    if im.mode in _PIL_UNKNOWN_RANGE:
+        raise ValueError(f"unsupported pixel format ({_PIL_UNKNOWN_RANGE[im.mode]} samples, "
+                         f"PIL mode {im.mode!r}) whose value range is unknown; convert the "
+                         "image to 8 or 16 bits per channel")
+    if im.mode in _PIL_16BIT:
+        grey = (np.asarray(im).astype(np.uint16) >> 8).astype(np.uint8)
+        return torch.from_numpy(grey).expand(3, -1, -1).contiguous()
+    return torch.from_numpy(np.asarray(im.convert("RGB")).copy()).permute(2, 0, 1).contiguous()
 
 
 class ImageRows(Dataset):
