@@ -1,7 +1,7 @@
 """Run directories: the one module that names, reads and writes their files.
 
     run = RunDir(path)
-    run.read()                      # run.json (CacheError when missing or damaged)
+    run.record()                    # run.json, typed (cache.runfile.RunFile)
     run.log_entries()               # log.jsonl, a torn last line dropped with a note
     run.val_split()                 # val_split.json, or None when the run held out nothing
     run.output("test")              # RUN/outputs/test.h5 (names that would leave outputs/ refused)
@@ -26,6 +26,7 @@ from cache.lock import DirLock
 from cache.manifest import read_json, write_json_atomic
 from cache.outputs import read_outputs
 from cache.reader import slug
+from cache.runfile import RunError, RunFile
 from cache.schema import CacheError, CacheMismatch, canonical, identity_diff
 from cache.shards import read_attrs
 
@@ -39,10 +40,6 @@ TIMING_SUFFIX = ".timing.json"
 RUN_IDENTITY = ("oracle", "classifier", "loss", "variant", "seed", "group")
 # run.json keys written by ``write`` itself, not part of a run's extras.
 FRAME_KEYS = ("run", "status", "versions", "updated")
-
-
-class RunError(RuntimeError):
-    """A run directory holds another run, a run cannot resume, or training failed (NaN/inf)."""
 
 
 class RunLock(DirLock):
@@ -143,11 +140,16 @@ class RunDir:
         return self.run_file.exists()
 
     def read(self) -> dict:
+        """run.json as JSON (for the writers that rewrite it; readers take ``record()``)."""
         return read_json(self.run_file, "run file")
 
-    def read_if_any(self) -> dict:
-        """run.json, or {} for a directory that only holds outputs (a copied run)."""
-        return read_json(self.run_file, "run record") if self.run_file.exists() else {}
+    def record(self) -> RunFile:
+        """run.json, typed (CacheError when missing or damaged)."""
+        return RunFile.from_json(self.read(), str(self.run_file))
+
+    def record_if_any(self) -> RunFile:
+        """run.json, or an empty record for a directory that only holds outputs (a copied run)."""
+        return self.record() if self.run_file.exists() else RunFile.empty()
 
     def write(self, record: Mapping[str, Any], status: str, versions: Mapping[str, str],
               **extra) -> None:
@@ -232,9 +234,9 @@ class RunDir:
             fh.write("".join(json.dumps(finite(dict(e)), sort_keys=True) + "\n" for e in entries))
 
     # -- outputs and their timing ----------------------------------------------------------------
-    def output_digest(self, run: Mapping[str, Any], output: Path) -> dict | None:
+    def output_digest(self, run: RunFile, output: Path) -> dict | None:
         """The size and XXH3-128 hash run.json records for ``output`` (None: not recorded)."""
-        return (run.get("output_files") or {}).get(Path(output).stem)
+        return run.output_digest(output)
 
     def outputs_done(self, path: Path, ref: dict, record: Mapping[str, Any],
                      digest: dict | None = None) -> bool:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from cache.runs import RunDir
 from cache.outputs import output_paths, read_outputs
 from oracle_fixtures import CLASSIFIER, extract, run_cli, write_colour_tree
 
@@ -67,7 +68,7 @@ def test_the_python_loader_gives_a_model_ready_to_score(bn_run):
     from pipeline.oracle.nets.model import load_trained_oracle
 
     _, run = bn_run
-    oracle, data_cfg, _ = load_trained_oracle(run, json.loads((run / "run.json").read_text()))
+    oracle, data_cfg, _ = load_trained_oracle(run, RunDir(run).record())
     assert not oracle.training and not any(p.requires_grad for p in oracle.parameters())
     before = {k: v.clone() for k, v in oracle.state_dict().items()}
     ref = written(run)

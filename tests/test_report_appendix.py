@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from bench.synthetic_runs import write_cache, write_run, write_study
 from cli import cli
+from cache.runfile import RunFile
 from cache.runs import RunDir
 from pipeline.report.appendix import collect, corruption_of
 
@@ -126,7 +127,7 @@ def test_gradients_come_from_the_planner_s_run_records(tmp_path):
     result = {"kind": "oracle", "split": "test", "cache": cache, "run_dir": run_dir,
               "source": str(output), "labels": {"oracle": "vit", "classifier": "vit", "loss_label": "SS",
                                                "group": "g", "seed": 0}}
-    record = {"grad_norm": {"mean": 0.25, "samples": 8}}
+    record = RunFile.from_json({"grad_norm": {"mean": 0.25, "samples": 8}})
     found = collect([result], {run_dir: record})
     assert [g["mean"] for g in found["gradients"]] == [0.25]
-    assert collect([result], {run_dir: {}})["gradients"] == []
+    assert collect([result], {run_dir: RunFile.empty()})["gradients"] == []

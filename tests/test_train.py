@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from cache.runs import RunDir
 from cache.outputs import classifier_ref, read_outputs
 from cache.reader import ClassifierCache
 from oracle_fixtures import (CLASSIFIER, extract, run_cli, step_losses, train_args,
@@ -245,7 +246,7 @@ def test_corrupted_eval_split_is_scored_on_the_same_corrupted_pixels(stage1, tmp
     from pipeline.oracle.settings.targets import open_split
 
     run = json.loads((out / "run.json").read_text())
-    model, data_cfg, _ = load_trained_oracle(out, run)
+    model, data_cfg, _ = load_trained_oracle(out, RunDir(out).record())
     split = open_split(str(data), cache, CLASSIFIER, "val-defocus_blur-5")
     z = oracle_z(model, split, np.arange(split.cache.num_rows), data_cfg, batch_size=8, workers=0,
                  precision="fp32", device=torch.device("cpu"), info=dist.DistInfo())

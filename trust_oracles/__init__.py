@@ -11,7 +11,7 @@ line as typed objects, for a notebook.  docs/API.md shows each use as a runnable
     result = to.train(to.settings(loss="ss", head_only=True), loss=my_loss)
 
 Modules: caches.py (open_cache, Cache), runs.py (open_run: a run directory and its scores per
-split), oracles.py (load_oracle, TrustOracle, Scores; _inputs.py checks their arguments),
+split), oracles.py (load_oracle, TrustOracle; scores.py: Scores; _inputs.py checks their arguments),
 evaluation.py (evaluate, Evaluation), comparison.py (compare),
 posthoc.py (the post-hoc baselines and your own score functions), training.py (settings, train,
 RunResult), heads.py (train_head: a head on features in memory), losses.py (your own loss),
@@ -26,7 +26,7 @@ from importlib import import_module
 # public name -> the module that defines it (loaded on first use, PEP 562)
 _WHERE = {
     **dict.fromkeys(("Cache", "open_cache"), "caches"),
-    **dict.fromkeys(("Scores", "TrustOracle", "load_oracle"), "oracles"),
+    **dict.fromkeys(("TrustOracle", "load_oracle"), "oracles"), "Scores": "scores",
     **dict.fromkeys(("Evaluation", "Interval", "MetricSet", "check_scores", "evaluate"),
                     "evaluation"),
     **dict.fromkeys(("Comparison", "Difference", "compare"), "comparison"),

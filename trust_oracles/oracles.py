@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from cache.runfile import RunFile
 from cache.schema import check_identity
 from pipeline.core.models import DataConfig
 from pipeline.core.options import check_device
@@ -38,41 +39,7 @@ from trust_oracles import _inputs as inputs
 from trust_oracles._inputs import ThresholdSpec
 from trust_oracles.caches import Cache
 from trust_oracles.errors import received
-
-
-@dataclass(frozen=True, eq=False)     # arrays: no elementwise ==
-class Scores:
-    """What the oracle says about N inputs, in the order they were given.
-
-    Attributes
-    ----------
-    confidence : ndarray (N,) float32
-        sigmoid(z): the oracle's confidence that the classifier's answer is right.
-    z : ndarray (N,) float32
-        The oracle head's output.
-    trust : ndarray (N,) bool
-        ``confidence >= threshold``.
-    threshold : float
-        The threshold used.
-    valid : ndarray (N,) bool
-        False for a file ``score_files(..., skip_bad=True)`` could not use; its ``z``,
-        ``confidence`` and ``msp`` are NaN, ``pred`` -1 and ``trust`` False.
-    pred : ndarray (N,) int64 or None
-        The classifier's class; None for ``score(x)`` without logits.
-    msp : ndarray (N,) float32 or None
-        The classifier's maximum softmax probability (float32 softmax); None likewise.
-    """
-
-    confidence: np.ndarray
-    z: np.ndarray
-    trust: np.ndarray
-    threshold: float
-    valid: np.ndarray
-    pred: np.ndarray | None = None
-    msp: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.z)
+from trust_oracles.scores import Scores, scores_from
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,7 +73,7 @@ class TrustOracle:
     precision: str
     classifier_precision: str
     classes: tuple[str, ...] = field(repr=False)
-    _run: dict = field(repr=False)
+    _run: RunFile = field(repr=False)
     _classifier: dict = field(repr=False)       # the training cache's identity
     _models: tuple = field(repr=False)          # deploy.deployed_models' ((clf...), (oracle...))
     _choices: dict = field(default_factory=dict, repr=False)
@@ -190,7 +157,7 @@ class TrustOracle:
             probs = logits.float().softmax(dim=-1)
             out.update(pred=probs.argmax(dim=-1).cpu().numpy(),
                        msp=probs.max(dim=-1).values.cpu().numpy())
-        return self._scores(out, cut, pixels=logits is not None)
+        return scores_from(out, cut, pixels=logits is not None)
 
     def score_images(self, images: Sequence[Image.Image], *,
                      threshold: ThresholdSpec = None) -> Scores:
@@ -234,7 +201,7 @@ class TrustOracle:
                (("z", np.float32), ("pred", np.int64), ("msp", np.float32))}
         out["valid"] = np.ones(len(images), bool)
         deploy.check_finite(lambda i: f"image {i}", out)
-        return self._scores(out, cut, pixels=True)
+        return scores_from(out, cut, pixels=True)
 
     def score_files(self, paths: Sequence[str | Path], *, threshold: ThresholdSpec = None,
                     skip_bad: bool = False, workers: int = 0) -> Scores:
@@ -269,7 +236,7 @@ class TrustOracle:
         except BadImageError as err:
             raise BadImageError(worker_message(err).replace(
                 "re-run with --skip-bad", "pass skip_bad=True")) from None
-        return self._scores(out, cut, pixels=True)
+        return scores_from(out, cut, pixels=True)
 
     def check_cache(self, cache: Cache) -> None:
         """Refuse (``CacheMismatch``, naming each attribute) a cache of another classifier than
@@ -279,18 +246,6 @@ class TrustOracle:
                        hint="It was extracted with another classifier than the training split's "
                             "cache; re-extract it with the same --classifier, --weights FILE, "
                             "--model-kwargs and --preprocess.")
-
-    @staticmethod
-    def _scores(out: dict, threshold: float, pixels: bool) -> Scores:
-        """``out``'s rows (checked finite) as Scores; rows not ``valid`` hold NaN / -1."""
-        valid = out["valid"]
-        z = np.where(valid, out["z"], np.nan).astype(np.float32)
-        confidence = np.where(valid, deploy.confidence_of(out["z"]), np.nan).astype(np.float32)
-        return Scores(confidence=confidence, z=z, trust=valid & (confidence >= threshold),
-                      threshold=float(threshold), valid=valid,
-                      pred=np.where(valid, out["pred"], -1) if pixels else None,
-                      msp=np.where(valid, out["msp"], np.nan).astype(np.float32)
-                      if pixels else None)
 
 
 def load_oracle(run_dir: str | Path, *, weights: str | Path | None = None,

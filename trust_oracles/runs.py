@@ -14,35 +14,21 @@ No torch is loaded.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from cache.outputs import output_paths, read_outputs
+from cache.runfile import RunLabels
 from cache.runs import RunDir, RunError
 
 __all__ = ["Run", "RunRecord", "SplitScores", "open_run"]
 
 
-@dataclass(frozen=True)
-class RunRecord:
-    """run.json's ``run`` record (docs/DATA_CONTRACT.md): what was trained."""
-    oracle: str
-    oracle_model: str
-    classifier: str
-    loss: str                     # ce, focal, tcp, ss, or custom:<name>
-    variant: str                  # e.g. "head-only", "broadcast+head-only"
-    loss_label: str
-    seed: int
-    group: str                    # 12 hex digits: everything but the seed
-    dataset: str
-    num_classes: int
-
-    @classmethod
-    def from_run_json(cls, run_json: dict) -> "RunRecord":
-        record = run_json["run"]
-        return cls(**{f.name: record[f.name] for f in fields(cls)})
+# run.json's ``run`` record (docs/DATA_CONTRACT.md): what was trained.  The type every stage
+# reads run.json with (cache.runfile), under the API's name.
+RunRecord = RunLabels
 
 
 @dataclass(frozen=True)
@@ -88,7 +74,7 @@ class Run:
     def scores(self, split: str) -> SplitScores:
         """The scores of ``split`` (one of ``splits``, or ``heldout``'s name): verified columns
         (and, where run.json records it, the file's digest)."""
-        run_dir, run_json = RunDir(self.path), RunDir(self.path).read()
+        run_dir = RunDir(self.path)
         if split in self.splits:
             path = run_dir.output(split)
         elif split == self.heldout:
@@ -97,7 +83,7 @@ class Run:
             raise RunError(f"run {self.path} has no scores of {split!r}; it holds "
                            f"{list(self.splits)} (and its held-out rows: {self.heldout!r}). "
                            f"Score a split with `cli.py predict --run {self.path} --split TAG`")
-        out = read_outputs(path, digest=run_dir.output_digest(run_json, path))
+        out = read_outputs(path, digest=run_dir.record().output_digest(path))
         c = out.columns
         return SplitScores(split, c["z"], c["confidence"], c["correct"].astype(bool),
                            c["valid"].astype(bool), c["index"], c["label"], c["pred"],
@@ -117,8 +103,7 @@ def open_run(run_dir: str | Path) -> Run:
         raise RunError(f"{run_dir.path} is not a train-oracle run directory (no run.json); "
                        "pass the folder train-oracle wrote "
                        "(--out, or artifacts/<dataset>/runs/...)")
-    run_json = run_dir.read()
-    held = (run_json.get("heldout_output") or {}).get("split")
+    run = run_dir.record()
+    held = (run.heldout_output or {}).get("split")
     names = tuple(sorted(p.stem for p in run_dir.outputs()))
-    return Run(run_dir.path, RunRecord.from_run_json(run_json), str(run_json.get("status")),
-               bool(run_json.get("head_only")), names, held)
+    return Run(run_dir.path, run.labels, str(run.status), run.head_only, names, held)

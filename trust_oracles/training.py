@@ -178,20 +178,17 @@ def train(settings: TrainConfig, *, loss: LossFn | None = None,
 
 def _result(summary: dict) -> RunResult:
     run_dir = Path(summary["run_dir"])
-    rj = RunDir(run_dir).read()
-    record = rj["run"]
-    best = rj.get("best") or {}
-    held = rj.get("heldout_output")
-    rows = rj.get("rows", {})
+    run = RunDir(run_dir).record()
+    best = run.best or {}
+    held = run.heldout_output
     return RunResult(
-        run_dir, rj["status"], RunRecord.from_run_json(rj),
-        _config(record["config"]), bool(rj.get("head_only")), int(rj.get("step", 0)),
+        run_dir, run.status, run.labels, _config(run.config), run.head_only, run.step,
         int(summary["total_steps"]), int(summary.get("resumed_at", 0)),
         bool(summary.get("already_complete")), best.get("step"), best.get(BEST_KEY),
-        {tag: Path(p) for tag, p in rj.get("outputs", {}).items()},
+        {tag: Path(p) for tag, p in run.outputs.items()},
         RunDir(run_dir).heldout_output(held["split"]) if held else None,
-        int(rows.get("train", 0)), int(rows.get("val", 0)),
-        rj.get("step_path", {}).get("mode", "eager"))
+        int(run.rows.get("train", 0)), int(run.rows.get("val", 0)),
+        run.step_path.get("mode", "eager"))
 
 
 def _config(config: Mapping[str, Any]) -> TrainConfig:

@@ -172,8 +172,8 @@ def expand(step: Step, runs_root: Path) -> list[Step]:
         return [step]
     runs, root = [], Path(runs_root)
     for path in find_runs(root) if root.is_dir() else []:
-        doc = RunDir(path).read_if_any()
-        if doc.get("status") == "complete" and doc["run"]["classifier"] == step.each_run_of:
+        run = RunDir(path).record_if_any()
+        if run.complete and run.labels.classifier == step.each_run_of:
             runs.append(root / path.relative_to(root.resolve()))
     return [replace(step, args=tuple(str(r) if a == RUN_DIR else a for a in step.args),
                     label=f"{step.label}: {r.name}", each_run_of=None) for r in runs]

@@ -215,7 +215,7 @@ def _predict_splits(run_dir, name, common, data, splits, cache, labels_file) -> 
     from pipeline.oracle.deploy.predict import PredictConfig
     from pipeline.oracle.deploy.predict import predict as run_predict
 
-    config = _run_stage2(lambda: RunDir(run_dir).read()["run"]["config"])
+    config = _run_stage2(lambda: RunDir(run_dir).record().config)
     same = data is None or data == config["data"]
     data = config["data"] if data is None else data
     cfg = PredictConfig(

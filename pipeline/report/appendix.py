@@ -14,6 +14,7 @@ from typing import Mapping
 import numpy as np
 
 from cache.manifest import load_manifest
+from cache.runfile import RunFile
 from cache.runs import RunDir
 from cache.schema import CacheError
 from pipeline.report import tables as T
@@ -41,7 +42,7 @@ def corruption_of(identity: dict, root: str = "") -> tuple[str, int] | None:
     return None
 
 
-def collect(results: list[dict], run_records: Mapping[str, dict]) -> dict:
+def collect(results: list[dict], run_records: Mapping[str, RunFile]) -> dict:
     """{'shifts': {split: [corruption, severity]}, 'gradients': [...], 'inference': [...]} for
     report.json (one entry per shifted split / counted run / <O,C> and split).  ``run_records``: {run
     directory: its run.json as the planner read it}."""
@@ -59,7 +60,8 @@ def collect(results: list[dict], run_records: Mapping[str, dict]) -> dict:
     # one trained oracle per seed of a group, wherever it was evaluated (copies: this count must
     # not mark the evaluations of the main tables as repeats)
     for r in counted([dict(r) for r in runs.values()], key=training_key):
-        g = run_records.get(r["run_dir"], {}).get("grad_norm") or {}
+        found = run_records.get(r["run_dir"])
+        g = (found.grad_norm if found else None) or {}
         if g.get("mean") is not None:
             grads.append({"run_dir": r["run_dir"], "labels": r["labels"], **g})
     timing = defaultdict(lambda: {"oracle": [], "classifier": None})

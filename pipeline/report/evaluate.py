@@ -52,7 +52,7 @@ def _check_against_cache(task: OutputTask, cols: dict) -> None:
 def evaluate_output(task: OutputTask) -> dict:
     """Worker: read one oracle output file, check it, and compute every number of the report."""
     warnings.simplefilter("ignore", UnverifiedCacheWarning)  # noted once by the main process
-    digest = RunDir(Path(task.run_dir)).output_digest(task.run_json, Path(task.output))
+    digest = RunDir(Path(task.run_dir)).output_digest(task.run_file, Path(task.output))
     try:
         out = read_outputs(Path(task.output), expect_classifier=task.ref, digest=digest)
     except CacheMismatch as err:
@@ -69,7 +69,7 @@ def evaluate_output(task: OutputTask) -> dict:
                   labels={**{key: run.get(key) for key in LABEL_KEYS}, "num_classes": k,
                           "classifier": task.classifier, "variant": run.get("variant") or "",
                           "loss_label": run.get("loss_label") or str(run["loss"]).upper()},
-                  status=task.run_json.get("status"))
+                  status=task.run_file.status)
     return result
 
 

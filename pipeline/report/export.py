@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import asdict
 from functools import lru_cache
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from cache.atomic import atomic_path
 from cache.outputs import classifier_ref, read_outputs
 from cache.manifest import MANIFEST_FILE
 from cache.reader import ClassifierCache, slug
+from cache.runfile import RunFile
 from cache.runs import RUN_IDENTITY, VAL_FILE, RunDir
 from cache.schema import CacheMismatch, identity_diff
 from cache.shards import read_attrs
@@ -94,7 +96,7 @@ def _cache_columns(path: str) -> tuple[dict, dict]:
 
 def _heldout_part(task: OutputTask) -> dict:
     """Dataset 0: the run's held-out training rows, scored by its oracle (RUN/heldout/)."""
-    run, record = RunDir(Path(task.run_dir)), task.run_json.get("heldout_output")
+    run, record = RunDir(Path(task.run_dir)), task.run_file.heldout_output
     if not record:
         val = run.val_split()
         if not val or not val.get("val_rows"):
@@ -114,7 +116,7 @@ def _heldout_part(task: OutputTask) -> dict:
     cache = ClassifierCache.open(cache_path) if cache_path else None
     data = read_outputs(path, digest=record, expect_classifier=cache and classifier_ref(
         cache.path, cache.identity))
-    diffs = identity_diff(data.run, task.run_json.get("run", data.run), RUN_IDENTITY)
+    diffs = identity_diff(data.run, _labels(task.run_file) or data.run, RUN_IDENTITY)
     rows = np.flatnonzero(data.columns["valid"] == 1)
     held = set((run.val_split() or {}).get("val_rows", []))
     if diffs or not set(rows.tolist()) <= held:
@@ -216,7 +218,7 @@ def export_fd_shifts(out: Path, tasks: list[OutputTask]) -> str:
         names.add((group, name))
         datasets = _write_experiment(root / group / name, parts)
         index["experiments"].append({
-            "dir": f"{group}/{name}", "run": run_dir, "labels": run_tasks[0].run_json.get("run"),
+            "dir": f"{group}/{name}", "run": run_dir, "labels": _labels(run_tasks[0].run_file),
             "datasets": datasets,
             "fd_shifts_args": fd_shifts_args(group, name, parts, num_classes)})
     _cache_columns.cache_clear()
@@ -224,3 +226,8 @@ def export_fd_shifts(out: Path, tasks: list[OutputTask]) -> str:
     (root / "index.json").write_text(json.dumps(index, indent=1, default=str) + "\n",
                                      encoding="utf-8")
     return str(root / "index.json")
+
+
+def _labels(run_file: RunFile) -> dict | None:
+    """The run record as run.json holds it (None for a copied run without one)."""
+    return asdict(run_file.labels) if run_file.labels else None

@@ -20,6 +20,7 @@ import numpy as np
 
 from cache.manifest import MANIFEST_FILE
 from cache.reader import ClassifierCache
+from cache.runfile import RunFile
 from cache.runs import VAL_FILE, RunDir
 from cache.shards import read_columns
 from pipeline.report.baselines import FITTED, TABLE, fit_methods
@@ -37,9 +38,9 @@ class FitTask:
 
 def plan_fits(tasks: list, cache_paths: list[str], known_caches: list[Path]) -> dict[str, object]:
     """{evaluated cache path: FitTask, or the reason (str) why nothing can be fitted for it}.
-    ``tasks``: the planner's OutputTasks, whose run.json (``run_json``) names the training cache."""
+    ``tasks``: the planner's OutputTasks, whose run.json (``run_file``) names the training cache."""
     out: dict[str, object] = {}
-    records = {t.run_dir: t.run_json for t in tasks}
+    records = {t.run_dir: t.run_file for t in tasks}
     for path in cache_paths:
         runs = sorted({t.run_dir for t in tasks if t.cache == path})
         if not runs:
@@ -53,18 +54,18 @@ def plan_fits(tasks: list, cache_paths: list[str], known_caches: list[Path]) -> 
     return out
 
 
-def _fit_task(path: str, runs: dict[str, dict], known: list[Path]) -> FitTask:
+def _fit_task(path: str, runs: dict[str, RunFile], known: list[Path]) -> FitTask:
     """``runs``: {run directory: its run.json (empty for a copied run without one)}."""
     identity = ClassifierCache.open(Path(path)).identity
     rows, train = None, None
-    for run, run_json in runs.items():
+    for run, run_file in runs.items():
         val = RunDir(Path(run)).val_split()
         if val is None:
             raise FitError(f"run {run} has no {VAL_FILE} (it held out no rows); the held-out "
                            "rows of the training cache are needed")
         held = set(int(i) for i in val.get("val_rows", []))
         rows = held if rows is None else rows & held
-        found = training_cache(run_json.get("train_cache"), val.get("split", "train"), identity,
+        found = training_cache(run_file.train_cache, val.get("split", "train"), identity,
                                path, known)
         if train is not None and found != train:
             raise FitError(f"the runs evaluated on {path} were trained on different caches "

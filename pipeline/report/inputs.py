@@ -15,6 +15,7 @@ from pathlib import Path
 from cache.manifest import IDENTITY_FILE, MANIFEST_FILE
 from cache.outputs import classifier_ref
 from cache.reader import ClassifierCache, slug, split_tag
+from cache.runfile import RunFile
 from cache.runs import OUTPUTS, RUN_FILE, RunDir, find_runs, is_run_dir
 from cache.schema import KIND_ORACLE, CacheError, CacheMismatch, canonical, check_identity
 from cache.shards import read_attrs
@@ -34,7 +35,7 @@ class OutputTask:
     cache: str
     ref: dict
     classifier: str
-    run_json: dict = field(default_factory=dict)
+    run_file: RunFile = field(default_factory=RunFile.empty)
     bootstrap: BootstrapSpec | None = None
 
 
@@ -161,9 +162,9 @@ def plan(src: Sources, splits: tuple[str, ...] = ()) -> tuple[list[OutputTask], 
                                   "`cli.py predict` on it")
             src.skipped.append({"run_dir": str(run_dir), "reason": why})
             continue
-        run_json = run.read_if_any()
+        run_file = run.record_if_any()
         for output in outputs:
-            task = _output_task(run_dir, output, run_json, known)
+            task = _output_task(run_dir, output, run_file, known)
             tasks.append(task)
             label, tags = labels.setdefault(Path(task.cache), (task.classifier, []))
             tags.append(task.tag)
@@ -180,7 +181,7 @@ def plan(src: Sources, splits: tuple[str, ...] = ()) -> tuple[list[OutputTask], 
     return tasks, cache_tasks
 
 
-def _output_task(run_dir: Path, output: Path, run_json: dict, known: dict) -> OutputTask:
+def _output_task(run_dir: Path, output: Path, run_file: RunFile, known: dict) -> OutputTask:
     attrs = read_attrs(output)
     if attrs.get("kind") != KIND_ORACLE or "classifier_cache" not in attrs:
         raise ReportError(f"run {run_dir}: {output} is not an oracle output file "
@@ -195,9 +196,9 @@ def _output_task(run_dir: Path, output: Path, run_json: dict, known: dict) -> Ou
     except CacheMismatch as err:
         raise CacheMismatch(f"{err}\nrefused: these outputs were not computed from the classifier "
                             f"cache {cache.path}") from None
-    _check_labels(run_dir, run_json, run)
+    _check_labels(run_dir, run_file, run)
     return OutputTask(str(run_dir), str(output), output.stem, str(cache.path.resolve()), ref,
-                      classifier_label(str(run.get("classifier") or ""), cache.identity), run_json)
+                      classifier_label(str(run.get("classifier") or ""), cache.identity), run_file)
 
 
 def _locate_cache(run_dir: Path, output: Path, recorded: dict, run: dict) -> Path:
@@ -216,13 +217,16 @@ def _locate_cache(run_dir: Path, output: Path, recorded: dict, run: dict) -> Pat
                       "pointing at it (it must have the same model, weights and dataset)")
 
 
-def _check_labels(run_dir: Path, run_json: dict, run: dict) -> None:
+def _check_labels(run_dir: Path, run_file: RunFile, run: dict) -> None:
     """run.json and the outputs' ``run`` attribute must describe the same run."""
-    record = run_json.get("run", run_json) if isinstance(run_json, dict) else {}
+    labels = run_file.labels
     for key in ("oracle", "classifier", "loss", "variant", "seed", "group"):
-        if key in record and key in run and canonical(record[key]) != canonical(run[key]):
-            raise CacheMismatch(f"run {run_dir}: {RUN_FILE} says {key}={record[key]!r} but its "
-                                f"outputs say {key}={run[key]!r}; the outputs belong to another run")
+        if labels is None or key not in run:
+            continue
+        if canonical(getattr(labels, key)) != canonical(run[key]):
+            raise CacheMismatch(f"run {run_dir}: {RUN_FILE} says {key}={getattr(labels, key)!r} "
+                                f"but its outputs say {key}={run[key]!r}; the outputs belong to "
+                                "another run")
     missing = [k for k in ("oracle", "classifier", "loss", "seed", "group") if k not in run]
     if missing:
         raise ReportError(f"run {run_dir}: the outputs' run record lacks {missing}")

@@ -105,7 +105,7 @@ def report(cfg: ReportConfig) -> dict:
     for r in results:
         r.pop("_boot", None)          # per-resample values: used above, too big for report.json
     doc = build_doc(cfg, splits, results, src.skipped, figures, out, compared, fit_records(results),
-                    {t.run_dir: t.run_json for t in tasks})
+                    {t.run_dir: t.run_file for t in tasks})
     doc["trust_score"] = {"fits": trust_records(results), "notes": notes}
     written = write_outputs(doc, splits, out, cfg)
     if "fd-shifts" in cfg.export:
@@ -179,7 +179,7 @@ def default_out(tasks, cache_tasks) -> Path:
     (``<root>/cache/<classifier>/<tag>``).  One root per report, else --out is asked for."""
     roots: dict[str, Path | None] = {}
     for t in tasks:
-        recorded = ((t.run_json.get("run") or {}).get("config") or {}).get("artifacts")
+        recorded = t.run_file.config.get("artifacts")
         roots[t.run_dir] = recorded_root(Path(t.run_dir), recorded) if recorded else \
             cache_root_of(Path(t.cache))
     if not tasks:
@@ -198,7 +198,8 @@ def default_out(tasks, cache_tasks) -> Path:
 # ------------------------------------------------------------------------------- documents --
 def build_doc(cfg, splits, results, skipped, figures, out: Path, compared: dict,
               fits: dict, run_records: dict) -> dict:
-    """report.json; ``run_records``: {run directory: run.json as the planner read it}."""
+    """report.json; ``run_records``: {run directory: its run.json (``RunFile``) as the planner
+    read it}."""
     def rel(p):
         return os.path.relpath(p, out) if p else None
     doc_splits = []

@@ -101,20 +101,20 @@ def collect(summary: dict, values: dict, eval_tag: str) -> dict:
         row["error"] = summary.get("error")
         return row
     run_dir = RunDir(summary["run_dir"])
-    run = run_dir.read()
+    run = run_dir.record()
     entries = run_dir.log_entries()
     losses = [e["loss"] for e in entries if "loss" in e and e["loss"] is not None]
     row["mean_train_loss"] = float(np.mean(losses)) if losses else math.nan
-    best = run.get("best", {}).get("step")
+    best = (run.best or {}).get("step")
     vals = [e["val"] for e in entries if "val" in e and e["step"] == best]
     row["val"] = vals[-1] if vals else None
     row["best_step"] = best
-    path = run.get("outputs", {}).get(eval_tag)
+    path = run.outputs.get(eval_tag)
     if path and Path(path).exists():
         cols = read_outputs(Path(path)).columns
         ok = cols["valid"] == 1
         row["eval"] = validation_metrics(cols["z"][ok], cols["correct"][ok], math.nan,
-                                         tnr_logit(run["run"]["loss"], run["run"]["num_classes"]))
+                                         tnr_logit(run.labels.loss, run.labels.num_classes))
         row["eval"]["split"] = eval_tag
     return row
 
@@ -180,7 +180,7 @@ def final_command(cfg: SweepConfig, chosen: dict) -> str:
 def _eval_tag(summaries: list[dict]) -> str:
     for sm in summaries:
         if sm.get("run_dir") and sm["status"] == "complete":
-            return RunDir(sm["run_dir"]).read()["run"]["config"]["eval_splits"][0]
+            return RunDir(sm["run_dir"]).record().config["eval_splits"][0]
     return ""
 
 

@@ -28,6 +28,7 @@ from tqdm import tqdm
 from cache.integrity import not_writable
 from cache.predictions import table_format, write_table
 from cache.reader import ClassifierCache, slug
+from cache.runfile import RunFile
 from cache.runs import RunDir, RunError
 from pipeline.core import dist
 from pipeline.core.models import DataConfig, ModelError, weights_sha256
@@ -62,9 +63,9 @@ class DeployConfig:
     progress: bool = True
 
 
-def training_cache(run_dir: Path, run: dict) -> ClassifierCache:
+def training_cache(run_dir: Path, run: RunFile) -> ClassifierCache:
     """The run's training cache: it records how its classifier was built and its classes."""
-    path = Path(run.get("train_cache", ""))
+    path = Path(run.train_cache or "")
     if not path.is_dir():
         raise RunError(f"run {run_dir} was trained on the classifier cache {path}, which is not "
                        f"there now (moved or deleted{_relative(path)}); it records the "
@@ -104,22 +105,18 @@ def load_classifier(cache: ClassifierCache, weights: str | None) -> torch.nn.Mod
     return model
 
 
-def choose_threshold(cfg: DeployConfig, run: dict) -> dict:
+def choose_threshold(cfg: DeployConfig, run: RunFile) -> dict:
     if cfg.threshold is not None:
         return given_threshold(cfg.run, run, cfg.threshold)
     return pick_threshold(cfg.run, run, *(cfg.target or DEFAULT_TARGET))
 
 
-def complete_run(run_dir: Path) -> dict:
+def complete_run(run_dir: Path) -> RunFile:
     """run.json of a finished run; a run still training, stopped or failed is refused."""
-    run = RunDir(run_dir).read()
-    if run.get("status") != "complete":
-        raise RunError(f"run {run_dir} is not complete (status {run.get('status')!r}); finish "
-                       "training first (re-run the same train-oracle command)")
-    return run
+    return RunDir(run_dir).record().require_complete(run_dir)
 
 
-def deployed_models(run_dir: Path, run: dict, cache: ClassifierCache, weights: str | None,
+def deployed_models(run_dir: Path, run: RunFile, cache: ClassifierCache, weights: str | None,
                     precision: str | None, device: torch.device) -> tuple:
     """((classifier, its DataConfig, precision), (oracle, its DataConfig, precision)) on
     ``device``, each model in the precision it ran in before unless ``precision`` overrides both
@@ -153,7 +150,7 @@ def predict_images(cfg: DeployConfig) -> dict:
             "classifier": {"cache": str(cache.path), "model": cache.identity["model"],
                            "weights_sha256": cache.identity["weights_sha256"],
                            "precision": models[0][2]},
-            "oracle": {"precision": models[1][2], "run": run["run"]["loss_label"]},
+            "oracle": {"precision": models[1][2], "run": run.labels.loss_label},
             "rows": len(rows), "trusted": sum(bool(r["trust"]) for r in rows),
             "undecodable": [r["path"] for r in rows if r["error"]]}
     try:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from cache.outputs import classifier_ref
 from cache.reader import ClassifierCache
+from cache.runfile import RunFile, RunLabels
 from cache.runs import RunDir, RunError
 from cache.schema import CacheError
 from pipeline.core import dist
@@ -22,10 +23,10 @@ from pipeline.oracle.nets.model import load_trained_oracle
 from pipeline.oracle.settings.targets import open_split
 
 
-def default_output_name(data: str | None, record: dict, tag: str) -> str:
+def default_output_name(data: str | None, labels: RunLabels, tag: str) -> str:
     """The split tag for the run's own data root; ``<root folder>_<tag>`` for another root
     (e.g. ``defocus_blur_5`` for ImageNet-C's ``defocus_blur/5``), so outputs never collide."""
-    trained_on = record["config"]["data"]
+    trained_on = labels.config["data"]
     if is_embedded(data) and is_embedded(trained_on):
         return tag
     if not is_embedded(data) and not is_embedded(trained_on) and \
@@ -34,27 +35,25 @@ def default_output_name(data: str | None, record: dict, tag: str) -> str:
     return f"{data_name(data)}_{tag}"
 
 
-def run_precision(run: dict) -> str:
+def run_precision(run: RunFile) -> str:
     """The precision a run's oracle saw its images in: the run's own, or for a head-only run
     that of the feature cache its head was trained on (the backbone reproduces those features)."""
-    record = run["run"]
-    if run.get("head_only"):
-        caches = run.get("feature_caches") or {}
-        train = caches.get(record["config"]["train_split"]) or {}
+    if run.head_only:
+        train = run.feature_caches.get(run.config["train_split"]) or {}
         if train.get("precision"):
             return train["precision"]
-    return record["config"]["precision"]
+    return run.config["precision"]
 
 
-def check_not_training_rows(run_dir: Path, run: dict, split) -> None:
+def check_not_training_rows(run_dir: Path, run: RunFile, split) -> None:
     """Refuse to score the images the run's oracle was trained on (train-oracle refuses to
     evaluate them too: prepare.check_not_trained_on).  The training split's fingerprint is in
     run.json; a run written before it is recorded there is checked against its training cache
     when that is still where it was."""
-    trained = run.get("train_fingerprint")
-    if trained is None and Path(run.get("train_cache", "")).is_dir():
+    trained = run.train_fingerprint
+    if trained is None and Path(run.train_cache or "").is_dir():
         try:
-            trained = ClassifierCache.open(Path(run["train_cache"])).identity["dataset_fingerprint"]
+            trained = ClassifierCache.open(Path(run.train_cache)).identity["dataset_fingerprint"]
         except CacheError:
             trained = None
     found = split.cache.identity["dataset_fingerprint"]
@@ -85,11 +84,8 @@ def predict(cfg: PredictConfig) -> list[dict]:
     """``cli.py predict``: a finished run's chosen oracle over new split(s)."""
     info, device = dist.init(cfg.device)
     run_dir = RunDir(cfg.run)
-    run = run_dir.read()
-    if run.get("status") != "complete":
-        raise RunError(f"run {cfg.run} is not complete (status {run.get('status')!r}); finish "
-                       "training first (re-run the same train-oracle command)")
-    record = run["run"]
+    run = run_dir.record().require_complete(cfg.run)
+    record = run.labels
     model, data_cfg, _ = load_trained_oracle(cfg.run, run, cfg.weights)
     model = model.to(device)
     opts = dict(batch_size=cfg.batch_size, workers=cfg.workers,
@@ -101,13 +97,14 @@ def predict(cfg: PredictConfig) -> list[dict]:
         raise RunError(f"--name {check_output_name(cfg.name)}")
     results = []
     for tag in cfg.splits:
-        split = open_split(cfg.data, cfg.cache, record["classifier"], tag, cfg.labels_file,
-                           same_classifier_as=run["classifier_identity"])
+        split = open_split(cfg.data, cfg.cache, record.classifier, tag, cfg.labels_file,
+                           same_classifier_as=run.classifier_identity)
         check_not_training_rows(cfg.run, run, split)
         path = run_dir.output(cfg.name or default_output_name(cfg.data, record, tag))
-        if run_dir.outputs_done(path, classifier_ref(split.cache.path, split.cache.identity), record):
+        if run_dir.outputs_done(path, classifier_ref(split.cache.path, split.cache.identity),
+                                run.raw["run"]):
             results.append({"split": tag, "path": str(path), "already_complete": True})
             continue
-        results.append(score_images(run_dir, model, split, path, record, data_cfg, opts, info,
-                                    device))
+        results.append(score_images(run_dir, model, split, path, run.raw["run"], data_cfg, opts,
+                                    info, device))
     return results

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from cache.outputs import read_outputs
+from cache.runfile import RunFile
 from cache.runs import RunDir, RunError
 from pipeline.core.metrics import rank
 from pipeline.core.selective import coverage_at_risk
@@ -44,19 +45,19 @@ def parse_target(text: str) -> tuple[str, float]:
     return kind, number
 
 
-def heldout_scores(run_dir: Path, run: dict) -> tuple[np.ndarray, np.ndarray, Path]:
+def heldout_scores(run_dir: Path, run: RunFile) -> tuple[np.ndarray, np.ndarray, Path]:
     """(confidence, correct) of the run's held-out rows, from RUN/heldout/<tag>.h5 checked
     against the size and hash run.json records; refuses a run that held out none."""
-    recorded = run.get("heldout_output")
+    recorded = run.heldout_output
     if not recorded:
         why = ("it held out no training rows (--val-fraction 0)"
-               if (run.get("rows") or {}).get("val") == 0 else
+               if run.rows.get("val") == 0 else
                "it has no scores of its held-out rows (trained before they were written: re-run "
                "the same `cli.py train-oracle` command, which adds them without training again)")
         raise RunError(f"--target needs the oracle's scores of run {run_dir}'s held-out rows, but "
                        f"{why}; pass --threshold X instead")
     path = RunDir(run_dir).heldout_output(recorded["split"])
-    out = read_outputs(path, digest=recorded)
+    out = read_outputs(path, digest=dict(recorded))
     rows = out.columns["valid"] == 1
     return out.columns["confidence"][rows], out.columns["correct"][rows].astype(bool), path
 
@@ -73,7 +74,7 @@ def reached(confidence: np.ndarray, correct: np.ndarray, threshold: float) -> di
             "risk": float(wrong / kept) if kept else None}
 
 
-def pick_threshold(run_dir: Path, run: dict, kind: str, target: float) -> dict:
+def pick_threshold(run_dir: Path, run: RunFile, kind: str, target: float) -> dict:
     """The threshold meeting ``kind=target`` on the held-out rows, with how it was chosen."""
     conf, correct, path = heldout_scores(run_dir, run)
     where = f"the {len(conf)} held-out rows of run {run_dir} ({path})"
@@ -98,10 +99,10 @@ def pick_threshold(run_dir: Path, run: dict, kind: str, target: float) -> dict:
                    "file": str(path)}, "reached": reached(conf, correct, threshold)}
 
 
-def given_threshold(run_dir: Path, run: dict, threshold: float) -> dict:
+def given_threshold(run_dir: Path, run: RunFile, threshold: float) -> dict:
     """``--threshold X`` as given; what it reaches on the held-out rows, where the run has them."""
     choice = {"threshold": float(threshold), "chosen_by": "--threshold"}
-    if run.get("heldout_output"):
+    if run.heldout_output:
         conf, correct, path = heldout_scores(run_dir, run)
         choice["on"] = {"what": "held-out rows of the run's training split (for reference)",
                         "file": str(path)}

@@ -57,7 +57,7 @@ def _train_claimed(prep: Prepared, claim: str, info: dist.DistInfo,
     sched = schedule_of(prep, info.world)
     total = sched["total_steps"]
     if claim == "complete":
-        scorer = lambda rj: image_scorer(prep, info, device, rj)  # noqa: E731
+        scorer = lambda run: image_scorer(prep, info, device, run)  # noqa: E731
         return {**finish_run(prep, scorer, info, total), "already_complete": True}
     objs, data_cfg = build_objects(prep, info, device, sched)
     state = LoopState()
@@ -95,7 +95,7 @@ def _train_claimed(prep: Prepared, claim: str, info: dist.DistInfo,
     if head.best_step is None:   # no held-out rows (or no defined score): the final model
         save_best(prep.run, objs, prep.record, state.step, None, "final")
         best = {"step": state.step, BEST_KEY: None}
-    scorer = lambda rj: image_scorer(prep, info, device, rj, objs)  # noqa: E731
+    scorer = lambda run: image_scorer(prep, info, device, run, objs)  # noqa: E731
     summary = finish_run(prep, scorer, info, total, best=best, extras=extras)
     return {**summary, "resumed_at": resumed_at, "already_complete": False}
 

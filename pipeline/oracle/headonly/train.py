@@ -109,7 +109,7 @@ def run_bank(preps: list[Prepared], claims: list[str], info: dist.DistInfo,
     trained = dict(zip(todo, trained))
     out, fcs = [], {first.train.tag: train_fc, **eval_fcs}   # train: its held-out rows
     for i, prep in enumerate(preps):
-        scorer = lambda rj, p=prep: feature_scorer(p, fcs, device, info, memo)  # noqa: E731
+        scorer = lambda run, p=prep: feature_scorer(p, fcs, device, info, memo)  # noqa: E731
         total = prep.schedule.total_steps
         if i not in trained:
             summary = finish_run(prep, scorer, info, total)
@@ -118,7 +118,7 @@ def run_bank(preps: list[Prepared], claims: list[str], info: dist.DistInfo,
             best = _write_trained(prep, *trained[i], extra)
             if best is None:
                 out.append({"run_dir": str(prep.run.path), "status": "failed",
-                            "error": prep.run.read().get("error", ""), "total_steps": total})
+                            "error": prep.run.record().error, "total_steps": total})
                 continue
             summary = finish_run(prep, scorer, info, total, best=best, extras=extra)
         out.append({**summary, "already_complete": i not in trained, "resumed_at": 0,

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from cache.integrity import file_digest
 from cache.outputs import classifier_ref, write_outputs
+from cache.runfile import RunFile
 from cache.runs import FRAME_KEYS, RunDir, RunError
 from pipeline.core import dist
 from pipeline.core.inference import scoring
@@ -138,7 +139,7 @@ def score_images(run: RunDir, model, split: Split, path, record: dict, data_cfg,
                            inference=timer.result(opts["precision"]))
 
 
-def image_scorer(prep: Prepared, info: dist.DistInfo, device: torch.device, run_json: dict,
+def image_scorer(prep: Prepared, info: dist.DistInfo, device: torch.device, run: RunFile,
                  objs=None) -> Scorer:
     """A fine-tuned run's scorer: its chosen oracle (best.pt, rebuilt as ``predict`` does) over
     each split's images; the training copy (``objs``) leaves the device first."""
@@ -148,7 +149,7 @@ def image_scorer(prep: Prepared, info: dist.DistInfo, device: torch.device, run_
 
     def score(split: Split, path, rows: np.ndarray | None = None) -> dict:
         if not loaded:
-            model, data_cfg, _ = load_trained_oracle(prep.run.path, run_json)
+            model, data_cfg, _ = load_trained_oracle(prep.run.path, run)
             if objs is not None:
                 unwrap(objs.model).cpu()   # free the training copy's device memory
             loaded.update(model=model.to(device), data_cfg=data_cfg)
@@ -157,21 +158,21 @@ def image_scorer(prep: Prepared, info: dist.DistInfo, device: torch.device, run_
     return score
 
 
-def finish_run(prep: Prepared, scorer: Callable[[dict], Scorer], info: dist.DistInfo,
+def finish_run(prep: Prepared, scorer: Callable[[RunFile], Scorer], info: dist.DistInfo,
                total_steps: int, best: dict | None = None, extras: dict | None = None) -> dict:
     """Outputs of every eval split and of the held-out rows (missing or damaged ones only) from
-    the chosen oracle; run complete.  ``scorer(run_json)`` builds the scorer on the first file
+    the chosen oracle; run complete.  ``scorer(run)`` builds the scorer on the first file
     that needs it; ``extras``: what run.json records of a run just trained (None: an already
     complete run, whose run.json is kept as it was when nothing is missing)."""
-    run_json = prep.run.read()
+    run_json = prep.run.read()      # rewritten below: what RunFile does not name is kept
     if extras is not None:
         run_json = {**run_json, **extras}
-    outputs = dict(run_json.get("outputs", {}))
-    digests = dict(run_json.get("output_files", {}))
+    run = RunFile.from_json(run_json, str(prep.run.run_file))
+    outputs, digests = dict(run.outputs), {k: dict(v) for k, v in run.output_files.items()}
     built: list[Scorer] = []
 
     def score() -> Scorer:
-        built[:] = built or [scorer(run_json)]
+        built[:] = built or [scorer(run)]
         return built[0]
 
     results = []
@@ -185,13 +186,12 @@ def finish_run(prep: Prepared, scorer: Callable[[dict], Scorer], info: dist.Dist
         outputs[split.tag] = str(path)
         if info.is_main:   # size + XXH3-128 hash by file stem, checked by `report` and a re-run
             digests[path.stem] = file_digest(path)
-    heldout, held_digest = _heldout_outputs(prep, run_json.get("heldout_output"), score, info)
-    best = best or run_json.get("best")
+    heldout, held_digest = _heldout_outputs(prep, run.heldout_output, score, info)
+    best = best or run.best
     summary = {"run_dir": str(prep.run.path), "status": "complete", "best": best,
                "outputs": results, "heldout": heldout, "total_steps": total_steps}
-    unchanged = (extras is None and not built and run_json.get("status") == "complete"
-                 and digests == run_json.get("output_files")
-                 and held_digest == run_json.get("heldout_output"))
+    unchanged = (extras is None and not built and run.complete
+                 and digests == run.output_files and held_digest == run.heldout_output)
     if info.is_main and not unchanged:
         drop = (*FRAME_KEYS, "best", "step", "outputs", "output_files", "heldout_output", "error")
         keep = {k: v for k, v in run_json.items() if k not in drop}

@@ -3,7 +3,7 @@ and a trained oracle rebuilt from its run directory.
 
     spec = resolve_spec("vit", embedded=False)               # pipeline.core.models, as for classifiers
     oracle, data_cfg = build_oracle(spec, head="hyperplane", preprocess="model", seed=0)  # to train
-    oracle, data_cfg, ckpt = load_trained_oracle(run_dir, run_json)     # its best.pt, to score
+    oracle, data_cfg, ckpt = load_trained_oracle(run_dir, RunDir(run_dir).record())  # best.pt
     z = oracle(x)                                            # (B,) float32; confidence = sigmoid(z)
 
 A built oracle is in training mode (it is built to be trained); a loaded one is ready to score
@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from cache.reader import ClassifierCache
+from cache.runfile import RunFile
 from cache.runs import BEST, RunDir, RunError
 from pipeline.core.inference import for_inference, for_training
 from pipeline.core.losses import HEADS
@@ -89,14 +90,14 @@ def attach_head(backbone: nn.Module, head: str, seed: int) -> Oracle:
     return for_training(Oracle(backbone, Head(dim, normalised=head == "hyperplane")))
 
 
-def load_trained_oracle(run_dir: Path, run: dict,
+def load_trained_oracle(run_dir: Path, run: RunFile,
                         weights: str | None = None) -> tuple[Oracle, DataConfig, dict]:
     """The chosen (best) oracle of a finished run, ready to score (eval mode, frozen), rebuilt
     without fetching any weights.  A head-only run's frozen backbone is loaded as the run
     recorded it, or from ``weights`` (the same weights at another path, e.g. moved) where the
     recorded source does not hold them; either way checked against the weights its features
     came from."""
-    info = run.get("oracle_build")
+    info = run.oracle_build
     if not info:
         raise RunError(f"{run_dir}/run.json has no oracle_build record (not a finished run?)")
     ckpt = load_checkpoint(RunDir(run_dir).checkpoint(BEST))
