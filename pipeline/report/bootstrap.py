@@ -126,30 +126,33 @@ def _linear(conf, correct, group, g, w, thresholds, probability) -> dict:
     """Statistics that are sums over rows: exact under group resampling."""
     centred = conf - conf.mean()          # variances are shift-invariant; fewer digits lost
     pos, neg = correct.astype(np.float64), (~correct).astype(np.float64)
-    cols = [pos, neg, pos * (conf > 0.5), neg * (conf < thresholds["paper"]),
-            neg * (conf < thresholds["standard"]), pos * centred, pos * centred ** 2,
-            neg * centred, neg * centred ** 2]
+    # one per-row column per sum a statistic needs, summed per group, then per resample
+    cols = {"pos": pos, "neg": neg, "tp": pos * (conf > 0.5),
+            "tn_paper": neg * (conf < thresholds["paper"]),
+            "tn_standard": neg * (conf < thresholds["standard"]),
+            "pos_x": pos * centred, "pos_xx": pos * centred ** 2,
+            "neg_x": neg * centred, "neg_xx": neg * centred ** 2}
     if probability:
         b = ece_bins(conf, ECE_BINS)
-        cols += [(b == k) * (conf - pos) for k in range(ECE_BINS)]
-    sums = np.stack([np.bincount(group, weights=c, minlength=g) for c in cols], axis=1)
-    s = w.astype(np.float64) @ sums
-    p, q = s[:, 0], s[:, 1]
+        cols.update({f"gap{k}": (b == k) * (conf - pos) for k in range(ECE_BINS)})
+    sums = np.stack([np.bincount(group, weights=c, minlength=g) for c in cols.values()], axis=1)
+    s = dict(zip(cols, (w.astype(np.float64) @ sums).T))
+    p, q = s["pos"], s["neg"]
     with np.errstate(invalid="ignore", divide="ignore"):
-        mu1, mu2 = s[:, 5] / p, s[:, 7] / q
-        sd1 = np.sqrt((s[:, 6] - p * mu1 ** 2) / (p - 1))
-        sd2 = np.sqrt((s[:, 8] - q * mu2 ** 2) / (q - 1))
+        mu1, mu2 = s["pos_x"] / p, s["neg_x"] / q
+        sd1 = np.sqrt((s["pos_xx"] - p * mu1 ** 2) / (p - 1))
+        sd2 = np.sqrt((s["neg_xx"] - q * mu2 ** 2) / (q - 1))
         ok = (p > 1) & (q > 1) & (sd1 > 0) & (sd2 > 0)
         s1, s2 = np.where(ok, sd1, np.nan), np.where(ok, sd2, np.nan)
         # separability.py's distances, applied to every resample's Gaussian fits
-        common = {"acc": p / (p + q), "tpr": s[:, 2] / p,
+        common = {"acc": p / (p + q), "tpr": s["tp"] / p,
                   "bhattacharyya": bhattacharyya(mu1, s1, mu2, s2)}
         out = {}
         for d in ("paper", "standard"):
-            out[d] = {**common, "tnr": s[:, 3 if d == "paper" else 4] / q,
-                      "kl": averaged_kl(mu1, s1, mu2, s2, d)}
+            out[d] = {**common, "tnr": s[f"tn_{d}"] / q, "kl": averaged_kl(mu1, s1, mu2, s2, d)}
         if probability:     # ECE belongs to the standard set
-            out["standard"]["ece"] = np.abs(s[:, 9:]).sum(1) / (p + q)
+            gaps = np.stack([s[f"gap{k}"] for k in range(ECE_BINS)], axis=1)
+            out["standard"]["ece"] = np.abs(gaps).sum(1) / (p + q)
         return out
 
 
