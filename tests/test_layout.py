@@ -306,3 +306,34 @@ def test_the_architecture_map_names_every_module_and_nothing_else():
         assert documented[folder] == real, \
             f"docs/ARCHITECTURE.md, {folder}/: not named {sorted(real - documented[folder])}; " \
             f"named but absent {sorted(documented[folder] - real)}"
+
+
+def _sees_train_config(tree: ast.AST) -> bool:
+    """Names TrainConfig, builds one (config_from_params) or reads a prepared run's ``.cfg``."""
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and n.id in ("TrainConfig", "config_from_params"):
+            return True
+        if isinstance(n, ast.alias) and n.name in ("TrainConfig", "config_from_params"):
+            return True
+        if isinstance(n, ast.Attribute) and n.attr == "cfg":
+            return True
+    return False
+
+
+def test_the_training_config_reaches_at_most_15_modules():
+    """Following train-oracle's config (TrainConfig) from the entry points (cli.py train-oracle,
+    trust_oracles.train) visits few files: the settings, the loop's pieces that need a setting,
+    the two training paths, the sweep that builds configs and the API.  Stages below the oracle
+    (core, data, cache) never see it: they take the values they need as arguments."""
+    mods = sources()
+    seen = sorted(name for name, path in mods.items() if not path.name == "__init__.py"
+                  and name.startswith(("pipeline.oracle", "pipeline.sweep", "pipeline.demo",
+                                       "trust_oracles", "cli"))
+                  and _sees_train_config(ast.parse(path.read_text())))
+    assert 0 < len(seen) <= 15, seen
+    below = [name for name, path in mods.items()
+             if name.startswith(("pipeline.core", "pipeline.data", "cache"))
+             and any(isinstance(n, (ast.Name, ast.alias)) and
+                     getattr(n, "id", getattr(n, "name", None)) == "TrainConfig"
+                     for n in ast.walk(ast.parse(path.read_text())))]
+    assert below == []
