@@ -13,7 +13,7 @@ def test_identical_seed_values_have_exactly_zero_std():
     members = [{"run_dir": f"runs/r{i}"} for i in range(3)]
     assert np.std([0.352] * 3, ddof=1) > 0                 # the rounding noise this guards against
     cell = _agg([(0.352, None, None)] * 3, members)
-    assert cell["std"] == 0.0 and cell_text(cell, "%", metric="acc") == "35.20"
+    assert cell.std == 0.0 and cell_text(cell.to_json(), "%", metric="acc") == "35.20"
     varied = _agg([(0.35, None, None), (0.36, None, None), (0.352, None, None)], members)
-    assert varied["std"] > 0 and "±" in cell_text(varied, "%", metric="acc")
-    assert _agg([(0.352, None, None)], members[:1])["std"] is None
+    assert varied.std > 0 and "±" in cell_text(varied.to_json(), "%", metric="acc")
+    assert _agg([(0.352, None, None)], members[:1]).std is None

@@ -14,6 +14,7 @@ from pipeline.core.losses import LOSSES
 from pipeline.report.baselines import DISPLAY_ORDER
 from pipeline.report.compare import row_intervals
 from pipeline.report.figures import oc_label
+from pipeline.report.rows import Cell, Row
 
 LOSS_ORDER = {name: i for i, name in enumerate(LOSSES)}      # CE, focal, TCP, SS
 
@@ -22,11 +23,11 @@ def split_order(tag: str) -> tuple:
     return (0 if tag in ("test", "val") else 1 if "-" not in tag else 2, tag)
 
 
-def row_order(row: dict) -> tuple:
-    baseline = row["kind"] == "baseline"
-    order = (DISPLAY_ORDER if baseline else LOSS_ORDER).get(row["loss"], 99)
-    return (row["classifier"], baseline, row["oracle"], order, row["variant"] or "",
-            row["loss_label"], row["group"])
+def row_order(row: Row) -> tuple:
+    baseline = row.kind == "baseline"
+    order = (DISPLAY_ORDER if baseline else LOSS_ORDER).get(row.loss, 99)
+    return (row.classifier, baseline, row.oracle, order, row.variant or "", row.loss_label,
+            row.group)
 
 
 def row_key(result: dict) -> tuple:
@@ -65,12 +66,12 @@ def counted(results: list[dict], key=row_key) -> list[dict]:
     return [m for members, _ in grouped(results, key).values() for m in members]
 
 
-def aggregate(results: list[dict]) -> dict[str, list[dict]]:
+def aggregate(results: list[dict]) -> dict[str, list[Row]]:
     """{split: rows}; a row = one ``row_key`` with its seeds."""
-    splits: dict[str, list[dict]] = defaultdict(list)
+    splits: dict[str, list[Row]] = defaultdict(list)
     for key, (members, notes) in grouped(results).items():
         row = _row(members)
-        row["warnings"] += notes
+        row.warnings += notes
         splits[key[0]].append(row)
     out = {}
     for tag in sorted(splits, key=split_order):
@@ -79,20 +80,20 @@ def aggregate(results: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def _display_labels(rows: list[dict]) -> None:
+def _display_labels(rows: list[Row]) -> None:
     """``display_loss``: the loss label, plus what tells rows apart where several rows of one
     <O,C> would read the same (their group, and what differs in their evaluated caches)."""
     clash = defaultdict(list)
     for row in rows:
-        clash[(row["oc"], row["loss_label"])].append(row)
+        clash[(row.oc, row.loss_label)].append(row)
     for same in clash.values():
-        differ = [k for k in ("group", *same[0]["eval"]) if len(same) > 1
-                  and len({json.dumps((r["eval"] | {"group": r["group"]}).get(k), sort_keys=True)
+        differ = [k for k in ("group", *same[0].eval) if len(same) > 1
+                  and len({json.dumps((r.eval | {"group": r.group}).get(k), sort_keys=True)
                            for r in same}) > 1]
         for row in same:
-            parts = [_short(row["group"]) if k == "group" else f"{k} {_short(row['eval'].get(k))}"
+            parts = [_short(row.group) if k == "group" else f"{k} {_short(row.eval.get(k))}"
                      for k in differ]
-            row["display_loss"] = row["loss_label"] + (f" [{', '.join(parts)}]" if parts else "")
+            row.display_loss = row.loss_label + (f" [{', '.join(parts)}]" if parts else "")
 
 
 def _short(value) -> str:
@@ -128,30 +129,27 @@ def collapse_repeats(members: list[dict]) -> tuple[list[dict], list[str]]:
     return kept, notes
 
 
-def _row(members: list[dict]) -> dict:
+def _row(members: list[dict]) -> Row:
     lab = members[0]["labels"]
-    seeds = [m["labels"]["seed"] for m in members]
-    row = {"kind": members[0]["kind"], "split": members[0]["split"], "oc": oc_label(lab),
-           "eval": members[0].get("eval") or {},
-           **{k: lab[k] for k in ("oracle", "classifier", "loss", "variant", "loss_label",
-                                  "group", "num_classes")},
-           "n": len(members), "seeds": seeds, "sources": [m["source"] for m in members],
-           "excluded_rows": [m["excluded_rows"] for m in members], "agg": {}, "warnings": [],
-           "_members": members}
+    row = Row(kind=members[0]["kind"], split=members[0]["split"], oc=oc_label(lab),
+              eval=members[0].get("eval") or {},
+              **{k: lab[k] for k in ("oracle", "classifier", "loss", "variant", "loss_label",
+                                     "group", "num_classes")},
+              n=len(members), seeds=[m["labels"]["seed"] for m in members],
+              sources=[m["source"] for m in members],
+              excluded_rows=[m["excluded_rows"] for m in members], members=members,
+              fit=members[0].get("fit") or None)
     for d in ("paper", "standard"):
-        row["agg"][d] = {"acc": _agg([(m[log_name("acc")], None, None) for m in members],
-                                     members)}
+        row.agg[d] = {"acc": _agg([(m[log_name("acc")], None, None) for m in members], members)}
         for name in members[0]["metrics"][d]["values"]:
             entries = [(m["metrics"][d]["values"][name], m["metrics"][d]["undefined"].get(name),
                         m["metrics"][d]["notes"].get(name)) for m in members]
-            row["agg"][d][name] = _agg(entries, members)
+            row.agg[d][name] = _agg(entries, members)
     row_intervals(row, members)
-    if members[0].get("fit"):
-        row["fit"] = members[0]["fit"]
     return row
 
 
-def _agg(entries: list[tuple], members: list[dict]) -> dict:
+def _agg(entries: list[tuple], members: list[dict]) -> Cell:
     """mean ± sample std (ddof=1) over seeds; undefined (with the reasons) if any run is."""
     values = [e[0] for e in entries]
     names = [Path(m["run_dir"]).name if m["run_dir"] else "" for m in members]
@@ -159,11 +157,9 @@ def _agg(entries: list[tuple], members: list[dict]) -> dict:
         reasons = sorted({e[1] for e in entries if e[1]})
         bad = [n for n, v in zip(names, values) if v is None]
         where = "" if len(bad) == len(values) else f" (in {len(bad)} of {len(values)} runs: {bad})"
-        return {"mean": None, "std": None, "n": len(values), "values": values,
-                "undefined": "; ".join(reasons) + where, "notes": []}
+        return Cell(None, None, len(values), values, "; ".join(reasons) + where, [])
     arr = np.asarray(values, dtype=np.float64)
     # identical seeds (e.g. every run's accuracy on one cache) give exactly 0, not rounding noise
     std = (0.0 if (arr == arr[0]).all() else float(arr.std(ddof=1))) if len(arr) > 1 else None
-    return {"mean": float(arr.mean()), "std": std,
-            "n": len(values), "values": [float(v) for v in values], "undefined": None,
-            "notes": [f"{n}: {e[2]}" if n else e[2] for n, e in zip(names, entries) if e[2]]}
+    return Cell(float(arr.mean()), std, len(values), [float(v) for v in values], None,
+                [f"{n}: {e[2]}" if n else e[2] for n, e in zip(names, entries) if e[2]])

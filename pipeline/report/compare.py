@@ -16,6 +16,7 @@ import numpy as np
 
 from pipeline.report.baselines import REFERENCE, VERSUS
 from pipeline.report.bootstrap import CI_LEVEL, interval
+from pipeline.report.rows import Row
 
 # (metric, definition, higher is better)
 COMPARED = (("auc", "standard", True), ("aurc", "standard", False))
@@ -37,71 +38,67 @@ def _samples(members: list[dict], d: str, name: str) -> np.ndarray | None:
     return np.mean(boots, axis=0)
 
 
-def row_intervals(row: dict, members: list[dict]) -> None:
+def row_intervals(row: Row, members: list[dict]) -> None:
     """Add "ci" to every aggregated cell of ``row`` (in place): the member's own interval for one
     run, the interval of the seed mean for several."""
     if not all("ci" in m for m in members):
         return
     counts = members[0]["class_counts"]
     why = _same_rows(members)
-    for d, cells in row["agg"].items():
+    for d, cells in row.agg.items():
         for name, cell in cells.items():
             if len(members) == 1:
-                cell["ci"] = members[0]["ci"][d].get(name)
+                cell.ci = members[0]["ci"][d].get(name)
                 continue
             reasons = [m["ci"][d].get(name, {}).get("undefined") for m in members]
             reason = why or next((r for r in reasons if r), None)
-            cell["ci"] = interval(_samples(members, d, name), cell["mean"], name, counts,
-                                  reason=reason)
+            cell.ci = interval(_samples(members, d, name), cell.mean, name, counts, reason=reason)
 
 
-def comparisons(rows: list[dict]) -> list[dict]:
+def comparisons(rows: list[Row]) -> list[dict]:
     """SS rows against every other oracle row of their <O,C> and against the classifier's
     reference baseline (``baselines.REFERENCE``, MCP), for each metric of ``COMPARED``: the
     difference of the seed means, its paired interval and which side the interval favours."""
     out = []
-    for ss in (r for r in rows if r["kind"] == "oracle" and r["loss"] == SS):
-        same = [r for r in rows if r["eval"] == ss["eval"]]     # rows of one evaluated cache
-        others = [r for r in same if r["kind"] == "oracle" and r["oc"] == ss["oc"] and r is not ss]
-        others += [r for r in same if r["kind"] == "baseline" and r["loss"] == REFERENCE
-                   and r["classifier"] == ss["classifier"]]
+    for ss in (r for r in rows if r.kind == "oracle" and r.loss == SS):
+        same = [r for r in rows if r.eval == ss.eval]     # rows of one evaluated cache
+        others = [r for r in same if r.kind == "oracle" and r.oc == ss.oc and r is not ss]
+        others += [r for r in same if r.kind == "baseline" and r.loss == REFERENCE
+                   and r.classifier == ss.classifier]
         for other in others:
             out.append(_compare(ss, other))
     return out
 
 
-def versus_baselines(rows: list[dict]) -> list[dict]:
+def versus_baselines(rows: list[Row]) -> list[dict]:
     """Every oracle row (a learned scorer) against each post-hoc baseline of ``VERSUS`` of its
     classifier on the same evaluated cache: the difference learned - baseline of each metric of
     ``VERSUS_METRICS``, its paired interval and verdict; plus, per learned row, which of those
     baselines has the best AURC here (``strongest``)."""
     out = []
-    for learned in (r for r in rows if r["kind"] == "oracle"):
-        bases = [r for r in rows if r["eval"] == learned["eval"] and r["kind"] == "baseline"
-                 and r["loss"] in VERSUS and r["classifier"] == learned["classifier"]]
-        aurc = {r["loss"]: r["agg"]["standard"]["aurc"]["mean"] for r in bases}
+    for learned in (r for r in rows if r.kind == "oracle"):
+        bases = [r for r in rows if r.eval == learned.eval and r.kind == "baseline"
+                 and r.loss in VERSUS and r.classifier == learned.classifier]
+        aurc = {r.loss: r.agg["standard"]["aurc"].mean for r in bases}
         ranked = sorted((v, k) for k, v in aurc.items() if v is not None)
         for base in bases:
             entry = _compare(learned, base, VERSUS_METRICS, "learned")
             entry.update(learned=entry.pop("ss"), n_learned=entry.pop("n_ss"),
-                         learned_key={k: learned[k] for k in ("oracle", "classifier", "loss",
-                                                              "variant", "group")},
-                         other_key=base["loss"],
-                         strongest=bool(ranked) and base["loss"] == ranked[0][1])
+                         learned_key=learned.key(), other_key=base.loss,
+                         strongest=bool(ranked) and base.loss == ranked[0][1])
             out.append(entry)
     return out
 
 
-def _compare(a: dict, b: dict, metrics: tuple = COMPARED, subject: str = "SS") -> dict:
-    members = a["_members"] + b["_members"]
+def _compare(a: Row, b: Row, metrics: tuple = COMPARED, subject: str = "SS") -> dict:
+    members = a.members + b.members
     why = _same_rows(members)
-    entry = {"oc": a["oc"], "ss": a["display_loss"], "other": b["display_loss"],
-             "other_kind": b["kind"], "other_oc": b["oc"], "n_ss": a["n"], "n_other": b["n"],
-             "metrics": {}}
+    entry = {"oc": a.oc, "ss": a.display_loss, "other": b.display_loss, "other_kind": b.kind,
+             "other_oc": b.oc, "n_ss": a.n, "n_other": b.n, "metrics": {}}
     for name, d, higher in metrics:
-        ma, mb = a["agg"][d][name]["mean"], b["agg"][d][name]["mean"]
+        ma, mb = a.agg[d][name].mean, b.agg[d][name].mean
         delta = None if ma is None or mb is None else ma - mb
-        sa, sb = _samples(a["_members"], d, name), _samples(b["_members"], d, name)
+        sa, sb = _samples(a.members, d, name), _samples(b.members, d, name)
         counts = members[0].get("class_counts", (0, 0))
         ci, side = paired_interval(delta, sa, sb, name, counts, higher, reason=why)
         verdict = None if side is None else {1: f"{subject} better", -1: f"{subject} worse",

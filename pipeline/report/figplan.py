@@ -17,28 +17,29 @@ from pathlib import Path
 from cache.reader import slug
 from pipeline.report import figures as F
 from pipeline.report.baselines import REFERENCE, TABLE
+from pipeline.report.rows import Row
 
 HEAD_ONLY = "head-only"
 VARIANT_ROWS = 3          # variant rows per histogram figure: a page's height
 
 
-def plan_figures(splits: dict[str, list[dict]], out: Path, full_range: bool = False
+def plan_figures(splits: dict[str, list[Row]], out: Path, full_range: bool = False
                  ) -> tuple[list, dict]:
     """(drawing calls for ``run.parallel``, {split: index}); an index holds "histograms" (paths),
     "risk_coverage" ({<O,C>: path}) and "list" ([{"path", "shows"}], report.md's order)."""
     calls, index = [], {}
     for tag, rows in splits.items():
         entry = index[tag] = {"histograms": [], "risk_coverage": {}, "list": []}
-        oracle_rows = [r for r in rows if r["kind"] == "oracle"]
-        with_oracle = {r["classifier"] for r in oracle_rows}
-        for oc in dict.fromkeys(r["oc"] for r in rows):
-            block = [r for r in rows if r["oc"] == oc]
-            if block[0]["kind"] == "baseline" and block[0]["classifier"] in with_oracle:
+        oracle_rows = [r for r in rows if r.kind == "oracle"]
+        with_oracle = {r.classifier for r in oracle_rows}
+        for oc in dict.fromkeys(r.oc for r in rows):
+            block = [r for r in rows if r.oc == oc]
+            if block[0].kind == "baseline" and block[0].classifier in with_oracle:
                 continue      # drawn in the baselines' panel of every <O, C> of this classifier
-            baselines = [r for r in rows if r["kind"] == "baseline"
-                         and r["classifier"] == block[0]["classifier"]]
-            figs = _histogram_figures(tag, oc, [r for r in block if r["kind"] == "oracle"], out)
-            figs += _rc_figure(tag, oc, [r for r in block if r["kind"] == "oracle"], baselines,
+            baselines = [r for r in rows if r.kind == "baseline"
+                         and r.classifier == block[0].classifier]
+            figs = _histogram_figures(tag, oc, [r for r in block if r.kind == "oracle"], out)
+            figs += _rc_figure(tag, oc, [r for r in block if r.kind == "oracle"], baselines,
                                out, full_range)
             for kind, path, shows, call in figs:
                 calls.append(call)
@@ -71,18 +72,18 @@ def _variant_name(variant: str) -> str:
     return ", ".join(variant.split("+")) if variant else "fine-tuned"
 
 
-def _histogram_figures(tag: str, oc: str, rows: list[dict], out: Path) -> list[tuple]:
+def _histogram_figures(tag: str, oc: str, rows: list[Row], out: Path) -> list[tuple]:
     """Per seed rank: the plain fine-tuned losses' figure (Fig. 3) and the other variants'."""
-    by_variant: dict[str, list[dict]] = {}
-    for r in sorted(rows, key=lambda r: _variant_key(r["variant"])):
-        by_variant.setdefault(r["variant"], []).append(r)
+    by_variant: dict[str, list[Row]] = {}
+    for r in sorted(rows, key=lambda r: _variant_key(r.variant)):
+        by_variant.setdefault(r.variant, []).append(r)
     name = slug(oc.strip("⟨⟩"))
     figs = []
-    for i in range(max((r["n"] for r in rows), default=0)):
+    for i in range(max((r.n for r in rows), default=0)):
         which = "lowest seed of each group" if i == 0 else f"run {i + 1} of each group"
         suffix = "" if i == 0 else f"_run{i + 1}"
-        panels = {v: [{"title": f"{r['display_loss']}, seed {r['_members'][i]['labels']['seed']}",
-                       "hist": r["_members"][i]["hist"]} for r in group if r["n"] > i]
+        panels = {v: [{"title": f"{r.display_loss}, seed {r.members[i]['labels']['seed']}",
+                       "hist": r.members[i]["hist"]} for r in group if r.n > i]
                   for v, group in by_variant.items()}
         panels = {v: p for v, p in panels.items() if p}
         other = "" in panels     # the plain losses' figure: the rest are the "other" variants
@@ -128,22 +129,22 @@ def _variant_figures(panels: dict, *, tag: str, oc: str, name: str, suffix: str,
     return figs
 
 
-def _rc_figure(tag: str, oc: str, rows: list[dict], baselines: list[dict], out: Path,
+def _rc_figure(tag: str, oc: str, rows: list[Row], baselines: list[Row], out: Path,
                full_range: bool) -> list[tuple]:
     """One figure of panels: fine-tuned oracles, head-only oracles (each with MCP as the
     reference), post-hoc baselines; a panel over MAX_CURVES curves is split (``_by_form``)."""
     def curve(r, **extra):
-        return {"label": r["display_loss"], "baseline": r["kind"] == "baseline",
-                "loss": r["loss"], "form": _form(r["variant"]), **r["_members"][0]["rc"], **extra}
+        return {"label": r.display_loss, "baseline": r.kind == "baseline",
+                "loss": r.loss, "form": _form(r.variant), **r.members[0]["rc"], **extra}
 
-    drawn = [r for r in baselines if r["_members"][0]["rc"] is not None]  # None: unfitted
+    drawn = [r for r in baselines if r.members[0]["rc"] is not None]  # None: unfitted
     ref = TABLE[REFERENCE].label       # MCP: what the paired comparisons compare SS with
     mcp = [curve(r, label=f"{ref} (reference)", reference=True) for r in drawn
-           if r["loss"] == REFERENCE]
+           if r.loss == REFERENCE]
     panels = []
     for head_only, what in ((False, "fine-tuned oracles"),
                             (True, "head-only oracles (frozen backbone, head on its features)")):
-        group = [curve(r) for r in rows if (HEAD_ONLY in r["variant"].split("+")) == head_only]
+        group = [curve(r) for r in rows if (HEAD_ONLY in r.variant.split("+")) == head_only]
         chunks = _by_form(group, F.MAX_CURVES - len(mcp))
         for chunk in chunks:
             forms = dict.fromkeys(c["form"].replace("+", ", ") or "plain" for c in chunk)
@@ -151,7 +152,7 @@ def _rc_figure(tag: str, oc: str, rows: list[dict], baselines: list[dict], out: 
             panels.append({"name": what.split(" (")[0], "curves": chunk + mcp,
                            "title": what + part + (f"; dotted: {ref}, the classifier's own "
                                                    "confidence" if mcp else "")})
-    chunks = _chunks([curve(r, reference=r["loss"] == REFERENCE) for r in drawn], F.MAX_CURVES)
+    chunks = _chunks([curve(r, reference=r.loss == REFERENCE) for r in drawn], F.MAX_CURVES)
     for k, chunk in enumerate(chunks):
         part = f" ({k + 1}/{len(chunks)})" if len(chunks) > 1 else ""
         panels.append({"name": "post-hoc baselines", "curves": chunk,

@@ -22,6 +22,7 @@ from pipeline.core.artifacts import cache_root_of, only_runs_root, recorded_root
 from pipeline.core.presets import ARTIFACTS
 from pipeline.report import appendix, tables as T
 from pipeline.report.aggregate import aggregate
+from pipeline.report.rows import Row
 from pipeline.report.baselines import WORKER_SPLIT
 from pipeline.report.bootstrap import BootstrapSpec
 from pipeline.report.compare import comparisons, versus_baselines
@@ -115,13 +116,13 @@ def report(cfg: ReportConfig) -> dict:
             "found_runs_root": found and str(found),
             "outputs": len(tasks), "caches": len(cache_tasks), "splits": list(splits),
             "groups": sum(len(s) for s in splits.values()), "skipped": src.skipped,
-            "notes": notes + [f"split {tag}, {row['oc']} {row['display_loss']}: {w}"
+            "notes": notes + [f"split {tag}, {row.oc} {row.display_loss}: {w}"
                               for tag, rows in splits.items() for row in rows
-                              for w in row["warnings"]],
+                              for w in row.warnings],
             "elapsed_s": round(clock[-1] - clock[0], 3), "timings": timings}
 
 
-def draw_figures(splits: dict[str, list[dict]], out: Path, jobs: int = 0,
+def draw_figures(splits: dict[str, list[Row]], out: Path, jobs: int = 0,
                  full_range: bool = False) -> dict:
     """Every split's figures (figplan.py says which), drawn in worker processes."""
     calls, index = plan_figures(splits, out, full_range)
@@ -206,7 +207,7 @@ def build_doc(cfg, splits, results, skipped, figures, out: Path, compared: dict,
     for tag, rows in splits.items():
         fig = figures.get(tag, {"histograms": [], "risk_coverage": {}, "list": []})
         doc_splits.append({
-            "split": tag, "rows": [{k: v for k, v in r.items() if k != "_members"} for r in rows],
+            "split": tag, "rows": [r.to_json() for r in rows],
             "comparisons": compared.get(tag, ([], []))[0],
             "versus_baselines": compared.get(tag, ([], []))[1],
             "figures": relative(fig, rel)})
