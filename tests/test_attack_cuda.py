@@ -52,6 +52,8 @@ def test_recoloradv_on_cuda_then_on_the_cpu_of_the_same_process(tmp_path):
     """The authors' package on the GPU (bf16 classifier, its colour map in fp32 on the current
     device), then `--device cpu` in the same process: its device flag follows each batch's
     device (left at True after the GPU run, the CPU run would put its grid on the GPU)."""
+    pytest.importorskip("recoloradv", reason="the recoloradv extra is not installed: "
+                        "pip install '.[recoloradv]'")
     tree = write_colour_tree(tmp_path / "data", {"val": 8})
     common = ["--classifier", CLASSIFIER, "--random-init", "--model-kwargs", KW, "--data", tree,
               "--split", "val", "--out", tmp_path / "adv", "--attack", "recoloradv", "--steps",
