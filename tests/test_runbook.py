@@ -54,7 +54,7 @@ def mixed_correctness_seed(spec) -> tuple[int, object]:
 
 def write_tiny_checkpoints(out: Path) -> None:
     from pipeline.core.models import DataConfig
-    from pipeline.classifier.fit import save_checkpoint
+    from pipeline.classifier.checkpoint import save_checkpoint
     from pipeline.core.models import ModelSpec
 
     for name, (model, kwargs, mean, std) in TINY_MODELS.items():

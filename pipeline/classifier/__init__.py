@@ -2,5 +2,5 @@
 weights, or any timm model on an ImageFolder) and save a checkpoint ``extract`` loads.
 
 command.py  the click command: options -> FitConfig -> fit
-fit.py      the training recipe, held-out accuracy, the checkpoint and its metadata
+fit.py      the training recipe, held-out accuracy; checkpoint.py: the checkpoint and its metadata
 """

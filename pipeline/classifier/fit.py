@@ -22,20 +22,17 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from cache.atomic import atomic_file
-from cache.schema import to_attr
+from pipeline.classifier.checkpoint import read_checkpoint, save_checkpoint, stale_reasons
 from pipeline.core import dist
 from pipeline.core.inference import scoring
-from pipeline.core.models import (CHECKPOINT_FORMAT, ModelError, build_model, resolve_data_config,
-                                  resolve_spec, state_dict_from_file)
+from pipeline.core.models import (ModelError, build_model, resolve_data_config, resolve_spec,
+                                  state_dict_from_file)
 from pipeline.core.precision import autocast, default_precision
 from pipeline.core.presets import DEFAULT_FIT, EMBEDDED_ARCH, EMBEDDED_FIT, embedded_classifier_path
 from pipeline.data.errors import DataError
 from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, make_loader
-from pipeline.data.sources import (SampleList, default_artifacts, embedded_data,
-                                   is_embedded_dataset, list_split)
+from pipeline.data.sources import default_artifacts, embedded_data, is_embedded_dataset, list_split
 
-CHECKPOINT_VERSION = 1
 # FitConfig fields that say where and how, not what is fitted: not in the checkpoint's meta
 RUNTIME_ONLY = ("out", "force", "progress")
 HPARAMS = tuple(DEFAULT_FIT)   # epochs, batch_size, lr, weight_decay, warmup_epochs, pad, ...
@@ -216,42 +213,6 @@ def evaluate(model, samples, data_cfg, rows, hp, device) -> float:
             pred = model(normalize(images)).argmax(1).cpu()
             correct += int((pred == labels_all[idx]).sum())
     return correct / len(rows)
-
-
-def save_checkpoint(path: Path, model, spec, data_cfg, meta: dict) -> None:
-    """Project checkpoint (pipeline.core.models reads it): temp file + rename, never half-written."""
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    ckpt = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "model": spec.name,
-            "model_kwargs": dict(spec.kwargs), "data_config": data_cfg.to_dict(),
-            "state_dict": state, "meta": meta}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # through a file object, torch.save names the zip's folder "archive", not after the temp file
-    with atomic_file(path, "wb") as fh:
-        torch.save(ckpt, fh)
-
-
-def read_checkpoint(path: Path) -> dict:
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise ModelError(f"{path} exists but is not a fit-classifier checkpoint; move it away or "
-                         "choose another --out")
-    return ckpt
-
-
-def stale_reasons(ckpt: dict, spec, hp: dict, samples: SampleList) -> list[str]:
-    """What differs between an existing checkpoint and what this command would train."""
-    meta, out = ckpt.get("meta", {}), []
-    if ckpt["model"] != spec.name or to_attr(ckpt["model_kwargs"]) != to_attr(spec.kwargs):
-        out.append(f"architecture {ckpt['model']} {to_attr(ckpt['model_kwargs'])} (now "
-                   f"{spec.name} {to_attr(spec.kwargs)})")
-    old_hp = {k: v for k, v in meta.get("hparams", {}).items() if k not in ("workers", "precision")}
-    new_hp = {k: v for k, v in hp.items() if k not in ("workers", "precision")}
-    if to_attr(old_hp) != to_attr(new_hp):
-        out.append(f"hyperparameters {to_attr(old_hp)} (now {to_attr(new_hp)})")
-    if meta.get("dataset_fingerprint") != samples.fingerprint:
-        out.append(f"data: fitted on {meta.get('dataset')}/{meta.get('split')} with another "
-                   f"fingerprint than {samples.dataset}/{samples.split}")
-    return out
 
 
 # train-oracle's default --train-split: a classifier fitted on it is right on nearly every row

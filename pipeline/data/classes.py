@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.data.errors import DataError
-from pipeline.data.sources import SampleList, empty_class_folders, is_embedded_dataset
+from pipeline.data.folders import empty_class_folders
+from pipeline.data.sources import SampleList, is_embedded_dataset
 
 FIX = ("list the classifier's classes in {path}, one per line in the order of its outputs (a "
        "classifier fine-tuned with torchvision's ImageFolder: the sorted folder names)")
