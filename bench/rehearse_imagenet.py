@@ -73,7 +73,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--attack-rows", type=int, default=300)
     p.add_argument("--train-rows", type=int, default=20_000, help="rows per fine-tuned run "
-                   "(train-oracle --train-limit; 0: the whole split)")
+                   "(train-oracle --max-samples; 0: the whole split)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     p.add_argument("--steps", default=DEFAULT_STEPS, help=f"of {','.join(SECTIONS)}")
     p.add_argument("--launch", default="python", help="the runbook's LAUNCH")

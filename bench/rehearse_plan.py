@@ -83,7 +83,7 @@ def classify(args: list[str], s: dict) -> dict:
         step = " ".join([cmd, what, *flags])
         return {"step": step, "model": model if cmd != "corrupt" else "", "rows": rows,
                 "full_rows": full, "scale": "by images", "disk_fixed": False}
-    if cmd == "train-oracle" and "--head-only" not in args:      # --train-limit holds out 5% too
+    if cmd == "train-oracle" and "--head-only" not in args:      # --max-samples holds out 5% too
         rows = round(min(s["train"], s["train_rows"] or s["train"]) * (1 - HELD_OUT))
         return {"step": "train-oracle (fine-tuned)", "model": model, "rows": rows,
                 "full_rows": full_trained, "scale": "by rows trained (start-up and scoring "

@@ -9,7 +9,7 @@ The commands run as written, with what a rehearsal without the model hub needs a
   `sweep`: the oracle) gets `--random-init`, or with REHEARSE_TINY=DIR `--weights DIR/<name>.pth`
   (tiny stand-ins, CPU tests); speed does not depend on the weights;
 * `attack` gets `--max-samples $REHEARSE_ATTACK_ROWS` (a slice of val);
-* a fine-tuned `train-oracle` gets `--train-limit $REHEARSE_TRAIN_ROWS` when set (a slice of
+* a fine-tuned `train-oracle` gets `--max-samples $REHEARSE_TRAIN_ROWS` when set (a slice of
   train; its rate is scaled to the full split by rows);
 * tiny: `train-oracle`/`sweep` get `--epochs 1 --batch-size 40` (as tests/runbook_shim.py);
 * `--no-progress` where the command has it.
@@ -55,7 +55,7 @@ def added_options(args: list[str], env: dict) -> list[str]:
     if command == "attack" and env.get("REHEARSE_ATTACK_ROWS"):
         extra += ["--max-samples", env["REHEARSE_ATTACK_ROWS"]]
     if command == "train-oracle" and "--head-only" not in args and env.get("REHEARSE_TRAIN_ROWS"):
-        extra += ["--train-limit", env["REHEARSE_TRAIN_ROWS"]]
+        extra += ["--max-samples", env["REHEARSE_TRAIN_ROWS"]]
     if env.get("REHEARSE_TINY") and command in ("train-oracle", "sweep"):
         for name, value in (("--epochs", "1"), ("--batch-size", "40")):
             extra += [name, value] if name not in args else []

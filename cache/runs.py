@@ -113,7 +113,8 @@ class RunDir:
         name = name.replace("/", "_")
         if "\\" in name or name.startswith(".") or not name:
             raise RunError(f"output name {name!r} would not be a file inside {self.path / OUTPUTS}"
-                           " (path separators or a leading '.'); pass --name with a plain file name")
+                           " (path separators or a leading '.'); pass --out-name with a plain file "
+                           "name")
         return self.path / OUTPUTS / f"{name}.h5"
 
     def heldout_output(self, split_tag: str) -> Path:
@@ -258,7 +259,7 @@ class RunDir:
         diffs += identity_diff(attrs.get("run", {}), record, RUN_IDENTITY)
         if diffs:
             raise CacheMismatch(f"{path} holds other outputs:\n  " + "\n  ".join(diffs)
-                                + "\nUse another output name (--name), or delete the file.")
+                                + "\nUse another output name (--out-name), or delete the file.")
         return True
 
     @staticmethod

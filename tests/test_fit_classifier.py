@@ -164,8 +164,8 @@ def test_bad_options_are_clear_errors(subset, tmp_path):
     user_error(invoke(*base, "--data", tree, "--classifier", "resnet10x"),
                r"unknown model 'resnet10x'.*resnet10t")
     user_error(invoke(*base, "--data", subset, "--split", "nope"), r"--split 'nope'.*clf-train")
-    user_error(invoke(*base, "--weights", tmp_path / "w.pt", "--pretrained"),
-               r"--weights and --pretrained", 2)
+    user_error(invoke(*base, "--weights", tmp_path / "w.pt", "--hub-weights"),
+               r"--weights and --hub-weights", 2)
     user_error(invoke(*base, "--model-kwargs", "{depth: 2}"), r"--model-kwargs.*JSON", 2)
     user_error(invoke(*base, "--val-fraction", "1.5"), r"--val-fraction", 2)
     user_error(invoke(*base, "--data", subset, env={"WORLD_SIZE": "2"}), r"torchrun")

@@ -158,7 +158,7 @@ def test_resolved_class_balanced_weights_reach_the_loss():
     ("ce", {"gamma": 0.0}, "--gamma does not apply"),          # 0 is a value, not "unset"
     ("tcp", {"class_balanced": True}, "--class-balanced does not apply"),
     ("ss", {"broadcast": True}, "--authors-broadcast does not apply"),
-    ("focal", {"z": "linear"}, "--z does not apply"),
+    ("focal", {"z": "linear"}, "--ss-distance does not apply"),
     ("ce", {"cb_beta": 0.99}, "--cb-beta needs --class-balanced"),
     ("ce", {"class_balanced": True, "neg_weight": 5.0}, "exclusive"),
     ("ce", {"neg_weight": -1.0}, "positive"),

@@ -181,7 +181,7 @@ def test_a_stored_rehearsal_is_re_projected_with_a_training_rate_and_startup():
     out = rehearse_plan.replan({"settings": s, "steps": stored, "commands": records},
                                {"vit": (100.0, "a bench")})
     run = next(m for m in out["steps"] if m["model"] == "vit")
-    assert run["rows"] == 1_900                             # --train-limit holds out 5% too
+    assert run["rows"] == 1_900                             # --max-samples holds out 5% too
     ratio = (4 * round(1_281_167 * 0.05) + 2 * 50_000) / (4 * 100 + 2 * 1_000)
     assert rehearse_plan.inference_ratio(s) == pytest.approx(ratio)
     expected = 7.0 + 1_217_109 / 100 + (30.0 - 1_900 / 100 - 7.0) * ratio

@@ -38,7 +38,7 @@ class SplitScores:
     Attributes
     ----------
     split : str
-        The output's name (a split tag such as ``test``, or ``predict --name``'s).
+        The output's name (a split tag such as ``test``, or ``predict --out-name``'s).
     z, confidence : ndarray, shape (N,), float32
         The head's output and sigmoid(z).
     correct, valid : ndarray, shape (N,), bool

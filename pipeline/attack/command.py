@@ -7,42 +7,49 @@ import click
 
 from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, LABELS, MODEL_KWARGS,
                                    NO_PROGRESS, PRECISION, PREPROCESS, RANDOM_INIT, SEED_OPT,
-                                   WEIGHTS, WORKERS, Opt, options)
+                                   WEIGHTS, WORKERS, Command, Opt, options)
 from pipeline.data.sources import check_splits, default_artifacts, is_embedded
 
 # pipeline/attack/methods.py ATTACKS (torch-free here)
 ATTACK_NAMES = ("pgd_linf", "pgd_l2", "recoloradv")
 
 
-@click.command()
+@click.command(cls=Command)
 @options(
     CLASSIFIER,
     DATA,
-    Opt(("--split",), help="Split to attack. Default: test (embedded), else val."),
-    Opt(("--out",), type=click.Path(path_type=Path), help="Data root the attacked split is "
-        "written into (ImageFolder layout; may be --data itself, so train-oracle --eval-split "
-        "finds it). Default: artifacts/<name of the --data folder>/adversarial."),
-    Opt(("--name",), help="Folder of the attacked split under --out, i.e. its --split for "
-        "extract/predict. Default: <split>-<attack>-<classifier>."),
+    Opt(("--split",), group="data", help="Split to attack.",
+        default_text="test (embedded), else val"),
+    Opt(("--out",), type=click.Path(path_type=Path), group="output", metavar="DIR",
+        help="Data root the attacked split is written into (ImageFolder layout; may be --data "
+        "itself, so train-oracle --eval-split finds it).",
+        default_text="artifacts/<name of the --data folder>/adversarial"),
+    Opt(("--out-split", "name"), aliases=("--name",), group="output", help="The attacked "
+        "split's folder under --out, i.e. its --split for extract/predict.",
+        default_text="<split>-<attack>-<classifier>"),
     LABELS,
     Opt(("--attack", "attack_name"), type=click.Choice(ATTACK_NAMES), default="pgd_linf",
-        show_default=True, help="torchattacks PGD under the L-inf or L2 norm, or ReColorAdv "
+        group="protocol", help="torchattacks PGD under the L-inf or L2 norm, or ReColorAdv "
         "(the paper's Table 2 attack; the authors' package: pip install '.[recoloradv]'), on "
         "[0, 1] pixels of the classifier's resized/cropped input; RGB only for recoloradv."),
-    Opt(("--eps",), help="Perturbation budget: in [0, 1] pixel units for PGD, e.g. 8/255; for "
-        "recoloradv the L-inf bound of its colour map in CIELUV. Default: pgd_linf 8/255, pgd_l2 "
-        "1.0 (torchattacks'), recoloradv 0.06 (the authors')."),
-    Opt(("--step-size", "alpha"), help="PGD step size (alpha); recoloradv: Adam's learning rate. "
-        "Default: pgd_linf 2/255, pgd_l2 0.2, recoloradv 0.001."),
-    Opt(("--steps",), type=click.IntRange(1), help="Iterations. Default: 10 (torchattacks); "
-        "recoloradv: at most 300, stopping early after min(100, steps) (the authors')."),
-    Opt(("--random-start/--no-random-start",), help="Start from a uniform random point in the "
-        "eps-ball (Madry et al.). Default: on for PGD, off for recoloradv (the authors')."),
-    Opt(("--max-samples",), type=click.IntRange(1), help="Attack a seeded subset of N rows of the "
-        "split (demos, quick checks). Default: every row."),
+    Opt(("--eps",), group="protocol", help="Perturbation budget: in [0, 1] pixel units for PGD, "
+        "e.g. 8/255; for recoloradv the L-inf bound of its colour map in CIELUV.",
+        default_text="pgd_linf 8/255, pgd_l2 1.0 (torchattacks'), recoloradv 0.06 (the "
+        "authors')"),
+    Opt(("--step-size", "alpha"), group="protocol", help="PGD step size (alpha); recoloradv: "
+        "Adam's learning rate.", default_text="pgd_linf 2/255, pgd_l2 0.2, recoloradv 0.001"),
+    Opt(("--steps",), type=click.IntRange(1), group="protocol", help="Iterations; recoloradv "
+        "stops early after min(100, steps) (the authors').",
+        default_text="10 (torchattacks'); recoloradv 300 (the authors')"),
+    Opt(("--random-start/--no-random-start",), group="protocol", help="Start from a uniform "
+        "random point in the eps-ball (Madry et al.).",
+        default_text="on for PGD, off for recoloradv (the authors')"),
+    Opt(("--max-samples",), type=click.IntRange(1), group="data", help="Attack a seeded subset "
+        "of N rows of the split (demos, quick checks).", default_text="every row"),
     BATCH_SIZE.but(default=64, help="Rows per attack batch (the backward pass keeps activations: "
                    "smaller than extract's)."),
-    WORKERS.more("On the in-memory Fashion-MNIST: 0."),
+    WORKERS.but(default_text="the usable cores / local ranks, minus one; 0 on the in-memory "
+                "Fashion-MNIST"),
     PRECISION.more("It also covers the attack's backward passes and the logged outputs; give "
                    "extract the same to reproduce them."),
     DEVICE,
@@ -51,9 +58,9 @@ ATTACK_NAMES = ("pgd_linf", "pgd_l2", "recoloradv")
     MODEL_KWARGS,
     PREPROCESS.more("The classifier is attacked (and its PNGs stored) under this resize/crop "
                     "and normalisation, as in extract."),
-    Opt(("--shard-size",), default=625, show_default=True, type=click.IntRange(1), help="Rows per "
-        "shard: the unit of resume and of the split between torchrun processes (ImageNet val = "
-        "80 shards)."),
+    Opt(("--shard-size",), default=625, type=click.IntRange(1), group="runtime", hidden=True,
+        help="Rows per shard: the unit of resume and of the split between torchrun processes "
+        "(ImageNet val = 80 shards)."),
     SEED_OPT.but(help="Random start, --max-samples subset."),
     NO_PROGRESS,
 )

@@ -53,12 +53,12 @@ def claim(split_dir: Path, identity: dict) -> bool:
         diffs = identity_diff(json.loads(path.read_text()), identity)
         if diffs:
             raise AttackError(f"{split_dir} holds an adversarial split written by another attack "
-                              "run:\n  " + "\n  ".join(diffs) + "\nChoose another --name or "
+                              "run:\n  " + "\n  ".join(diffs) + "\nChoose another --out-split or "
                               "--out, or delete the folder to rebuild it.")
         return (fmt.meta_dir(split_dir) / fmt.MANIFEST_FILE).exists()
     if split_dir.exists() and any(not p.name.startswith(".") for p in split_dir.iterdir()):
         raise AttackError(f"{split_dir} exists and was not written by `cli.py attack` (no "
-                          f"{fmt.META_DIR}/{fmt.CLAIM_FILE}); choose another --name or --out")
+                          f"{fmt.META_DIR}/{fmt.CLAIM_FILE}); choose another --out-split or --out")
     fmt.meta_dir(split_dir).mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, identity)
     return False

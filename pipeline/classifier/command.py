@@ -7,7 +7,9 @@ import click
 
 from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
                                    MODEL_KWARGS, NO_PROGRESS, NON_NEGATIVE, PRECISION, SEED_OPT,
-                                   WEIGHTS, WORKERS, FiniteFloatRange, Opt, options, positive)
+                                   WEIGHTS, WORKERS, Command, FiniteFloatRange, Opt, options,
+                                   positive, typed_flag)
+from pipeline.core.presets import DEFAULT_FIT, EMBEDDED_FIT
 
 
 def _num_classes_option(ctx, param, value):
@@ -22,58 +24,88 @@ def _num_classes_option(ctx, param, value):
     return n
 
 
-@click.command("fit-classifier")
+def _preset(key: str, none: str = "") -> str:
+    """A hyperparameter's default as --help shows it: DEFAULT_FIT's, then the embedded presets'
+    where they differ (pipeline/core/presets.py)."""
+    def show(value):
+        if value is None:
+            return none
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    embedded = {n: p[key] for n, p in EMBEDDED_FIT.items() if p.get(key, DEFAULT_FIT[key])
+                != DEFAULT_FIT[key]}
+    return show(DEFAULT_FIT[key]) + ("; the embedded " + ", ".join(
+        f"{n} {show(v)}" for n, v in embedded.items()) if embedded else "")
+
+
+@click.command("fit-classifier", cls=Command)
 @options(
     CLASSIFIER.but(help="Embedded preset (vit, resnet: the small models of "
                    "pipeline/core/presets.py) or any timm model name."),
     DATA,
-    Opt(("--split",), help="Split to fit on. Default: clf-train on Fashion-MNIST and where "
-        "ROOT/clf-train/ exists (images kept apart from the oracles' train), else train, with a "
-        "warning: the split train-oracle trains the oracles on by default."),
-    Opt(("--out",), type=click.Path(path_type=Path), help="Checkpoint file. Default: "
-        "artifacts/<name of the --data folder>/classifiers/<classifier>.pt; the embedded "
-        "presets: artifacts/fashion-mnist/classifiers/ (where extract finds them; pass other "
-        "files to extract with --weights)."),
+    Opt(("--split",), group="data", help="Split to fit on: images kept apart from the oracles' "
+        "train split; train (what train-oracle trains the oracles on by default) warns.",
+        default_text="clf-train on Fashion-MNIST and where ROOT/clf-train/ exists, else train"),
+    Opt(("--out-file", "out"), aliases=("--out",), type=click.Path(path_type=Path),
+        group="output", metavar="FILE", help="Checkpoint file to write (extract finds the "
+        "default one; pass other files to extract with --weights).",
+        default_text="artifacts/<name of the --data folder>/classifiers/<classifier>.pt; the "
+        "embedded presets: artifacts/fashion-mnist/classifiers/<classifier>.pt"),
     LABELS.but(help="Labels file for a flat split folder."),
-    Opt(("--num-classes",), default="auto", show_default=True, callback=_num_classes_option,
+    Opt(("--num-classes",), default="auto", callback=_num_classes_option, group="model",
         help="Classifier outputs: 'auto' = the dataset's number of classes."),
     MODEL_KWARGS,
     WEIGHTS.but(help="Start from this weights file (the classifier head is re-initialised when "
-                "its shape differs)."),
-    Opt(("--pretrained",), is_flag=True, help="Start from timm's hub weights."),
-    Opt(("--epochs",), type=click.IntRange(1), help="Hyperparameter defaults: "
-        "pipeline/core/presets.py (EMBEDDED_FIT for the embedded vit/resnet, DEFAULT_FIT "
-        "otherwise)."),
-    BATCH_SIZE,
-    Opt(("--lr",), type=positive(), help="AdamW peak LR."),
-    Opt(("--weight-decay",), type=NON_NEGATIVE),
-    Opt(("--warmup-epochs",), type=NON_NEGATIVE),
-    Opt(("--pad",), type=click.IntRange(0), help="Random-crop padding (px)."),
-    Opt(("--flip/--no-flip",), help="Random horizontal flip."),
-    Opt(("--label-smoothing",), type=FRACTION),
+                "its shape differs).", default_text="a random initialisation"),
+    Opt(("--hub-weights", "pretrained"), aliases=("--pretrained",), is_flag=True,
+        group="model", help="Start from timm's hub weights."),
+    Opt(("--epochs",), type=click.IntRange(1), group="protocol", help="Training epochs.",
+        default_text=_preset("epochs")),
+    BATCH_SIZE.but(group="protocol", default_text=_preset("batch_size")),
+    Opt(("--lr",), type=positive(), group="protocol", default_text=_preset("lr"),
+        help="AdamW peak LR (linear warm-up, then cosine decay)."),
+    Opt(("--weight-decay",), type=NON_NEGATIVE, group="protocol", help="AdamW weight decay.",
+        default_text=_preset("weight_decay")),
+    Opt(("--warmup-epochs",), type=NON_NEGATIVE, group="protocol", help="Linear warm-up of the "
+        "LR, in epochs (fractions allowed).", default_text=_preset("warmup_epochs")),
+    Opt(("--pad",), type=click.IntRange(0), group="protocol", help="Random-crop padding (px); "
+        "0: no random crop.", default_text=_preset("pad")),
+    Opt(("--flip/--no-flip",), group="protocol", help="Random horizontal flip.",
+        default_text=_preset("flip")),
+    Opt(("--label-smoothing",), type=FRACTION, group="protocol", help="Label smoothing of the "
+        "cross-entropy.", default_text=_preset("label_smoothing")),
     Opt(("--val-fraction",), type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
-        help="Seeded share of the split held out and scored."),
-    Opt(("--max-samples",), type=click.IntRange(2), help="Fit on a seeded subset of N images of "
-        "the split."),
-    WORKERS.but(help="DataLoader worker processes. Default: 0 for the embedded vit/resnet "
-                "(presets.EMBEDDED_FIT), else the cores minus one, at most 8."),
+        group="protocol", help="Seeded share of the split held out and scored.",
+        default_text=_preset("val_fraction")),
+    Opt(("--max-samples",), type=click.IntRange(2), group="data", help="Fit on a seeded subset "
+        "of N images of the split.", default_text="every image"),
+    WORKERS.but(help="DataLoader worker processes.", default_text="0 for the embedded "
+                "vit/resnet (presets.EMBEDDED_FIT), else the cores minus one, at most 8"),
     PRECISION,
     DEVICE,
     SEED_OPT.but(help="Init, held-out rows, order, augmentation."),
-    Opt(("--force",), is_flag=True, help="Retrain even if the checkpoint exists."),
+    Opt(("--force",), is_flag=True, group="output", help="Retrain even if the checkpoint "
+        "exists."),
     NO_PROGRESS,
 )
 def fit_classifier(classifier, data, split, out, labels_file, num_classes, model_kwargs, weights,
                    pretrained, epochs, batch_size, lr, weight_decay, warmup_epochs, pad, flip,
                    label_smoothing, val_fraction, max_samples, workers, precision, device, seed,
                    force, no_progress):
-    """Train a base classifier (random init by default) and save a checkpoint extract loads."""
+    """Train a base classifier (random init by default) and save a checkpoint extract loads.
+
+    Hyperparameters left out take pipeline/core/presets.py's: EMBEDDED_FIT for the embedded
+    vit/resnet, DEFAULT_FIT otherwise (each option's default names both)."""
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
     # stays free of torch.
     from pipeline.classifier.fit import FitConfig, fit
 
     if weights and pretrained:
-        raise click.UsageError("--weights and --pretrained exclude each other")
+        raise click.UsageError(f"--weights and "
+                               f"{typed_flag(click.get_current_context(), 'pretrained')} "
+                               "exclude each other")
     hparams = dict(epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
                    warmup_epochs=warmup_epochs, pad=pad, flip=flip, label_smoothing=label_smoothing,
                    val_fraction=val_fraction, workers=workers, precision=precision)

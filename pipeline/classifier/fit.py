@@ -83,7 +83,7 @@ def default_out(cfg: FitConfig, embedded_preset: bool) -> Path:
 def classifier_spec(cfg: FitConfig, num_classes: int, embedded_preset: bool):
     """The ModelSpec to train: architecture, kwargs with ``num_classes``, initialisation."""
     if cfg.weights and cfg.pretrained:
-        raise ModelError("--weights and --pretrained exclude each other")
+        raise ModelError("--weights and --hub-weights exclude each other")
     kwargs = {**cfg.model_kwargs, "num_classes": num_classes}
     spec = resolve_spec(cfg.classifier, embedded_preset, None, True, kwargs)
     if cfg.pretrained:

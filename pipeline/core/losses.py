@@ -100,7 +100,7 @@ LOSSES = {
     "tcp": Loss("TCP", weighted=False, chance_tnr=True),
     "ss": Loss("SS", ("alpha_pos", "alpha_neg"), head="hyperplane"),
 }
-FLAGS = {"broadcast": "--authors-broadcast", "z": "--z", "class_balanced": "--class-balanced"}
+FLAGS = {"broadcast": "--authors-broadcast", "z": "--ss-distance", "class_balanced": "--class-balanced"}
 
 
 def flag(name: str) -> str:
@@ -108,7 +108,7 @@ def flag(name: str) -> str:
 
 
 def option_losses(name: str) -> tuple[str, ...]:
-    """The losses an option applies to (parameters, weights, --z, --authors-broadcast)."""
+    """The losses an option applies to (parameters, weights, --ss-distance, --authors-broadcast)."""
     if name in ("class_balanced", "cb_beta", *WEIGHTS):
         return tuple(n for n, l in LOSSES.items() if l.weighted)
     if name == "broadcast":
@@ -119,7 +119,7 @@ def option_losses(name: str) -> tuple[str, ...]:
 
 
 # The options that apply to some losses only, in the order misfits are reported: each loss's own
-# parameters, the hyperplane head's --z, the class weights, the broadcasting variant.
+# parameters, the hyperplane head's --ss-distance, the class weights, the broadcasting variant.
 RESTRICTED = (*(n for n in PARAMS if any(n in l.params for l in LOSSES.values())), "z",
               "class_balanced", *WEIGHTS, "broadcast")
 
@@ -163,7 +163,7 @@ def check_loss_options(loss: str, given: dict) -> None:
         if given.get(name) is not None:
             param.check(given[name])
     if given.get("z") is not None and given["z"] not in HEADS:
-        raise LossOptionError(f"--z {given['z']!r}: expected one of {HEADS}")
+        raise LossOptionError(f"--ss-distance {given['z']!r}: expected one of {HEADS}")
 
 
 def class_balanced_weights(n_neg: int, n_pos: int, beta: float = CB_BETA) -> tuple[float, float]:
@@ -207,7 +207,7 @@ def resolve_loss(loss: str, given: dict, alphas: tuple[float, float],
 
 
 def head_of(loss: str, z: str | None) -> str:
-    """The head a run trains: ``--z`` for a loss with a hyperplane head, else linear."""
+    """The head a run trains: ``--ss-distance`` for a loss with a hyperplane head, else linear."""
     return (z or LOSSES[loss].head) if LOSSES[loss].head == "hyperplane" else "linear"
 
 

@@ -1,12 +1,14 @@
-"""Command-line options, each declared once: ``Opt`` (one option's flags, type, default, help) and
-the bundles the commands share (``--data``, ``--device``, ``--precision``, ...), plus click helpers.
+"""Command-line options, each declared once: ``Opt`` (one option's flags, type, default, help,
+help group, old names) and the bundles the commands share (``--data``, ``--device``,
+``--precision``, ...), plus ``Command`` (--help by group, old names noted) and click helpers.
 Torch-free, since `cli.py report` imports them.
 
+    @click.command(cls=Command)
     @options(DATA, DEVICE, PRECISION, WORKERS.but(help=...))    # click options, in this order
 
-A command whose default differs from the bundle's says so in its help (``Opt.but``); one that
-adds to the shared help appends its text (``Opt.more``).  tests/test_options.py holds every
-command registered in cli.py to that.
+A command whose default differs from the bundle's says so (``Opt.but``: its ``default_text`` or
+help); one that adds to the shared help appends its text (``Opt.more``).  tests/test_options.py
+holds every command registered in cli.py to that, and to one vocabulary (docs/CLI.md).
 """
 from __future__ import annotations
 
@@ -15,19 +17,32 @@ import math
 import os
 import re
 import shlex
+import textwrap
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import click
 
-from pipeline.core import presets
 from pipeline.core.precision import PRECISIONS, PRECISION_RULE
+
+# The headings of --help, in this order (as timm's train.py groups its argparse options).  An
+# option without a group (-h/--help) goes under "Other options".
+GROUPS = {"data": "Data options", "model": "Model options", "protocol": "Protocol options",
+          "runtime": "Runtime options", "output": "Output options"}
+OTHER = "Other options"
 
 
 @dataclass(frozen=True)
 class Opt:
     """One option: click's declarations (flags, then the parameter name where it differs) and
-    keyword arguments.  ``base``: the shared option this one was derived from by ``but``."""
+    keyword arguments.  ``base``: the shared option this one was derived from by ``but``.
+
+    ``group``: its heading in --help (a key of GROUPS).  ``default_text``: the default shown
+    where the value is chosen at run time (None on the command line), e.g. "from the preset
+    (embedded: 0.01; paper: 1e-05)".  ``hidden``: an advanced option, left out of --help
+    (docs/CLI.md lists it).  ``aliases``: old names, still accepted but not shown; using one
+    prints a one-line note naming ``flag``."""
     decls: tuple[str, ...]
     help: str = ""
     default: Any = None
@@ -35,8 +50,13 @@ class Opt:
     is_flag: bool = False
     multiple: bool = False
     required: bool = False
-    show_default: bool = False
+    show_default: bool = True
     callback: Callable | None = None
+    group: str | None = None
+    default_text: str | None = None
+    hidden: bool = False
+    aliases: tuple[str, ...] = ()
+    metavar: str | None = None
     base: Opt | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -62,24 +82,142 @@ class Opt:
 
     def click_option(self):
         default = False if self.is_flag and self.default is None else self.default
-        kwargs = {"help": self.help, "default": default, "show_default": self.show_default}
+        kwargs = {"help": self.help, "default": default, "hidden": self.hidden,
+                  # a string makes click show a default even where the value is None
+                  # (DeclaredOption.get_help_extra writes it without click's parentheses)
+                  "show_default": self.default_text or self.show_default}
         if self.type is not None:
             kwargs["type"] = self.type
-        for key in ("is_flag", "multiple", "required"):
+        for key in ("is_flag", "multiple", "required", "metavar", "callback"):
             if getattr(self, key):
-                kwargs[key] = True
-        if self.callback is not None:
-            kwargs["callback"] = self.callback
-        return click.option(*self.decls, cls=DeclaredOption, opt=self, **kwargs)
+                kwargs[key] = getattr(self, key)
+        decls = self.decls
+        if self.aliases:
+            # The old names come FIRST in click's declarations: code that read an option's first
+            # flag (``param.opts[0]``) before the rename still finds it; ``flag`` is the one shown
+            # (help, messages), and the parameter is named explicitly.
+            assert not any("/" in d for d in (*decls, *self.aliases)), "alias of a --x/--no-x pair"
+            decls = (*self.aliases, *(d for d in decls if d.startswith("-")), self.name)
+        return click.option(*decls, cls=DeclaredOption, opt=self, **kwargs)
 
 
 class DeclaredOption(click.Option):
-    """A click option declared by an ``Opt``, which it keeps: --help and parsing are click's own;
-    the ``Opt`` says where the option was declared."""
+    """A click option declared by an ``Opt``, which it keeps: parsing is click's own; --help
+    shows its group, the default it resolves to and none of its old names, and an error names
+    the option as it was typed."""
 
     def __init__(self, *args, opt: Opt, **kwargs):
         super().__init__(*args, **kwargs)
         self.opt = opt
+        self.group = opt.group
+
+    @contextmanager
+    def _without_aliases(self):
+        opts = self.opts
+        self.opts = [o for o in opts if o not in self.opt.aliases]
+        try:
+            yield
+        finally:
+            self.opts = opts
+
+    def get_help_record(self, ctx):
+        with self._without_aliases():
+            return super().get_help_record(ctx)
+
+    def get_help_extra(self, ctx):
+        extra = super().get_help_extra(ctx)
+        if self.opt.default_text:
+            extra["default"] = self.opt.default_text
+        return extra
+
+    def get_error_hint(self, ctx):
+        typed = ctx.meta.get(TYPED, {}).get((ctx.command.name, self.name)) if ctx else None
+        if typed:
+            return f"'{typed}'"
+        with self._without_aliases():
+            return super().get_error_hint(ctx)
+
+
+TYPED = "pipeline.options.typed"      # ctx.meta: {(command, parameter): the old name given}
+NOTED = "pipeline.options.noted"      # ctx.meta: the old names already noted in this run
+
+
+def typed_flag(ctx: click.Context, name: str) -> str:
+    """The flag parameter ``name`` was given as on this command line (an old name, if used), for
+    the messages a command writes itself."""
+    param = next(p for p in ctx.command.params if p.name == name)
+    shown = param.opt.flag if isinstance(param, DeclaredOption) else param.opts[0]
+    return ctx.meta.get(TYPED, {}).get((ctx.command.name, name), shown)
+
+
+class Command(click.Command):
+    """A click command whose --help lists its options under GROUPS' headings (each option's
+    ``group``), and which notes each old name it is given (one line on stderr).
+
+    A small subclass rather than the click-option-group package: the groups are one attribute of
+    the options every command already declares through ``Opt``, the parsing stays click's own,
+    and the project takes no dependency for ~40 lines.  ``passes_on``: [(heading, flags)] of
+    another command's options this one passes on (sweep -> train-oracle), listed after its own."""
+
+    def __init__(self, *args, passes_on: tuple[str, list[tuple[str, str]]] | None = None,
+                 **kwargs):
+        super().__init__(*args, **kwargs)
+        self.passes_on = passes_on
+
+    def parse_args(self, ctx, args):
+        note_old_names(self, ctx, args)
+        return super().parse_args(ctx, args)
+
+    def grouped_params(self, ctx) -> dict[str, list[click.Parameter]]:
+        """{heading: its options} in GROUPS' order, then OTHER; hidden options left out."""
+        out = {title: [] for title in (*GROUPS.values(), OTHER)}
+        for param in self.get_params(ctx):
+            if isinstance(param, click.Option) and not param.hidden:
+                out[GROUPS.get(getattr(param, "group", None), OTHER)].append(param)
+        return {title: params for title, params in out.items() if params}
+
+    def format_options(self, ctx, formatter):
+        for title, params in self.grouped_params(ctx).items():
+            with formatter.section(title):
+                formatter.write_dl([p.get_help_record(ctx) for p in params])
+        if self.passes_on:
+            title, rows = self.passes_on
+            with formatter.section(title):      # write_dl would break flags at their hyphens
+                key_width = max(len(key) for key, _ in rows) + 2
+                indent = " " * formatter.current_indent
+                for key, text in rows:
+                    lines = textwrap.wrap(text, max(formatter.width - len(indent) - key_width,
+                                                    20), break_on_hyphens=False,
+                                          break_long_words=False)
+                    formatter.write(f"{indent}{key:<{key_width}}{lines[0]}\n")
+                    for line in lines[1:]:
+                        formatter.write(f"{indent}{'':<{key_width}}{line}\n")
+
+
+def note_old_names(command: click.Command, ctx: click.Context, args: list[str]) -> None:
+    """Record which options ``args`` gives by an old name (for error messages) and note each once
+    per run on stderr: ``note: --train-limit is now --max-samples (the old name still works)``."""
+    old = {alias: p for p in command.params if isinstance(p, DeclaredOption)
+           for alias in p.opt.aliases}
+    if not old:
+        return
+    typed = ctx.meta.setdefault(TYPED, {})
+    # one note per run: a command that parses another's options (sweep) shares the run's record
+    noted = (click.get_current_context(silent=True) or ctx).meta.setdefault(NOTED, set())
+    for arg in args:
+        if not isinstance(arg, str):      # a caller's Path or number: a value, never a flag
+            continue
+        if arg == "--":
+            break
+        flag = arg.split("=", 1)[0]
+        if flag not in old:
+            continue
+        param = old[flag]
+        typed[(command.name, param.name)] = flag
+        if (command.name, flag) not in noted:
+            noted.add((command.name, flag))
+            click.echo(f"note: {command.name} {flag} is now {param.opt.flag} (the old name "
+                       "still works)", err=True)
 
 
 def options(*opts: Opt):
@@ -102,11 +240,6 @@ def json_option(value: str | None, name: str) -> dict:
     if not isinstance(out, dict):
         raise click.BadParameter(f"expected a JSON object, got {value!r}", param_hint=name)
     return out
-
-
-def preset_text(name: str) -> str:
-    """A preset dict of pipeline/core/presets.py as help text: "lr 0.01, momentum 0.9, ..."."""
-    return ", ".join(f"{k} {v}" for k, v in getattr(presets, name).items() if v is not None)
 
 
 def names_option(choices: tuple[str, ...] | None):
@@ -221,15 +354,18 @@ def json_callback(ctx, param, value):
 
 
 # ------------------------------------------------------------------ options shared by commands --
-DATA = Opt(("--data",), help="Dataset root: an ImageNet/ImageFolder tree or the four "
-           "Fashion-MNIST idx files, the same root in every stage. Default: the embedded "
-           "Fashion-MNIST.")
-LABELS = Opt(("--labels", "labels_file"), help="Labels file for a flat val/ folder.")
-CLASSIFIER = Opt(("--classifier",), default="vit", show_default=True, help="The classifier: a "
+DATA = Opt(("--data",), group="data", default_text="the embedded Fashion-MNIST",
+           help="Dataset root: an ImageNet/ImageFolder tree or the four Fashion-MNIST idx "
+           "files, the same root in every stage.")
+LABELS = Opt(("--labels", "labels_file"), group="data", help="Labels file for a flat val/ "
+             "folder.", default_text="one found in the data root (the ILSVRC2012 devkit's, "
+             "Kaggle's, <split>.txt), else the bundled ImageNet val labels")
+CLASSIFIER = Opt(("--classifier",), default="vit", group="model", help="The classifier: a "
                  "preset (vit, resnet) or any timm model name, the same name in every stage.")
-DEVICE = Opt(("--device",), callback=device_option,
-             help="cuda, cuda:1, cpu... Default: cuda if available.")
-PRECISION = Opt(("--precision",), type=click.Choice(PRECISIONS), help=PRECISION_RULE)
+DEVICE = Opt(("--device",), callback=device_option, group="runtime",
+             default_text="cuda if available, else cpu", help="cuda, cuda:1, cpu...")
+PRECISION = Opt(("--precision",), type=click.Choice(PRECISIONS), help=PRECISION_RULE,
+                group="runtime", default_text="bf16 on a CUDA device, fp32 on the CPU")
 def usable_cores() -> int:
     """The cores this process may run on (its affinity mask: a container's or taskset's share)."""
     try:
@@ -255,20 +391,25 @@ class WorkerCount(click.IntRange):
         return n
 
 
-WORKERS = Opt(("--workers",), type=WorkerCount(), help="DataLoader worker processes per "
-              "process, at most the usable cores. Default: the usable cores / local ranks, "
-              "minus one.")
-BATCH_SIZE = Opt(("--batch-size",), type=BATCH, show_default=True, help="Images per batch.")
-WEIGHTS = Opt(("--weights",), help="Local weights file instead of the hub download.")
-RANDOM_INIT = Opt(("--random-init",), is_flag=True, help="No pretrained weights: a seeded "
-                  "random initialisation (tests, benchmarks).")
-MODEL_KWARGS = Opt(("--model-kwargs",), callback=json_callback,
+WORKERS = Opt(("--workers",), type=WorkerCount(), group="runtime", help="DataLoader worker "
+              "processes per process, at most the usable cores.",
+              default_text="the usable cores / local ranks, minus one")
+BATCH_SIZE = Opt(("--batch-size",), type=BATCH, group="runtime", help="Images per batch.")
+WEIGHTS = Opt(("--weights",), group="model", default_text="the hub's weights",
+              help="Local weights file instead of the hub download.")
+# hidden: a test and benchmark knob (docs/CLI.md, "Advanced options")
+RANDOM_INIT = Opt(("--random-init",), is_flag=True, group="model", hidden=True,
+                  help="No pretrained weights: a seeded random initialisation (tests, "
+                  "benchmarks).")
+MODEL_KWARGS = Opt(("--model-kwargs",), callback=json_callback, group="model",
+                   default_text="none: the preset's or timm's own",
                    help='JSON for timm.create_model, e.g. \'{"depth": 2}\'.')
 PREPROCESS = Opt(("--preprocess",), type=click.Choice(["model", "paper"]), default="model",
-                 show_default=True, help="model: the model's timm eval config; paper: the "
+                 group="data", help="model: the model's timm eval config; paper: the "
                  "authors' square resize, mean = std = 0.5.")
-SEED_OPT = Opt(("--seed",), type=SEED, default=0, show_default=True)
-NO_PROGRESS = Opt(("--no-progress",), is_flag=True, help="No progress bars.")
+SEED_OPT = Opt(("--seed",), type=SEED, default=0, group="protocol",
+               help="Seed of the command's random choices.")
+NO_PROGRESS = Opt(("--no-progress",), is_flag=True, group="runtime", help="No progress bars.")
 # Every shared option: a command declares one of these flags through its bundle, nowhere else
 BUNDLES = (DATA, LABELS, CLASSIFIER, DEVICE, PRECISION, WORKERS, BATCH_SIZE, WEIGHTS, RANDOM_INIT,
            MODEL_KWARGS, PREPROCESS, SEED_OPT, NO_PROGRESS)

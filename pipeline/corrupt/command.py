@@ -5,26 +5,31 @@ from pathlib import Path
 
 import click
 
-from pipeline.core.options import DATA, LABELS, NO_PROGRESS, SEED_OPT, WORKERS, Opt, options
+from pipeline.core.options import (DATA, LABELS, NO_PROGRESS, SEED_OPT, WORKERS, Command, Opt,
+                                   options)
 from pipeline.data.imagenet_c import CORRUPTIONS, SEVERITIES
 
 
-@click.command()
+@click.command(cls=Command)
 @options(
     DATA,
-    Opt(("--split",), required=True, help="The split to corrupt, e.g. val (ImageNet) or test."),
-    Opt(("--out",), required=True, type=click.Path(path_type=Path), help="Output root: "
-        "<out>/<corruption>/<severity>/<class>/<file>, ImageNet-C's layout."),
-    Opt(("--corruption", "corruptions"), multiple=True, required=True,
+    Opt(("--split",), required=True, group="data", help="The split to corrupt, e.g. val "
+        "(ImageNet) or test."),
+    Opt(("--out",), required=True, type=click.Path(path_type=Path), group="output",
+        metavar="DIR", help="Output root: <out>/<corruption>/<severity>/<class>/<file>, "
+        "ImageNet-C's layout."),
+    Opt(("--corruption", "corruptions"), multiple=True, required=True, group="protocol",
         type=click.Choice(("all", *CORRUPTIONS)), help="Repeatable; 'all' = ImageNet-C's 19."),
     Opt(("--severity", "severities"), multiple=True, type=click.IntRange(1, 5),
-        help="Repeatable. Default: 1 to 5."),
-    Opt(("--protocol",), type=click.Choice(["imagenet-c", "native"]), help="imagenet-c: resize "
-        "256, centre-crop 224, corrupt, JPEG quality 85 (ImageNet-C's own pipeline); native: "
-        "corrupt at the image's size, lossless PNG (the pixels extract --corruption computes). "
-        "Default: imagenet-c for ImageNet (wnid class folders), native otherwise."),
-    Opt(("--format", "fmt"), type=click.Choice(["jpeg", "png"]),
-        help="Default: jpeg for --protocol imagenet-c, png for native."),
+        group="protocol", help="Repeatable.", default_text="1 to 5"),
+    Opt(("--protocol",), type=click.Choice(["imagenet-c", "native"]), group="protocol",
+        help="imagenet-c: resize 256, centre-crop 224, corrupt, JPEG quality 85 (ImageNet-C's "
+        "own pipeline); native: corrupt at the image's size, lossless PNG (the pixels extract "
+        "--corruption computes).",
+        default_text="imagenet-c for ImageNet (wnid class folders), native otherwise"),
+    Opt(("--image-format", "fmt"), aliases=("--format",), type=click.Choice(["jpeg", "png"]),
+        group="output", help="The corrupted images' file format.",
+        default_text="jpeg for --protocol imagenet-c, png for native"),
     SEED_OPT.but(help="Row i is corrupted with the seed (seed, i), as in extract."),
     LABELS,
     WORKERS,

@@ -9,73 +9,82 @@ from cache.manifest import check_cache_root
 from cache.reader import cache_dir_for, split_tag
 from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
                                    MODEL_KWARGS, NO_PROGRESS, PRECISION, PREPROCESS, RANDOM_INIT,
-                                   SEED_OPT, WEIGHTS, WORKERS, Opt, check_device, options)
+                                   SEED_OPT, WEIGHTS, WORKERS, Command, Opt, check_device,
+                                   options)
 from pipeline.core.presets import EMBEDDED_EXTRACT
 from pipeline.data.imagenet_c import CORRUPTIONS
 from pipeline.data.sources import check_splits, default_artifacts, default_splits, embedded_data
 
 
-@click.command()
+@click.command(cls=Command)
 @options(
     CLASSIFIER,
     DATA,
-    Opt(("--split", "splits"), multiple=True, help="Split folder(s) to extract (repeatable). "
-        "Default: every train/val/test split present."),
-    Opt(("--out",), type=click.Path(path_type=Path), help="Cache root. Default: "
-        "artifacts/<name of the --data folder>/cache. Each split is written to "
-        "<out>/<classifier>/<split>[-<corruption>-<severity>]."),
+    Opt(("--split", "splits"), multiple=True, group="data", help="Split folder(s) to extract "
+        "(repeatable).", default_text="every train/val/test split present"),
+    Opt(("--out",), type=click.Path(path_type=Path), group="output", metavar="DIR",
+        help="Cache root: each split is written to "
+        "<out>/<classifier>/<split>[-<corruption>-<severity>].",
+        default_text="artifacts/<name of the --data folder>/cache"),
     LABELS,
     BATCH_SIZE.but(default=256),
     # the in-memory idx images: worker IPC would cost more than the work (run.py)
-    WORKERS.more("On the in-memory Fashion-MNIST without --corruption: 0."),
-    PRECISION.more("On the embedded Fashion-MNIST: bf16 (presets.EMBEDDED_EXTRACT, the "
-                   "precision of the demo's published caches)."),
+    WORKERS.but(default_text="the usable cores / local ranks, minus one; 0 on the in-memory "
+                "Fashion-MNIST without --corruption"),
+    PRECISION.but(default_text="bf16 on the embedded Fashion-MNIST (the demo's published "
+                  "caches, presets.EMBEDDED_EXTRACT); elsewhere bf16 on a CUDA device, fp32 on "
+                  "the CPU"),
     DEVICE,
     WEIGHTS,
     RANDOM_INIT,
     MODEL_KWARGS,
     PREPROCESS,
-    Opt(("--features/--no-features",), help="Also store pooled pre-logit features (fp16; with "
-        "--flip-view those of the flipped view too): what `train-oracle --head-only` trains on. "
-        "Default: on for the embedded Fashion-MNIST (presets.EMBEDDED_EXTRACT), off elsewhere."),
-    Opt(("--flip-view/--no-flip-view",), help="Also store outputs for the horizontally flipped "
-        "image, so oracle training can use the target of the view it shows. Default: on for the "
-        "embedded Fashion-MNIST (presets.EMBEDDED_EXTRACT, so the bare command matches the "
-        "demo's caches), off elsewhere."),
-    Opt(("--skip-bad",), is_flag=True, help="Record undecodable images as invalid rows instead "
-        "of stopping."),
-    Opt(("--shard-size",), default=3125, show_default=True, type=click.IntRange(1),
+    Opt(("--features/--no-features",), group="output", help="Also store pooled pre-logit "
+        "features (fp16; with --flip-view those of the flipped view too): what `train-oracle "
+        "--head-only` trains on.", default_text="on for the embedded Fashion-MNIST "
+        "(presets.EMBEDDED_EXTRACT), off elsewhere"),
+    Opt(("--flip-view/--no-flip-view",), group="output", help="Also store outputs for the "
+        "horizontally flipped image, so oracle training can use the target of the view it "
+        "shows.", default_text="on for the embedded Fashion-MNIST (presets.EMBEDDED_EXTRACT, so "
+        "the bare command matches the demo's caches), off elsewhere"),
+    Opt(("--skip-bad",), is_flag=True, group="data", help="Record undecodable images as invalid "
+        "rows instead of stopping."),
+    Opt(("--shard-size",), default=3125, type=click.IntRange(1), group="runtime", hidden=True,
         help="Rows per HDF5 shard, the unit of resume and of the split between torchrun "
         "processes (ImageNet val = 16 equal shards: 1, 2, 4, 8 or 16 GPUs share it evenly)."),
-    Opt(("--compile", "compile_"), is_flag=True, help="torch.compile the classifier."),
+    Opt(("--compile", "compile_"), is_flag=True, group="runtime",
+        help="torch.compile the classifier."),
     Opt(("--decode",), type=click.Choice(["cpu", "gpu", "mixed", "hw", "hw-mixed"]),
-        default="cpu", show_default=True, help="Where JPEGs are decoded: cpu (loader workers), "
+        default="cpu", group="runtime", help="Where JPEGs are decoded: cpu (loader workers), "
         "gpu (torchvision's batched nvJPEG on the device, resize there too), mixed (even rows on "
         "the device, odd rows in the workers), hw / hw-mixed (as gpu / mixed, but through "
         "nvImageCodec on the GPU's hardware JPEG engines only: A100/H100/H200, pip install "
         "'.[nvimgcodec]'). Other formats always decode on the CPU; the decoder is part of the "
         "cache identity."),
-    Opt(("--exif-transpose",), is_flag=True, help="Turn each image upright as its EXIF "
-        "Orientation tag says (PIL's ImageOps.exif_transpose) after decoding. Off by default, as "
-        "in torchvision's and timm's loaders, which trained the classifiers: a photo is read as "
-        "stored. Recorded in the cache identity (only when on); predict --images then reads new "
-        "images the same way. With --decode cpu only; not for idx arrays (Fashion-MNIST)."),
-    Opt(("--corruption",), type=click.Choice(CORRUPTIONS), help="One of ImageNet-C's 19 "
-        "corruptions, applied to every image before resizing, seeded per row by --seed "
-        "(pipeline/data/corruptions.py; docs/DEMO_DATA.md)."),
-    Opt(("--severity",), default=3, show_default=True, type=click.IntRange(1, 5)),
-    Opt(("--mc-dropout",), type=click.IntRange(2), help="MC-Dropout: also run T >= 2 passes "
-        "per batch with the classifier's dropout layers (only them) active and store the mean "
-        "softmax's max, its entropy and the mutual information (mcd_* columns, for the report's "
-        "MC-Dropout rows); the deterministic outputs are unchanged. Off by default."),
-    Opt(("--mc-dropout-rate",), type=FRACTION, help="With "
-        "--mc-dropout: rebuild the classifier with timm's drop_rate=R (dropout before its head), "
-        "for a classifier without dropout of its own (the report then says the rate was applied "
-        "at test time only)."),
+    Opt(("--exif-transpose",), is_flag=True, group="data", help="Turn each image upright as its "
+        "EXIF Orientation tag says (PIL's ImageOps.exif_transpose) after decoding. Off by "
+        "default, as in torchvision's and timm's loaders, which trained the classifiers: a "
+        "photo is read as stored. Recorded in the cache identity (only when on); predict "
+        "--images then reads new images the same way. With --decode cpu only; not for idx "
+        "arrays (Fashion-MNIST)."),
+    Opt(("--corruption",), type=click.Choice(CORRUPTIONS), group="data", default_text="none",
+        help="One of ImageNet-C's 19 corruptions, applied to every image before resizing, "
+        "seeded per row by --seed (pipeline/data/corruptions.py; docs/DEMO_DATA.md)."),
+    Opt(("--severity",), default=3, type=click.IntRange(1, 5), group="data",
+        help="Severity of --corruption, as in ImageNet-C."),
+    Opt(("--mc-dropout",), type=click.IntRange(2), group="model", default_text="off",
+        help="MC-Dropout: also run T >= 2 passes per batch with the classifier's dropout layers "
+        "(only them) active and store the mean softmax's max, its entropy and the mutual "
+        "information (mcd_* columns, for the report's MC-Dropout rows); the deterministic "
+        "outputs are unchanged."),
+    Opt(("--mc-dropout-rate",), type=FRACTION, group="model", default_text="the classifier's "
+        "own dropout", help="With --mc-dropout: rebuild the classifier with timm's "
+        "drop_rate=R (dropout before its head), for a classifier without dropout of its own "
+        "(the report then says the rate was applied at test time only)."),
     SEED_OPT.but(help="Seed for random init, corruptions and MC-Dropout's masks."),
-    Opt(("--verify",), is_flag=True, help="On a cache already there, re-read every shard and "
-        "compare it with the XXH3-128 hash its manifest records (without --verify: sizes, "
-        "identity and row ranges only). Damaged shards are recomputed."),
+    Opt(("--verify",), is_flag=True, group="runtime", help="On a cache already there, re-read "
+        "every shard and compare it with the XXH3-128 hash its manifest records (without "
+        "--verify: sizes, identity and row ranges only). Damaged shards are recomputed."),
     NO_PROGRESS,
 )
 def extract(classifier, data, splits, out, labels_file, batch_size, workers, precision, device,

@@ -10,8 +10,8 @@ import click
 
 from pipeline.core.catalog import BEST_KEY
 from pipeline.core.options import (BATCH_SIZE, DATA, DEVICE, LABELS, NO_PROGRESS, PRECISION,
-                                   WEIGHTS, WORKERS, FiniteFloatRange, Opt, options,
-                                   output_name_option)
+                                   WEIGHTS, WORKERS, Command, FiniteFloatRange, Opt, options,
+                                   output_name_option, typed_flag)
 from pipeline.data.sources import default_artifacts
 from pipeline.oracle.settings.config import (FINE_TUNE_ONLY, HEAD_ONLY, config_from_params,
                                              option_of, train_options)
@@ -32,11 +32,15 @@ def _run_stage2(fn, *args):
         raise raised from None
 
 
-@click.command("train-oracle")
+@click.command("train-oracle", cls=Command)
 @options(*train_options())
 @click.pass_context
 def train_oracle(ctx, **params):
-    """Stage 2: train an oracle on cached classifier targets; score the eval split(s)."""
+    """Stage 2: train an oracle on cached classifier targets; score the eval split(s).
+
+    A default "from the preset" is pipeline/core/presets.py's: EMBEDDED_ORACLE on the embedded
+    Fashion-MNIST ("embedded"), PAPER_ORACLE, the paper's protocol, on any other data ("paper");
+    run.json records the resolved values."""
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
     # stays free of torch.
     from pipeline.core import dist
@@ -126,42 +130,48 @@ SPLIT_ONLY = ("data", "splits", "cache", "labels_file")
 IMAGES_ONLY = ("out", "threshold", "target", "skip_bad")
 
 
-@click.command()
+@click.command(cls=Command)
 @options(
     Opt(("--run", "run_dir"), type=click.Path(path_type=Path, exists=True, file_okay=False),
-        help="A finished train-oracle run directory."),
-    DATA.but(help="Dataset root. Default: the run's training data."),
-    Opt(("--split", "splits"), multiple=True, help="Cache tag(s) to score (repeatable). "
-        "Default: the run's evaluation splits."),
-    Opt(("--cache",), type=click.Path(path_type=Path), help="Cache root of --data (its "
-        "classifier cache gives correctness). Default: artifacts/<dataset>/cache."),
+        group="data", show_default=False, help="A finished train-oracle run directory."),
+    DATA.but(help="Dataset root.", default_text="the run's training data"),
+    Opt(("--split", "splits"), multiple=True, group="data", help="Cache tag(s) to score "
+        "(repeatable).", default_text="the run's evaluation splits"),
+    Opt(("--cache",), type=click.Path(path_type=Path), group="data", help="Cache root of "
+        "--data (its classifier cache gives correctness).", default_text="the run's; with "
+        "another --data, artifacts/<dataset>/cache"),
     LABELS,
-    Opt(("--images",), help="New, unlabelled images instead of a labelled split: a folder "
-        "(subfolders searched), a quoted glob ('shots/**/*.jpg') or one file. Runs the "
+    Opt(("--images",), group="data", help="New, unlabelled images instead of a labelled split: "
+        "a folder (subfolders searched), a quoted glob ('shots/**/*.jpg') or one file. Runs the "
         "classifier and the oracle on each file and writes one row per image: path, pred, "
-        "class_name, msp, confidence, trust, error (RUN/predictions/<name>.csv, or --out)."),
-    Opt(("--out",), type=click.Path(path_type=Path, dir_okay=False), help="With --images: the "
-        "table to write; its extension picks the format: .csv, .jsonl (JSON lines) or .parquet "
-        "(needs pyarrow). The threshold and how it was chosen go to <stem>.meta.json beside it."),
+        "class_name, msp, confidence, trust, error (RUN/predictions/<name>.csv, or --out-file).",
+        default_text="none: labelled splits"),
+    Opt(("--out-file", "out"), aliases=("--out",), type=click.Path(path_type=Path,
+        dir_okay=False), group="output", metavar="FILE", help="With --images: the table to "
+        "write; its extension picks the format: .csv, .jsonl (JSON lines) or .parquet (needs "
+        "pyarrow). The threshold and how it was chosen go to <stem>.meta.json beside it.",
+        default_text="RUN/predictions/<--out-name>.csv"),
     WEIGHTS.but(help="With --images: the classifier's weights file. In both modes: a head-only "
                 "run's backbone weights where they are not where the run recorded them (e.g. "
-                "moved). Default: the files the cache and the run recorded; either way checked "
-                "against the recorded weights hashes."),
-    Opt(("--threshold",), type=FiniteFloatRange(0, 1), help="With --images: trust a row when the "
-        "oracle's confidence is >= this."),
-    Opt(("--target",), callback=target_option, help="With --images: pick the threshold on the "
-        "run's held-out rows: tpr=T (trust >= T of the classifier's correct answers) or risk=R "
-        "(at most R wrong answers among the trusted). Default: tpr=0.95."),
-    Opt(("--skip-bad",), is_flag=True, help="With --images: list undecodable files in the table "
-        "(column error) instead of stopping at the first."),
-    Opt(("--name",), callback=output_name_option, help="Output file stem (outputs/<name>.h5) for "
-        "one --split; with --images, predictions/<name>.csv. Default: the split tag (prefixed by "
-        "the dataset name for other datasets); with --images, the images' folder name."),
+                "moved). Either way checked against the recorded weights hashes.",
+                default_text="the files the cache and the run recorded"),
+    Opt(("--threshold",), type=FiniteFloatRange(0, 1), group="protocol", help="With --images: "
+        "trust a row when the oracle's confidence is >= this.", default_text="--target's"),
+    Opt(("--target",), callback=target_option, group="protocol", help="With --images: pick the "
+        "threshold on the run's held-out rows: tpr=T (trust >= T of the classifier's correct "
+        "answers) or risk=R (at most R wrong answers among the trusted).",
+        default_text="tpr=0.95"),
+    Opt(("--skip-bad",), is_flag=True, group="data", help="With --images: list undecodable "
+        "files in the table (column error) instead of stopping at the first."),
+    Opt(("--out-name", "name"), aliases=("--name",), callback=output_name_option,
+        group="output", help="Output file stem: outputs/<name>.h5 in the run, for one --split; "
+        "with --images, predictions/<name>.csv.", default_text="the split tag (prefixed by the "
+        "dataset name for other datasets); with --images, the images' folder name"),
     BATCH_SIZE.but(default=256),
     WORKERS,
-    PRECISION.but(help="Autocast of the forward passes: bf16, fp16 or fp32. Default: the "
-                  "precision the run was trained with (a head-only run: its features'; with "
-                  "--images, the classifier runs in its cache's precision)."),
+    PRECISION.but(help="Autocast of the forward passes: bf16, fp16 or fp32.",
+                  default_text="the precision the run was trained with (a head-only run: its "
+                  "features'; with --images, the classifier runs in its cache's precision)"),
     DEVICE,
     NO_PROGRESS,
 )
@@ -197,14 +207,15 @@ def _check_predict_mode(ctx: click.Context, images: bool) -> None:
     """An option of the other mode is a usage error naming it (never silently ignored)."""
     given = {p.name: p for p in ctx.command.params
              if ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE}
-    wrong = [given[n].opts[0] for n in (SPLIT_ONLY if images else IMAGES_ONLY) if n in given]
+    wrong = [typed_flag(ctx, n) for n in (SPLIT_ONLY if images else IMAGES_ONLY) if n in given]
     if wrong:
         raise click.UsageError(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not "
                                + ("apply to --images (unlabelled images are scored without a "
                                   "cache)" if images else "apply without --images"))
     if "name" in given and "out" in given:
-        raise click.UsageError("--name and --out both name the predictions table: give one "
-                               "(--name: RUN/predictions/<name>.csv; --out: any file)")
+        name, out = typed_flag(ctx, "name"), typed_flag(ctx, "out")
+        raise click.UsageError(f"{name} and {out} both name the predictions table: give one "
+                               f"({name}: RUN/predictions/<name>.csv; {out}: any file)")
     if "threshold" in given and "target" in given:
         raise click.UsageError("--threshold and --target both set the trust threshold: give one "
                                "(--threshold X as is, or --target to pick it on held-out rows)")

@@ -3,55 +3,64 @@ from __future__ import annotations
 
 import click
 
+from pipeline.core.options import Command, Opt, options
 
-@click.command()
+
+@click.command(cls=Command)
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str))
-@click.option("--runs-root", default=None, help="Directory searched (recursively) for run "
-              "directories. Default, when no RUN_DIR/--cache is given: the runs/ of the one "
-              "artifacts root under ./artifacts that holds runs (several: refused, listed).")
-@click.option("--metrics", type=click.Choice(["paper", "standard", "both"]), default="both",
-              show_default=True, help="paper: the authors' definitions; standard: exact FPR95, "
-              "negated AUPR-Error, AURC/E-AURC/AUGRC; both: every table twice (docs/METRICS.md).")
-@click.option("--format", "formats", multiple=True, type=click.Choice(["md", "csv", "latex", "json"]),
-              help="Output format(s) (repeatable). Default: all four.")
-@click.option("--out", default=None, help="Report directory. Default: <artifacts root>/report, the "
-              "root the runs recorded (for caches only: the root they lie in).")
-@click.option("--cache", "caches", multiple=True, help="Classifier cache directory or cache root "
-              "(repeatable): post-hoc baseline rows (MCP, temperature-scaled MSP, entropy, max logit, "
-              "MaxLogit-pNorm, energy, DOCTOR, REL-U, TrustScore; T, p and REL-U's matrix are "
-              "fitted on the training cache's held-out rows, TrustScore on its features, so "
-              "pass its cache too if it moved) and "
-              "where to find caches that moved since the runs were trained.")
-@click.option("--split", "splits", multiple=True, help="Only these split tags (repeatable).")
-@click.option("--jobs", default=0, show_default=True, type=click.IntRange(0),
-              help="Parallel worker processes (0: one per CPU core, at most one per file).")
-@click.option("--no-figures", is_flag=True, help="Skip the PNG figures.")
-@click.option("--resamples", default=1000, show_default=True, type=click.IntRange(0),
-              help="Bootstrap resamples for the 95% intervals (0: none, as --no-ci).")
-@click.option("--no-ci", is_flag=True, help="No bootstrap intervals (and no paired intervals).")
-@click.option("--ci-seed", default=0, show_default=True, type=click.IntRange(0),
-              help="Seed of the bootstrap resamples.")
-@click.option("--ci-in-tables", is_flag=True, help="Also print the intervals in report.md and "
-              "report.tex (they are always in report.csv and report.json).")
-@click.option("--rc-full-range", is_flag=True, help="Risk-coverage plots on selective risk 0-1 "
-              "instead of an axis scaled to the curves.")
-@click.option("--export", "export", multiple=True, type=click.Choice(["fd-shifts"]),
-              help="Also write the inputs of another tool's analysis: fd-shifts = one experiment "
-              "per run (its held-out rows + evaluated splits, <out>/fd-shifts; docs/METRICS.md).")
-@click.option("--trust-score/--no-trust-score", "trust_score", default=None,
-              help="TrustScore (Jiang et al. 2018) rows from the classifier's features of its "
-              "training split. Default: computed where the caches have features (extract "
-              "--features), else left out with a note; --trust-score: required (an error "
-              "where it cannot be computed).")
-@click.option("--trust-score-k", type=click.IntRange(1), default=None, help="TrustScore's k: a "
-              "training row's density is the distance to its k-th neighbour in its class "
-              "[default: 10]. Giving it requires TrustScore.")
-@click.option("--trust-score-alpha", type=click.FloatRange(0.0, 1.0), default=None,
-              help="TrustScore's alpha: the fraction of each class's training rows of lowest "
-              "density left out [default: 0, none]. Giving it requires TrustScore.")
-@click.option("--knn-device", default=None, help="Where TrustScore's exact nearest-neighbour "
-              "search runs: cpu (numpy) or a torch device such as cuda (loads torch; for "
-              "ImageNet-sized training splits) [default: cpu]. Giving it requires TrustScore.")
+@options(
+    Opt(("--runs-root",), group="data", help="Directory searched (recursively) for run "
+        "directories.", default_text="with no RUN_DIR or --cache: the runs/ of the one "
+        "artifacts root under ./artifacts that holds runs (several: refused, listed)"),
+    Opt(("--cache", "caches"), multiple=True, group="data", help="Classifier cache directory or "
+        "cache root (repeatable): post-hoc baseline rows (MCP, temperature-scaled MSP, entropy, "
+        "max logit, MaxLogit-pNorm, energy, DOCTOR, REL-U, TrustScore; T, p and REL-U's matrix "
+        "are fitted on the training cache's held-out rows, TrustScore on its features, so pass "
+        "its cache too if it moved) and where to find caches that moved since the runs were "
+        "trained.", default_text="none beyond the caches the runs recorded"),
+    Opt(("--split", "splits"), multiple=True, group="data", help="Only these split tags "
+        "(repeatable).", default_text="every split"),
+    Opt(("--metrics",), type=click.Choice(["paper", "standard", "both"]), default="both",
+        group="protocol", help="paper: the authors' definitions; standard: exact FPR95, negated "
+        "AUPR-Error, AURC/E-AURC/AUGRC; both: every table twice (docs/METRICS.md)."),
+    Opt(("--no-ci",), is_flag=True, group="protocol", help="No bootstrap intervals (and no "
+        "paired intervals)."),
+    Opt(("--resamples",), default=1000, type=click.IntRange(0), group="protocol", hidden=True,
+        help="Bootstrap resamples for the 95% intervals (0: none, as --no-ci)."),
+    Opt(("--ci-seed",), default=0, type=click.IntRange(0), group="protocol", hidden=True,
+        help="Seed of the bootstrap resamples."),
+    Opt(("--trust-score/--no-trust-score", "trust_score"), group="protocol", help="TrustScore "
+        "(Jiang et al. 2018) rows from the classifier's features of its training split; "
+        "--trust-score: required (an error where it cannot be computed).",
+        default_text="computed where the caches have features (extract --features), else left "
+        "out with a note"),
+    Opt(("--trust-score-k",), type=click.IntRange(1), group="protocol", default_text="10",
+        help="TrustScore's k: a training row's density is the distance to its k-th neighbour in "
+        "its class. Giving it requires TrustScore."),
+    Opt(("--trust-score-alpha",), type=click.FloatRange(0.0, 1.0), group="protocol",
+        default_text="0, none", help="TrustScore's alpha: the fraction of each class's "
+        "training rows of lowest density left out. Giving it requires TrustScore."),
+    Opt(("--out",), group="output", metavar="DIR", help="Report directory.",
+        default_text="<artifacts root>/report, the root the runs recorded (for caches only: the "
+        "root they lie in)"),
+    Opt(("--report-format", "formats"), aliases=("--format",), multiple=True, group="output",
+        type=click.Choice(["md", "csv", "latex", "json"]), help="Output format(s) (repeatable).",
+        default_text="all four"),
+    Opt(("--no-figures",), is_flag=True, group="output", help="Skip the PNG figures."),
+    Opt(("--ci-in-tables",), is_flag=True, group="output", help="Also print the intervals in "
+        "report.md and report.tex (they are always in report.csv and report.json)."),
+    Opt(("--rc-full-range",), is_flag=True, group="output", help="Risk-coverage plots on "
+        "selective risk 0-1 instead of an axis scaled to the curves."),
+    Opt(("--export", "export"), multiple=True, type=click.Choice(["fd-shifts"]), group="output",
+        default_text="none", help="Also write the inputs of another tool's analysis: fd-shifts "
+        "= one experiment per run (its held-out rows + evaluated splits, <out>/fd-shifts; "
+        "docs/METRICS.md)."),
+    Opt(("--jobs",), default=0, type=click.IntRange(0), group="runtime", hidden=True,
+        help="Parallel worker processes (0: one per CPU core, at most one per file)."),
+    Opt(("--knn-device",), group="runtime", default_text="cpu", help="Where TrustScore's exact "
+        "nearest-neighbour search runs: cpu (numpy) or a torch device such as cuda (loads torch; "
+        "for ImageNet-sized training splits). Giving it requires TrustScore."),
+)
 def report(paths, runs_root, metrics, formats, out, caches, splits, jobs, no_figures, resamples,
            no_ci, ci_seed, ci_in_tables, rc_full_range, export, trust_score, trust_score_k,
            trust_score_alpha, knn_device):

@@ -6,41 +6,66 @@ from pathlib import Path
 import click
 
 from pipeline.core.losses import PARAMS, option_losses
-from pipeline.core.options import Opt, options, positive
+from pipeline.core.options import GROUPS, Command, Opt, options, positive
+from pipeline.oracle.settings.config import train_options
 from pipeline.sweep.grid import CRITERIA, DEFAULT_VALUES
 
 
 def _value_list(name: str) -> Opt:
-    """The sweep's list of values of one numeric loss option of train-oracle."""
+    """The sweep's list of values of one numeric loss option of train-oracle: --<option>-values
+    (the old name, the option's own flag, still works: a list here, one value in train-oracle)."""
     p, default = PARAMS[name], DEFAULT_VALUES.get(name)
-    return Opt((p.flag,), help=f"{'/'.join(option_losses(name))}: comma-separated {p.flag} "
-               "values" + (" (implies --class-balanced)" if name == "cb_beta" else "") + "." +
-               (f" Default of an SS sweep given no value list: {','.join(f'{v:g}' for v in default)}."
-                if default else ""))
+    return Opt((f"{p.flag}-values", name), aliases=(p.flag,), group="protocol",
+               help=f"{'/'.join(option_losses(name))}: comma-separated values of train-oracle's "
+               f"{p.flag} to sweep" + (" (implies --class-balanced)" if name == "cb_beta" else "")
+               + ".", default_text=(f"{','.join(f'{v:g}' for v in default)} in an SS sweep given "
+                                    "no value list" if default else "not swept"))
 
 
-@click.command("sweep", context_settings={"ignore_unknown_options": True,
-                                          "allow_interspersed_args": True})
-@options(*(_value_list(name) for name in PARAMS))
-@click.option("--fixed-alpha-pos", type=positive(), default=None, help="alpha+ while alpha- is swept "
-              "(paper protocol). Default: the oracle's preset (ViT 1, ResNet 2; other backbones: "
-              "train-oracle's rule, presets.ss_slopes).")
-@click.option("--fixed-alpha-neg", type=positive(), default=None, help="alpha- while only alpha+ is "
-              "swept. Default: the oracle's preset (ViT 3, ResNet 5; other backbones as for "
-              "--fixed-alpha-pos).")
-@click.option("--mode", type=click.Choice(["paper", "grid"]), default="paper", show_default=True,
-              help="paper: alpha- with alpha+ fixed, then alpha+ at the chosen alpha-, then each "
-              "further option in turn; grid: every combination.")
-@click.option("--criterion", type=click.Choice(list(CRITERIA)),
-              default="tpr-tnr", show_default=True, help="What the choice maximises on the "
-              "HELD-OUT validation rows: tpr-tnr = (TPR + TNR) / 2 (the paper's trade-off), or "
-              "the chosen checkpoint's AUPR-Error (standard), AUC, AUPR-Success.")
-@click.option("--fine-tune", is_flag=True, help="One ordinary (full fine-tuning) train-oracle "
-              "run per point, resumable, instead of head-only oracles on cached features.")
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Sweep directory "
-              "(runs/, sweep.md/.csv/.json, figures/). Default: artifacts/<data folder>/sweeps/"
-              "<oracle>-<classifier>_<loss>_<head-only|fine-tune>_seed<N>_<hash>.")
-@click.option("--no-figures", is_flag=True)
+# train-oracle's options the sweep sets or refuses itself (the rest pass on to every point);
+# --runs-root is accepted but each point's run goes under the sweep's --out (run.py)
+SETS = ("--head-only", "--out", "--resume", "--stop-at-step")
+OWN_RUNS_ROOT = "--runs-root"
+
+
+def passed_on() -> tuple[str, list[tuple[str, str]]]:
+    """sweep --help's last section: train-oracle's options it passes on, by group."""
+    by_group: dict[str, list[str]] = {}
+    for opt in train_options():
+        if opt.hidden or opt.flag in (*SETS, OWN_RUNS_ROOT) or opt.name in PARAMS:
+            continue
+        by_group.setdefault(opt.group, []).append(opt.flag)
+    rows = [(GROUPS[g].split()[0].lower(), ", ".join(flags)) for g, flags in
+            sorted(by_group.items(), key=lambda kv: list(GROUPS).index(kv[0]))]
+    return "Passed on to train-oracle (see train-oracle --help)", rows
+
+
+@click.command("sweep", cls=Command, passes_on=passed_on(),
+               context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True})
+@options(
+    *(_value_list(name) for name in PARAMS),
+    Opt(("--fixed-alpha-pos",), type=positive(), group="protocol", help="alpha+ while alpha- "
+        "is swept (paper protocol).", default_text="the oracle's preset (ViT 1, ResNet 2; other "
+        "backbones: train-oracle's rule, presets.ss_slopes)"),
+    Opt(("--fixed-alpha-neg",), type=positive(), group="protocol", help="alpha- while only "
+        "alpha+ is swept.", default_text="the oracle's preset (ViT 3, ResNet 5; other backbones "
+        "as for --fixed-alpha-pos)"),
+    Opt(("--mode",), type=click.Choice(["paper", "grid"]), default="paper", group="protocol",
+        help="paper: alpha- with alpha+ fixed, then alpha+ at the chosen alpha-, then each "
+        "further option in turn; grid: every combination."),
+    Opt(("--criterion",), type=click.Choice(list(CRITERIA)), default="tpr-tnr",
+        group="protocol", help="What the choice maximises on the HELD-OUT validation rows: "
+        "tpr-tnr = (TPR + TNR) / 2 (the paper's trade-off), or the chosen checkpoint's "
+        "AUPR-Error (standard), AUC, AUPR-Success."),
+    Opt(("--fine-tune",), is_flag=True, group="model", help="One ordinary (full fine-tuning) "
+        "train-oracle run per point, resumable, instead of head-only oracles on cached "
+        "features."),
+    Opt(("--out",), type=click.Path(path_type=Path), group="output", metavar="DIR",
+        help="Sweep directory (runs/, sweep.md/.csv/.json, figures/).",
+        default_text="artifacts/<data folder>/sweeps/<oracle>-<classifier>_<loss>_"
+        "<head-only|fine-tune>_seed<N>_<hash>"),
+    Opt(("--no-figures",), is_flag=True, group="output", help="Skip the PNG figures."),
+)
 @click.argument("train_args", nargs=-1, type=click.UNPROCESSED)
 def sweep(fixed_alpha_pos, fixed_alpha_neg, mode, criterion, fine_tune, out, no_figures,
           train_args, **value_lists):
@@ -63,7 +88,7 @@ def sweep(fixed_alpha_pos, fixed_alpha_neg, mode, criterion, fine_tune, out, no_
     from pipeline.sweep.run import SweepConfig, default_fixed, run_sweep
 
     args = list(train_args)
-    for flag in ("--head-only", "--out", "--resume", "--stop-at-step"):
+    for flag in SETS:
         if flag in args:
             raise click.UsageError(f"{flag} is not a sweep option: the sweep "
                                    + ("sets it (--fine-tune for full runs)" if flag == "--head-only"

@@ -92,9 +92,9 @@ def predict(cfg: PredictConfig) -> list[dict]:
                 precision=cfg.precision or run_precision(run),
                 progress=cfg.progress)
     if cfg.name and len(cfg.splits) != 1:
-        raise RunError("--name names one output file: give exactly one --split with it")
+        raise RunError("--out-name names one output file: give exactly one --split with it")
     if cfg.name and check_output_name(cfg.name):   # never a path out of the run folder
-        raise RunError(f"--name {check_output_name(cfg.name)}")
+        raise RunError(f"--out-name {check_output_name(cfg.name)}")
     results = []
     for tag in cfg.splits:
         split = open_split(cfg.data, cfg.cache, record.classifier, tag, cfg.labels_file,

@@ -31,7 +31,7 @@ def schedule_info(config: Mapping, total_steps: int, steps_per_epoch: int, world
     if total_steps < 3:
         raise RunError(
             f"{total_steps} optimizer step(s) are too few for the OneCycle schedule (>= 3 "
-            "needed): use more training rows (--train-limit), more --epochs or a smaller "
+            "needed): use more training rows (--max-samples), more --epochs or a smaller "
             "--batch-size")
     if config["batch_size"] % (world * config["accum_steps"]):
         raise RunError(f"--batch-size {config['batch_size']} is not divisible by {world} "

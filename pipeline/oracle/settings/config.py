@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -22,18 +23,30 @@ from typing import Any, Mapping
 import click
 
 from cache.schema import canonical
-from pipeline.core.losses import HEAD_ARCHS, HEADS, LOSSES, PARAMS
+from pipeline.core.losses import (CB_BETA, CB_FOCAL_GAMMA, FOCAL_GAMMA, HEAD_ARCHS, HEADS,
+                                  LOSSES, PARAMS)
 from pipeline.core.options import (BATCH, BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
                                    MODEL_KWARGS, NO_PROGRESS, NON_NEGATIVE, PRECISION, PREPROCESS,
-                                   RANDOM_INIT, SEED_OPT, WEIGHTS, WORKERS, Opt, positive,
-                                   preset_text)
-from pipeline.core.presets import EMBEDDED_ORACLE, PAPER_ORACLE
+                                   RANDOM_INIT, SEED_OPT, WEIGHTS, WORKERS, Opt, positive)
+from pipeline.core.presets import EMBEDDED_ORACLE, PAPER_ORACLE, SS_ALPHAS
 from pipeline.data.sources import default_artifacts
 
 PARTS = ("run", "seed", "where", "runtime")
 HEAD_INPUTS = ("features", "stacked")
-PRESET = "[preset]"
 PATH = click.Path(path_type=Path)
+
+
+def preset_default(key: str, none: str) -> str:
+    """A protocol option's default as --help shows it: what the preset resolves it to on the
+    embedded Fashion-MNIST (EMBEDDED_ORACLE) and on any other data (PAPER_ORACLE, the paper's
+    protocol); ``none``: the words for a preset value None."""
+    def show(value):
+        return none if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+    embedded, paper = show(EMBEDDED_ORACLE[key]), show(PAPER_ORACLE[key])
+    if embedded == paper:
+        return f"from the preset ({paper})"
+    return f"from the preset (embedded: {embedded}; paper: {paper})"
 
 
 def setting(default: Any = None, opt: Opt | None = None, part: str = "run", *, factory=None,
@@ -43,8 +56,12 @@ def setting(default: Any = None, opt: Opt | None = None, part: str = "run", *, f
     and where it belongs (module docstring).  ``head_only``: it applies to --head-only runs
     only; ``later``: added after runs existed, so at its default it stays out of the group hash
     (those runs keep their group and run directory)."""
-    if opt is not None and opt.show_default and opt.default != default:
-        opt = replace(opt, default=default)    # the option shows the field's one default
+    if (opt is not None and not invert and not opt.is_flag and not opt.multiple and
+            opt.default is None and opt.default_text is None and default is not None):
+        # the option shows the field's one default; one left at None is chosen at run time
+        # (and says so in its default_text), so a shared bundle option (--seed) stays the
+        # bundle's own object
+        opt = replace(opt, default=default)
     meta = {"opt": opt, "part": part, "fine_tune_only": fine_tune_only, "head_only": head_only,
             "bank_free": bank_free, "loss": loss, "invert": invert, "later": later}
     if factory is not None:
@@ -57,10 +74,30 @@ def _param_type(name: str):
     return positive(max_open_one=True) if p.below_one else positive() if p.open_min else NON_NEGATIVE
 
 
+VIT_ALPHAS, RESNET_ALPHAS = SS_ALPHAS["vit"], SS_ALPHAS["resnet"]
+# The defaults resolve_loss fills in, as --help shows them ([default: ...])
+LOSS_DEFAULTS = {
+    "alpha_neg": f"by oracle: ViT {VIT_ALPHAS[1]:g}, ResNet {RESNET_ALPHAS[1]:g}; other "
+                 "backbones: an attention model's name the ViT's, else the ResNet's "
+                 "(presets.ss_slopes, with a note)",
+    "alpha_pos": f"by oracle: ViT {VIT_ALPHAS[0]:g}, ResNet {RESNET_ALPHAS[0]:g}; other "
+                 "backbones as for --alpha-neg",
+    "gamma": f"{FOCAL_GAMMA:g} ({CB_FOCAL_GAMMA:g} with --class-balanced, as the paper's "
+             "class-balanced runs)",
+    "pos_weight": "1", "neg_weight": "1", "cb_beta": f"{CB_BETA:g}",
+}
+
+
+def _help_without_default(text: str) -> str:
+    """PARAMS' help less the default it states in words: --help shows LOSS_DEFAULTS instead."""
+    return re.sub(r" \(default [^)]*\)", "", text).split(" Default")[0]
+
+
 def loss_param(name: str) -> Field:
     """A numeric loss option, declared by ``pipeline.core.losses.PARAMS``."""
-    return setting(None, Opt((PARAMS[name].flag,), type=_param_type(name), help=PARAMS[name].help),
-                   loss=True, bank_free=True)
+    return setting(None, Opt((PARAMS[name].flag,), type=_param_type(name), group="protocol",
+                             help=_help_without_default(PARAMS[name].help),
+                             default_text=LOSS_DEFAULTS[name]), loss=True, bank_free=True)
 
 
 @dataclass(frozen=True)
@@ -68,36 +105,43 @@ class TrainConfig:
     # what is trained on, by which classifier
     classifier: str = setting("vit", CLASSIFIER.but(help="The classifier whose cache holds the "
                               "targets: preset (vit, resnet) or timm name, as given to extract."))
-    oracle: str | None = setting(None, Opt(("--oracle",), help="Oracle backbone: preset or timm "
-                                 "name. Default: the classifier's name (on Fashion-MNIST "
-                                 "vit/resnet = the fitted small models)."))
-    loss: str = setting("ss", Opt(("--loss",), type=click.Choice(list(LOSSES)), show_default=True),
-                        loss=True)
+    oracle: str | None = setting(None, Opt(("--oracle",), group="model", help="Oracle backbone: "
+                                 "preset or timm name.", default_text="the classifier's name (on "
+                                 "Fashion-MNIST vit/resnet = the fitted small models)"))
+    loss: str = setting("ss", Opt(("--loss",), type=click.Choice(list(LOSSES)), group="protocol",
+                                  help="The oracle's loss: cross-entropy, focal, TCP (ConfidNet's) "
+                                  "or SS (the paper's steep slope)."), loss=True)
     data: str | None = setting(None, DATA, "where")          # None: the embedded Fashion-MNIST
-    cache: str = setting("artifacts/fashion-mnist/cache", Opt(("--cache",), type=PATH, help="Cache "
-                         "root given to extract. Default: artifacts/<dataset>/cache."), "where")
-    out: str | None = setting(None, Opt(("--out",), type=PATH, help="Run directory. Default: "
-                              "artifacts/<dataset>/runs/<oracle>-<classifier>_<loss>[_<variant>]"
-                              "_seed<N>_<group>; a complete run there is skipped, an incomplete "
-                              "one resumed."), "where", bank_free=True)
-    runs_root: str | None = setting(None, Opt(("--runs-root",), type=PATH, help="Parent of the "
-                                    "default run directory (e.g. one root per preprocessing, for "
-                                    "`report --runs-root`). Default: artifacts/<dataset>/runs."),
+    cache: str = setting("artifacts/fashion-mnist/cache", Opt(("--cache",), type=PATH,
+                         group="data", help="Cache root given to extract.",
+                         default_text="artifacts/<dataset>/cache"), "where")
+    out: str | None = setting(None, Opt(("--out",), type=PATH, group="output", metavar="DIR",
+                              help="Run directory; a complete run there is skipped, an "
+                              "incomplete one resumed.", default_text="artifacts/<dataset>/runs/"
+                              "<oracle>-<classifier>_<loss>[_<variant>]_seed<N>_<group>"),
+                              "where", bank_free=True)
+    runs_root: str | None = setting(None, Opt(("--runs-root",), type=PATH, group="output",
+                                    metavar="DIR", help="Parent of the default run directory "
+                                    "(e.g. one root per preprocessing, for `report --runs-root`).",
+                                    default_text="artifacts/<dataset>/runs"),
                                     "where", bank_free=True)
     labels_file: str | None = setting(None, LABELS, "where")
-    train_split: str = setting("train", Opt(("--train-split",), show_default=True,
+    train_split: str = setting("train", Opt(("--train-split",), group="data",
                                             help="Cache tag to train on."))
     eval_splits: tuple[str, ...] = setting((), Opt(("--eval-split", "eval_splits"), multiple=True,
-                                           help="Extra cache tag(s) to score after training "
-                                           "(repeatable), e.g. test-defocus_blur-5. The "
-                                           "dataset's test (embedded) / val split is always "
-                                           "scored."), "where")
-    seed: int = setting(0, SEED_OPT, "seed")
+                                           group="data", help="Extra cache tag(s) to score "
+                                           "after training (repeatable), e.g. "
+                                           "test-defocus_blur-5; the dataset's test (embedded) / "
+                                           "val split is always scored.", default_text="none"),
+                                           "where")
+    seed: int = setting(0, SEED_OPT.but(help="Seed of the oracle's initialisation, data order "
+                                        "and augmentation; runs that differ only in it make one "
+                                        "group."), "seed")
     # the oracle backbone and its head
-    weights: str | None = setting(None, WEIGHTS.but(help="Oracle backbone weights file. "
-                                                        "Default: the classifier's file for an "
-                                                        "oracle of its architecture (see "
-                                                        "--hub-weights), else the hub."))
+    weights: str | None = setting(None, WEIGHTS.but(help="Oracle backbone weights file.",
+                                                    default_text="the classifier's file for an "
+                                                    "oracle of its architecture (see "
+                                                    "--hub-weights), else the hub's"))
     # the --weights file's identity, filled by prepare: its sha256 stands for the path in the
     # group hash, so ./k3.pth and k3.pth are one group and a file changed in place is another
     weights_sha256: str | None = setting(None, None)
@@ -107,121 +151,143 @@ class TrainConfig:
     # the weights file the classifier cache recorded (prepare fills ``weights`` with it), or the
     # hub's.  ``weights``/``weights_sha256`` record the outcome (the group hash), so the flag is
     # not itself part of the group: the same weights make the same group however chosen.
-    hub_weights: bool = setting(False, Opt(("--hub-weights",), is_flag=True, help="Start the "
-                                "oracle from timm's hub weights even when it has the classifier's "
-                                "architecture. Default (no --weights, --random-init or this): "
-                                "such an oracle starts from the weights file the classifier's "
-                                "cache recorded (`extract --weights`), checked against the cache "
-                                "by content; any other oracle from the hub."), "where")
+    hub_weights: bool = setting(False, Opt(("--hub-weights",), is_flag=True, group="model",
+                                help="Start the oracle from timm's hub weights even when it has "
+                                "the classifier's architecture. Without --weights, --random-init "
+                                "or this, such an oracle starts from the weights file the "
+                                "classifier's cache recorded (`extract --weights`), checked "
+                                "against the cache by content; any other oracle from the hub."),
+                                "where")
     model_kwargs: dict = setting(opt=MODEL_KWARGS.but(help="JSON for the oracle's "
                                                       "timm.create_model."), factory=dict)
-    preprocess: str | None = setting(None, PREPROCESS.but(default=None, show_default=False,
-                                     help="Oracle preprocessing (model or paper, as for "
-                                     "extract). Default: the classifier cache's."))
-    z: str | None = setting(None, Opt(("--z", "z"), type=click.Choice(HEADS), help="SS only: "
-                            "signed distance (w.x+b)/(|w|+1e-7) (default) or plain w.x+b."),
-                            loss=True)
+    preprocess: str | None = setting(None, PREPROCESS.but(default=None, help="Oracle "
+                                     "preprocessing (model or paper, as for extract).",
+                                     default_text="the classifier cache's"))
+    z: str | None = setting(None, Opt(("--ss-distance", "z"), aliases=("--z",),
+                            type=click.Choice(HEADS), group="protocol", help="SS only: what its "
+                            "slopes act on: hyperplane = the signed distance (w.x+b)/(|w|+1e-7) "
+                            "(the authors'), linear = the plain w.x+b ('linear z' in the "
+                            "report).", default_text="hyperplane"), loss=True)
     # the loss (None / False = not given: pipeline.core.losses.resolve_loss fills the defaults)
     gamma: float | None = loss_param("gamma")
     alpha_pos: float | None = loss_param("alpha_pos")
     alpha_neg: float | None = loss_param("alpha_neg")
-    class_balanced: bool = setting(False, Opt(("--class-balanced",), is_flag=True, help="ce/focal/"
-                                   "ss: Cui et al. effective-number weights from the training "
-                                   "rows' correctness."), loss=True, bank_free=True)
+    class_balanced: bool = setting(False, Opt(("--class-balanced",), is_flag=True,
+                                   group="protocol", help="ce/focal/ss: Cui et al. "
+                                   "effective-number weights from the training rows' "
+                                   "correctness."), loss=True, bank_free=True)
     cb_beta: float | None = loss_param("cb_beta")
     pos_weight: float | None = loss_param("pos_weight")
     neg_weight: float | None = loss_param("neg_weight")
     broadcast: bool = setting(False, Opt(("--authors-broadcast", "broadcast"), is_flag=True,
-                              help="ce/focal: reproduce the authors' shape bug ((B,1) outputs x "
-                              "(B,) labels -> mean over all BxB pairs)."), loss=True)
+                              group="protocol", help="ce/focal: reproduce the authors' shape bug "
+                              "((B,1) outputs x (B,) labels -> mean over all BxB pairs)."),
+                              loss=True)
     # optimisation.  None = not given: resolve_protocol fills these from presets.PAPER_ORACLE
-    # (the paper's protocol) or, on the embedded dataset, presets.EMBEDDED_ORACLE
-    lr: float | None = setting(None, Opt(("--lr",), type=positive(), help="Peak LR. Defaults of "
-                               "this and of the options marked [preset]: the paper's protocol, "
-                               "pipeline/core/presets.py PAPER_ORACLE "
-                               f"({preset_text('PAPER_ORACLE')}); on the embedded Fashion-MNIST "
-                               f"EMBEDDED_ORACLE ({preset_text('EMBEDDED_ORACLE')}). run.json "
-                               "records the resolved values."))
+    # (the paper's protocol) or, on the embedded dataset, presets.EMBEDDED_ORACLE; --help shows
+    # both (preset_default)
+    lr: float | None = setting(None, Opt(("--lr",), type=positive(), group="protocol",
+                               help="Peak LR of SGD's OneCycle schedule.",
+                               default_text=preset_default("lr", "")))
     weight_decay: float | None = setting(None, Opt(("--weight-decay",), type=NON_NEGATIVE,
-                                                   help=PRESET))
-    momentum: float | None = setting(None, Opt(("--momentum",), type=FRACTION,
-                                               help=f"{PRESET} SGD momentum, 0 <= m < 1."))
+                                                   group="protocol", help="SGD weight decay.",
+                                                   default_text=preset_default("weight_decay",
+                                                                               "")))
+    momentum: float | None = setting(None, Opt(("--momentum",), type=FRACTION, group="protocol",
+                                               help="SGD momentum, 0 <= m < 1.",
+                                               default_text=preset_default("momentum", "")))
     warmup_steps: int | None = setting(None, Opt(("--warmup-steps",), type=click.IntRange(0),
-                                       help=f"{PRESET} OneCycle warm-up (capped at 30%% of "
-                                       "short runs)."))
-    cycle_momentum: bool = setting(False, Opt(("--cycle-momentum",), is_flag=True, help="OneCycleLR"
-                                   "'s momentum cycling 0.85-0.95, which overrode --momentum in "
-                                   "the authors' runs (REFERENCE.md)."))
-    batch_size: int | None = setting(None, BATCH_SIZE.but(help=f"{PRESET} Global batch (all "
-                                                            "GPUs)."))
-    accum_steps: int = setting(1, Opt(("--accum-steps",), show_default=True,
-                               type=click.IntRange(1), help="Micro-batches per optimizer step "
-                               "and GPU (same global batch)."), fine_tune_only=True)
-    epochs: int | None = setting(None, Opt(("--epochs",), type=click.IntRange(1), help=f"{PRESET} "
-                                 "A split too small for the paper's one epoch (< 100 optimizer "
-                                 "steps) trains the fewest epochs that reach 100 steps, at most "
-                                 "50, with a note."))
-    flip: bool = setting(True, Opt(("--flip/--no-flip",), show_default=True,
+                                       group="protocol", help="OneCycle warm-up (capped at 30%% "
+                                       "of short runs).",
+                                       default_text=preset_default("warmup_steps", "")))
+    cycle_momentum: bool = setting(False, Opt(("--cycle-momentum",), is_flag=True,
+                                   group="protocol", help="OneCycleLR's momentum cycling "
+                                   "0.85-0.95, which overrode --momentum in the authors' runs "
+                                   "(the authors' code, luoyan407/predict_trustworthiness)."))
+    batch_size: int | None = setting(None, BATCH_SIZE.but(help="Global batch (all GPUs).",
+                                                          group="protocol",
+                                                          default_text=preset_default(
+                                                              "batch_size", "")))
+    accum_steps: int = setting(1, Opt(("--accum-steps",), type=click.IntRange(1),
+                               group="runtime", help="Micro-batches per optimizer step and GPU "
+                               "(same global batch)."), fine_tune_only=True)
+    epochs: int | None = setting(None, Opt(("--epochs",), type=click.IntRange(1),
+                                 group="protocol", help="Training epochs. A split too small for "
+                                 "the paper's one epoch (< 100 optimizer steps) trains the fewest "
+                                 "epochs that reach 100 steps, at most 50, with a note.",
+                                 default_text=preset_default("epochs", "")))
+    flip: bool = setting(True, Opt(("--flip/--no-flip",), group="protocol",
                                    help="Random horizontal flip."))
     # which rows
-    train_limit: int | None = setting(None, Opt(("--train-limit",), type=click.IntRange(0),
-                                      help=f"{PRESET} Use a seeded subset of N training rows; "
-                                      "0 = every row."))
-    val_fraction: float = setting(0.05, Opt(("--val-fraction",), show_default=True,
-                                  type=FRACTION, help="Held-out rows carved from the training "
-                                  "split to choose the checkpoint (0: keep the final model); "
-                                  "under 100 rows (or 10 right or wrong ones) warns."))
+    train_limit: int | None = setting(None, Opt(("--max-samples", "train_limit"),
+                                      aliases=("--train-limit",), type=click.IntRange(0),
+                                      group="data", help="Train on a seeded subset of N training "
+                                      "rows; 0 = every row.",
+                                      default_text=preset_default("train_limit", "every row")))
+    val_fraction: float = setting(0.05, Opt(("--val-fraction",), type=FRACTION, group="protocol",
+                                  help="Held-out rows carved from the training split to choose "
+                                  "the checkpoint (0: keep the final model); under 100 rows (or "
+                                  "10 right or wrong ones) warns."))
     val_every: int | None = setting(None, Opt(("--val-every",), type=click.IntRange(1),
-                                    help=f"{PRESET} Validate every N steps (default: 4 times per "
-                                    "run) and at the end."))
-    split_seed: int = setting(0, SEED_OPT.but(decls=("--split-seed",), help="Seed of "
-                              "--train-limit and the held-out rows (shared by every --seed)."))
+                                    group="protocol", help="Validate every N steps and at the "
+                                    "end.", default_text=preset_default("val_every",
+                                                                        "4 times per run")))
+    split_seed: int = setting(0, SEED_OPT.but(decls=("--split-seed",), hidden=True, help="Seed "
+                              "of --max-samples and the held-out rows (shared by every --seed)."))
     # numerics and runtime
-    precision: str | None = setting(None, PRECISION.more(
-        "[preset] The embedded Fashion-MNIST's preset names fp32; the paper's protocol leaves it "
-        "to this rule."), fine_tune_only=True)
+    precision: str | None = setting(None, PRECISION.but(default_text=preset_default(
+        "precision", "bf16 on a CUDA device, fp32 on the CPU")), fine_tune_only=True)
     channels_last: bool = setting(True, Opt(("--channels-last/--no-channels-last",),
-                                            show_default=True), fine_tune_only=True)
-    compile: bool = setting(False, Opt(("--compile", "compile"), is_flag=True,
+                                            group="runtime", hidden=True, help="The oracle in "
+                                            "the channels_last memory format (faster "
+                                            "convolutions on GPUs)."), fine_tune_only=True)
+    compile: bool = setting(False, Opt(("--compile", "compile"), is_flag=True, group="runtime",
                             help="torch.compile the training step."), "runtime",
                             fine_tune_only=True)
-    cuda_graph: str = setting("auto", Opt(("--cuda-graph",), type=click.Choice(["auto", "on", "off"]),
-                              show_default=True, help="Capture the whole training "
-                              "step (optimizer and schedule included) in one CUDA graph: auto = "
-                              "where possible (one CUDA process, no --accum-steps, bf16/fp32; "
-                              "with or without --compile; --head-only: any CUDA device), else "
-                              "eager with a note; on = refuse where impossible. run.json's "
-                              "step_path says which ran."), "runtime")
+    cuda_graph: str = setting("auto", Opt(("--cuda-graph",), type=click.Choice(["auto", "on",
+                              "off"]), group="runtime", hidden=True, help="Capture the whole "
+                              "training step (optimizer and schedule included) in one CUDA "
+                              "graph: auto = where possible (one CUDA process, no --accum-steps, "
+                              "bf16/fp32; with or without --compile; --head-only: any CUDA "
+                              "device), else eager with a note; on = refuse where impossible. "
+                              "run.json's step_path says which ran."), "runtime")
     device: str | None = setting(None, DEVICE, "runtime")
     workers: int | None = setting(None, WORKERS, "runtime", fine_tune_only=True)
-    eval_batch_size: int = setting(256, Opt(("--eval-batch-size",), show_default=True,
-                                   type=BATCH), "runtime", fine_tune_only=True)
-    ckpt_every: int = setting(2000, Opt(("--ckpt-every",), show_default=True,
-                              type=click.IntRange(1)), "runtime", fine_tune_only=True)
-    log_every: int = setting(10, Opt(("--log-every",), show_default=True,
-                             type=click.IntRange(1)), "runtime")
+    eval_batch_size: int = setting(256, Opt(("--eval-batch-size",), type=BATCH, group="runtime",
+                                   hidden=True, help="Rows per batch of the evaluation passes "
+                                   "(held-out rows, scored splits)."), "runtime",
+                                   fine_tune_only=True)
+    ckpt_every: int = setting(2000, Opt(("--ckpt-every",), type=click.IntRange(1),
+                              group="runtime", hidden=True, help="Write a resumable checkpoint "
+                              "every N steps."), "runtime", fine_tune_only=True)
+    log_every: int = setting(10, Opt(("--log-every",), type=click.IntRange(1), group="runtime",
+                             hidden=True, help="Log the training loss every N steps."),
+                             "runtime")
     stop_at_step: int | None = setting(None, Opt(("--stop-at-step",), type=click.IntRange(1),
-                                       help="Stop cleanly after step N (checkpoint written), e.g. "
-                                       "to fit a job's time limit; re-run to continue."),
+                                       group="runtime", help="Stop cleanly after step N "
+                                       "(checkpoint written), e.g. to fit a job's time limit; "
+                                       "re-run to continue.", default_text="the last step"),
                                        "runtime", fine_tune_only=True)
-    resume: bool = setting(False, Opt(("--resume",), is_flag=True, help="Require a checkpoint to "
-                           "continue from (an incomplete run is resumed anyway; this refuses to "
-                           "start afresh)."), "runtime", fine_tune_only=True)
+    resume: bool = setting(False, Opt(("--resume",), is_flag=True, group="runtime",
+                           help="Require a checkpoint to continue from (an incomplete run is "
+                           "resumed anyway; this refuses to start afresh)."), "runtime",
+                           fine_tune_only=True)
     # head-only: the frozen oracle backbone's cached features (pipeline.oracle.headonly.train)
-    head_only: bool = setting(False, Opt(("--head-only",), is_flag=True, help="Freeze the oracle "
-                              "backbone and train its head on cached features: `extract "
-                              "--features --flip-view` of the ORACLE's model on the same splits "
-                              "(seconds per run). Writes an ordinary run directory."), later=True)
-    features_cache: str | None = setting(None, Opt(("--features-cache",), type=PATH, help="--head-"
-                                         "only: cache root holding the oracle's feature caches. "
-                                         "Default: --cache."), "where")
+    head_only: bool = setting(False, Opt(("--head-only",), is_flag=True, group="model",
+                              help="Freeze the oracle backbone and train its head on cached "
+                              "features: `extract --features --flip-view` of the ORACLE's model "
+                              "on the same splits (seconds per run). Writes an ordinary run "
+                              "directory."), later=True)
+    features_cache: str | None = setting(None, Opt(("--features-cache",), type=PATH,
+                                         group="data", help="--head-only: cache root holding the "
+                                         "oracle's feature caches.", default_text="--cache"),
+                                         "where")
     head_arch: str = setting("linear", Opt(("--head-arch",), type=click.Choice(HEAD_ARCHS),
-                             show_default=True, help="--head-only: one linear "
-                             "layer, or ConfidNet's MLP (docs/TRAINING.md)."), head_only=True,
-                             later=True)
+                             group="model", help="--head-only: one linear layer, or ConfidNet's "
+                             "MLP (docs/TRAINING.md)."), head_only=True, later=True)
     head_inputs: str = setting("features", Opt(("--head-inputs",), type=click.Choice(HEAD_INPUTS),
-                               show_default=True, help="--head-only: the "
-                               "features, or them and 6 statistics of the classifier's logits."),
+                               group="model", help="--head-only: the features, or them and 6 "
+                               "statistics of the classifier's logits."),
                                head_only=True, later=True)
     progress: bool = setting(True, NO_PROGRESS, "runtime", invert=True)
     artifacts: str = setting("artifacts/fashion-mnist", None, "where")   # <artifacts>/runs/<name>

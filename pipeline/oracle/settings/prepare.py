@@ -78,7 +78,7 @@ def _schedule_rows(cfg: TrainConfig, train: Split, targets: dict,
                    protocol: dict) -> tuple[TrainConfig, np.ndarray, np.ndarray, str | None]:
     usable = np.flatnonzero(targets["valid"])
     if cfg.train_limit is not None and not 0 < cfg.train_limit:
-        raise RunError(f"--train-limit {cfg.train_limit}: expected a positive number of rows")
+        raise RunError(f"--max-samples {cfg.train_limit}: expected a positive number of rows")
     if not 0.0 <= cfg.val_fraction < 1.0:
         raise RunError(f"--val-fraction {cfg.val_fraction}: expected 0 <= fraction < 1")
     train_rows, val_rows = carve_rows(usable, cfg.val_fraction, cfg.train_limit, cfg.split_seed)
@@ -170,7 +170,7 @@ def _run_record(cfg: TrainConfig, loss: LossConfig, spec: ModelSpec, train: Spli
 def check_loss(cfg: TrainConfig, loss_fn: Callable | None) -> dict:
     """The loss options the config sets (option -> value, None = unset), checked: against its
     built-in loss (``pipeline.core.losses``), or, for a user's loss (``custom:...``, trained only
-    with its function), none but the head (--z): the others are parameters of the built-in
+    with its function), none but the head (--ss-distance): the others are parameters of the built-in
     losses, which a custom loss does not read."""
     given = {k: getattr(cfg, k) for k in LOSS_OPTIONS}
     if not is_custom(cfg.loss):
@@ -187,16 +187,16 @@ def check_loss(cfg: TrainConfig, loss_fn: Callable | None) -> dict:
     if wrong:
         raise LossOptionError(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not "
                               f"apply to the custom loss {cfg.loss} (it is called with z and the "
-                              "trust labels only; --z chooses its head)")
+                              "trust labels only; --ss-distance chooses its head)")
     if cfg.z is not None and cfg.z not in HEADS:
-        raise LossOptionError(f"--z {cfg.z!r}: expected one of {HEADS}")
+        raise LossOptionError(f"--ss-distance {cfg.z!r}: expected one of {HEADS}")
     return given
 
 
 def _resolve_loss(cfg: TrainConfig, given: dict, alphas: tuple[float, float],
                   counts: tuple[int, int]) -> tuple[LossConfig, str]:
     """The resolved loss and the head it trains.  A custom loss has no options; its head is
-    --z's, linear by default (the built-in losses' own default head but SS's)."""
+    --ss-distance's, linear by default (the built-in losses' own default head but SS's)."""
     if is_custom(cfg.loss):
         return LossConfig(cfg.loss), cfg.z or "linear"
     return resolve_loss(cfg.loss, given, alphas, counts), head_of(cfg.loss, cfg.z)

@@ -174,5 +174,5 @@ def check_both_classes(correct: np.ndarray, where: str) -> tuple[int, int]:
         state = "correct" if n_neg == 0 else "incorrect"
         raise CacheError(f"{where}: the classifier's cached predictions are ALL {state} on the "
                          f"{len(correct)} training rows, so there is nothing to tell apart; use "
-                         "more rows (--train-limit), another split or another classifier")
+                         "more rows (--max-samples), another split or another classifier")
     return n_neg, n_pos
