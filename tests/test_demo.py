@@ -40,15 +40,20 @@ def test_plan_is_the_documented_grid():
     # the default: fine-tuned pairs with O = C only, one seed; the linear head-only grid with one
     # seed; ConfidNet's head 3 seeds and the stacked one 1 seed, of TCP and SS only
     default_trains = [l for l in default if " train-oracle " in l and "--head-only" not in l]
-    assert len(default_trains) == 2 * (len(DEMO["losses"]) + len(DEMO["broadcast_losses"]))
+    assert DEMO["default_broadcast_losses"] == () and not any(
+        "--authors-broadcast" in l for l in default)          # the broadcasting variant: --full
+    assert len(default_trains) == 2 * len(DEMO["losses"])
+    default_heads = [l for l in default if " train-oracle --head-only --classifier " in l]
+    assert len(default_heads) == len(DEMO["classifiers"]) * len(DEMO["oracles"]) * len(
+        DEMO["losses"])
     assert all("--classifier vit --oracle vit" in l or "--classifier resnet --oracle resnet" in l
                for l in default_trains) and DEMO["seeds"] == 1
     default_scorers = [l for l in default if "--head-arch confidnet" in l]
     assert DEMO["scorer_losses"] == ("tcp", "ss") and len(default_scorers) == 2 * 2 * (3 + 1)
     assert not any(f"--loss {l} " in s for s in default_scorers for l in ("ce", "focal"))
     assert sum("--head-inputs stacked" in l for l in default_scorers) == 2 * 2
-    assert len(default) == (len(full) - 3 * per_seed + len(default_trains) - 2 * per_seed
-                            - len(scorers) + len(default_scorers))
+    assert len(default) == (len(full) - 3 * per_seed + len(default_trains) - 3 * per_seed
+                            + len(default_heads) - len(scorers) + len(default_scorers))
     assert all("--eval-split test-gaussian_noise-5" in l for l in trains + heads + scorers)
     assert sum("--authors-broadcast" in l for l in trains) == 3 * 8
     assert len(set(trains)) == len(trains) and len(set(scorers)) == len(scorers)   # no run twice
@@ -57,7 +62,7 @@ def test_plan_is_the_documented_grid():
     assert [l.split(" --split ")[0] for l in full[-4:-2]] == [
         "python cli.py predict --run RUN_DIR --data artifacts/fashion-mnist/adversarial"] * 2
     no_head = run_cli(["demo", "--dry-run", "--no-head-only"]).output.splitlines()
-    assert len(no_head) == len(default) - per_seed - len(default_scorers) - 1
+    assert len(no_head) == len(default) - len(default_heads) - len(default_scorers) - 1
     assert not any("--head-only" in l or " sweep " in l or " --features" in l for l in no_head)
     assert full[:2] == ["python cli.py fit-classifier --classifier vit",
                         "python cli.py fit-classifier --classifier resnet"]
@@ -82,7 +87,7 @@ def demo_run(tmp_path_factory):
     args = [sys.executable, str(ROOT / "cli.py"), "demo", "--data", str(data),
             "--classifiers", "vit", "--oracles", "vit,resnet", "--losses", "ss",
             "--broadcast-losses", "ce", "--fit-args", "--max-samples 1000 --epochs 1",
-            "--train-args", "--epochs 1", "--no-progress"]
+            "--train-args", "--epochs 1", "--no-progress", "--jobs", "2"]   # the 2 fine-tuned runs at once
     proc = subprocess.run(args, cwd=tmp, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"tmp": tmp, "data": data, "art": tmp / "artifacts" / "fmnist-small",

@@ -153,6 +153,8 @@ DEMO_ATTACK = dict(attack="pgd_linf", max_samples=1000, precision="fp32", tag="t
 # with MC-Dropout passes (`extract --mc-dropout 10 --mc-dropout-rate 0.1`: neither embedded
 # classifier was trained with dropout, so timm's drop_rate before the head acts at test time
 # only, and the report's rows say so); its training split is extracted without them.
+# broadcast_losses: the losses also trained in the authors' broadcasting variant by --full; the
+# default trains none of them (default_broadcast_losses), the 2-core demo's largest saving.
 # scorer_losses: the losses of those scorers in the default (--full: every loss); ConfidNet's head
 # on features trains head_seeds seeds (the small-scale table's TCP and SS rows), the stacked head
 # `seeds` (a ConfidNet head is ~5 s of CPU a run, 60x the linear head's products).
@@ -162,4 +164,5 @@ DEMO = dict(corruption="gaussian_noise", severity=5, seeds=1, full_seeds=3, head
             pairs="same", full_pairs="all",
             classifiers=("vit", "resnet"), oracles=("vit", "resnet"),
             losses=tuple(LOSSES), broadcast_losses=tuple(n for n, l in LOSSES.items() if l.broadcast),
+            default_broadcast_losses=(),
             predict_precision="bf16")

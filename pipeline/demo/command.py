@@ -4,54 +4,75 @@ from __future__ import annotations
 import click
 
 from pipeline.core.losses import LOSSES
-from pipeline.core.options import DATA, NO_PROGRESS, args_option, names_option, options
+from pipeline.core.options import (DATA, NO_PROGRESS, Command, Opt, args_option, names_option,
+                                   options, typed_flag)
 from pipeline.core.presets import DEMO
 from pipeline.data.imagenet_c import CORRUPTIONS
 from pipeline.data.sources import default_artifacts
 
 
-@click.command()
-@click.option("--seeds", type=click.IntRange(1), default=None, help="Seeds 0..N-1 of every "
-              "run. Default: presets.DEMO (1, to stay within ~15 minutes on 2 CPU cores).")
-@click.option("--full", is_flag=True, help="The grid of docs/RESULTS.md: 3 seeds of every run, "
-              "every fine-tuned <oracle, classifier> pair and every loss of the head scorers "
-              "(--seeds 3 --pairs all); runs already trained are skipped.")
-@click.option("--pairs", type=click.Choice(["same", "all"]), default=None, help="Fine-tuned "
-              "<oracle, classifier> pairs: 'same' (O = C; the default, to stay within ~12 "
-              "minutes on 2 CPU cores) or 'all'. Head-only runs cover every pair either way.")
-@click.option("--head-seeds", type=click.IntRange(1), default=None, help="At least this many "
-              "seeds of ConfidNet's head on the classifier's own features (the small-scale "
-              "table). Default: presets.DEMO (3; ~5 s a run on the CPU).")
-@options(DATA.but(help="The four Fashion-MNIST idx files, if the embedded copy (Debian package "
-                      "dataset-fashion-mnist) is not installed."))
-@click.option("--corruption", type=click.Choice(CORRUPTIONS), default=None, help="Shifted "
-              "domain (paper Table 3 analogue). Default: presets.DEMO (gaussian_noise).")
-@click.option("--severity", type=click.IntRange(1, 5), default=None,
-              help="Default: presets.DEMO (5).")
-@click.option("--classifiers", callback=names_option(None), default=None,
-              help="Comma-separated classifiers. Default: vit,resnet.")
-@click.option("--oracles", callback=names_option(None), default=None,
-              help="Comma-separated oracle backbones. Default: vit,resnet.")
-@click.option("--losses", callback=names_option(tuple(LOSSES)), default=None,
-              help=f"Default: {','.join(DEMO['losses'])}.")
-@click.option("--broadcast-losses", callback=names_option(DEMO["broadcast_losses"]), default=None,
-              help="Losses also trained in the authors' broadcasting variant. Default: "
-              f"{','.join(DEMO['broadcast_losses'])}.")
-@click.option("--fit-args", callback=args_option, help="Extra options for every "
-              "fit-classifier command (quoted), e.g. '--max-samples 2000'.")
-@click.option("--extract-args", callback=args_option, help="Extra options for every extract.")
-@click.option("--train-args", callback=args_option, help="Extra options for every "
-              "train-oracle, e.g. '--train-limit 0' (every row).")
-@click.option("--head-args", callback=args_option, help="Extra options for every head-only "
-              "train-oracle and the sweep.")
-@click.option("--no-head-only", is_flag=True, help="Skip the head-only grid and the alpha sweep "
-              "(and the features they read).")
-@click.option("--report-args", callback=args_option, help="Extra options for report.")
-@click.option("--dry-run", is_flag=True, help="Print the commands and stop.")
-@options(NO_PROGRESS.but(help="No progress bars in the steps."))
-def demo(seeds, full, pairs, head_seeds, data, corruption, severity, classifiers, oracles, losses, broadcast_losses,
-         fit_args, extract_args, train_args, head_args, no_head_only, report_args, dry_run,
-         no_progress):
+def _names(key: str) -> str:
+    return ",".join(DEMO[key])
+
+
+@click.command(cls=Command)
+@options(
+    Opt(("--num-seeds", "seeds"), aliases=("--seeds",), type=click.IntRange(1),
+        group="protocol", help="Seeds 0..N-1 of every run.", default_text=f"{DEMO['seeds']} "
+        "(presets.DEMO, to stay within ~15 minutes on 2 CPU cores)"),
+    Opt(("--full",), is_flag=True, group="protocol", help="The grid of docs/RESULTS.md: "
+        f"{DEMO['full_seeds']} seeds of every run, every fine-tuned <oracle, classifier> pair "
+        "and every loss of the head scorers (--num-seeds "
+        f"{DEMO['full_seeds']} --pairs {DEMO['full_pairs']}); runs already trained are skipped."),
+    Opt(("--pairs",), type=click.Choice(["same", "all"]), group="protocol", help="Fine-tuned "
+        "<oracle, classifier> pairs: 'same' (O = C) or 'all'. Head-only runs cover every pair "
+        "either way.", default_text=f"{DEMO['pairs']} (presets.DEMO, to stay within ~12 minutes "
+        "on 2 CPU cores)"),
+    Opt(("--num-head-seeds", "head_seeds"), aliases=("--head-seeds",), type=click.IntRange(1),
+        group="protocol", help="At least this many seeds of ConfidNet's head on the "
+        "classifier's own features (the small-scale table).",
+        default_text=f"{DEMO['head_seeds']} (presets.DEMO; ~5 s a run on the CPU)"),
+    DATA.but(help="The four Fashion-MNIST idx files, if the embedded copy (Debian package "
+             "dataset-fashion-mnist) is not installed."),
+    Opt(("--corruption",), type=click.Choice(CORRUPTIONS), group="data", help="Shifted domain "
+        "(paper Table 3 analogue).", default_text=f"{DEMO['corruption']} (presets.DEMO)"),
+    Opt(("--severity",), type=click.IntRange(1, 5), group="data", help="Severity of "
+        "--corruption.", default_text=f"{DEMO['severity']} (presets.DEMO)"),
+    Opt(("--classifiers",), callback=names_option(None), group="model",
+        help="Comma-separated classifiers.", default_text=_names("classifiers")),
+    Opt(("--oracles",), callback=names_option(None), group="model",
+        help="Comma-separated oracle backbones.", default_text=_names("oracles")),
+    Opt(("--losses",), callback=names_option(tuple(LOSSES)), group="protocol",
+        help="Comma-separated oracle losses.", default_text=_names("losses")),
+    Opt(("--broadcast-losses",), callback=names_option(DEMO["broadcast_losses"]),
+        group="protocol", help="Losses also trained in the authors' broadcasting variant.",
+        default_text=f"none; with --full {_names('broadcast_losses')}"),
+    # hidden: extra options for the steps (tests, quick runs); docs/CLI.md lists them
+    Opt(("--fit-args",), callback=args_option, group="runtime", hidden=True,
+        default_text="none", help="Extra options for every fit-classifier command (quoted), "
+        "e.g. '--max-samples 2000'."),
+    Opt(("--extract-args",), callback=args_option, group="runtime", hidden=True,
+        default_text="none", help="Extra options for every extract."),
+    Opt(("--train-args",), callback=args_option, group="runtime", hidden=True,
+        default_text="none", help="Extra options for every train-oracle, e.g. "
+        "'--max-samples 0' (every row)."),
+    Opt(("--head-args",), callback=args_option, group="runtime", hidden=True,
+        default_text="none", help="Extra options for every head-only train-oracle and the "
+        "sweep."),
+    Opt(("--no-head-only",), is_flag=True, group="protocol", help="Skip the head-only grid and "
+        "the alpha sweep (and the features they read)."),
+    Opt(("--report-args",), callback=args_option, group="runtime", hidden=True,
+        default_text="none", help="Extra options for report."),
+    Opt(("--jobs",), type=click.IntRange(1), default=1, group="runtime", help="Fine-tuned "
+        "train-oracle commands run at once (each its own process, with an equal share of the "
+        "cores; on a GPU box they share the GPU). Their output is printed as each finishes."),
+    Opt(("--dry-run",), is_flag=True, group="runtime", help="Print the commands and stop."),
+    NO_PROGRESS.but(help="No progress bars in the steps."),
+)
+def demo(seeds, full, pairs, head_seeds, data, corruption, severity, classifiers, oracles, losses,
+         broadcast_losses,
+         fit_args, extract_args, train_args, head_args, no_head_only, report_args, jobs,
+         dry_run, no_progress):
     """The whole pipeline on the embedded Fashion-MNIST through the cli.py commands a user would
     type (each printed before it runs): fit-classifier, extract (with features), train-oracle
     for every <oracle, classifier> pair and loss, fine-tuned and head-only, an alpha sweep,
@@ -61,7 +82,8 @@ def demo(seeds, full, pairs, head_seeds, data, corruption, severity, classifiers
     from pipeline.demo.run import DemoError, run
 
     if full and seeds is not None and seeds != DEMO["full_seeds"]:
-        raise click.UsageError(f"--full means --seeds {DEMO['full_seeds']}; give one of them")
+        flag = typed_flag(click.get_current_context(), "seeds")
+        raise click.UsageError(f"--full means {flag} {DEMO['full_seeds']}; give one of them")
     if full and pairs is not None and pairs != DEMO["full_pairs"]:
         raise click.UsageError(f"--full means --pairs {DEMO['full_pairs']}; give one of them")
     pick = lambda value, key: DEMO[key] if value is None else value  # noqa: E731
@@ -73,10 +95,12 @@ def demo(seeds, full, pairs, head_seeds, data, corruption, severity, classifiers
         scorer_losses=DEMO["losses"] if full else DEMO["scorer_losses"],
         corruption=pick(corruption, "corruption"), severity=pick(severity, "severity"),
         classifiers=pick(classifiers, "classifiers"), oracles=pick(oracles, "oracles"),
-        losses=pick(losses, "losses"), broadcast_losses=pick(broadcast_losses, "broadcast_losses"),
+        losses=pick(losses, "losses"),
+        broadcast_losses=pick(broadcast_losses,
+                              "broadcast_losses" if full else "default_broadcast_losses"),
         fit_args=fit_args, extract_args=extract_args, train_args=train_args,
         head_args=head_args, head_only=not no_head_only, report_args=report_args,
-        progress=not no_progress, dry_run=dry_run)
+        progress=not no_progress, dry_run=dry_run, jobs=jobs)
     if not cfg.classifiers or not cfg.oracles:
         raise click.UsageError("--classifiers and --oracles need at least one name each")
     try:

@@ -35,7 +35,7 @@ class DemoConfig:
     classifiers: tuple[str, ...] = DEMO["classifiers"]
     oracles: tuple[str, ...] = DEMO["oracles"]
     losses: tuple[str, ...] = DEMO["losses"]
-    broadcast_losses: tuple[str, ...] = DEMO["broadcast_losses"]
+    broadcast_losses: tuple[str, ...] = DEMO["default_broadcast_losses"]   # --full: DEMO's
     pairs: str = DEMO["pairs"]              # fine-tuned pairs: "same" (O = C) or "all"
     head_seeds: int = DEMO["head_seeds"]    # at least this many seeds of ConfidNet's head
     scorer_losses: tuple[str, ...] = DEMO["scorer_losses"]   # the losses of HEAD_SCORERS' runs
@@ -47,6 +47,7 @@ class DemoConfig:
     report_args: tuple[str, ...] = ()
     progress: bool = True
     dry_run: bool = False
+    jobs: int = 1                           # fine-tuned train-oracle commands run at once
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def plan(cfg: DemoConfig) -> list[Step]:
     for clf in cfg.classifiers:
         steps.append(Step("predict", (
             "predict", "--run", RUN_DIR, "--data", str(adv_root), "--split",
-            adversarial_split(clf), "--cache", str(cache_root), "--name", DEMO_ATTACK["tag"],
+            adversarial_split(clf), "--cache", str(cache_root), "--out-name", DEMO_ATTACK["tag"],
             "--precision", DEMO["predict_precision"], *quiet),
             f"every run of {clf} on {adversarial_split(clf)}", each_run_of=clf))
     if cfg.head_only and "vit" in cfg.classifiers and "vit" in cfg.oracles and "ss" in cfg.losses:
@@ -155,7 +156,7 @@ def adversarial_steps(cfg: DemoConfig, data: tuple, quiet: tuple, adv_root: Path
         steps.append(Step("attack", (
             "attack", "--classifier", name, *data, "--split", "test", "--attack",
             DEMO_ATTACK["attack"], "--max-samples", str(DEMO_ATTACK["max_samples"]),
-            "--precision", DEMO_ATTACK["precision"], "--out", str(adv_root), "--name", split,
+            "--precision", DEMO_ATTACK["precision"], "--out", str(adv_root), "--out-split", split,
             *quiet), f"{name}: adversarial copy of test ({DEMO_ATTACK['attack']})"))
         steps.append(Step("extract", (
             # with the classifier's features (as its other splits): TrustScore scores these too

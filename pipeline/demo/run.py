@@ -5,8 +5,8 @@ fit-classifier vit, resnet -> extract train + test (with the flipped view and th
 features of both views; the vit's evaluated splits with MC-Dropout passes too) and a shifted copy
 of test (ImageNet-C-style corruption) -> an adversarial copy of part of test per classifier
 (attack, then extract it) -> train-oracle for the <oracle, classifier> pairs (O = C; --full:
-all), losses (CE, focal, TCP, SS, plus CE/focal in the authors' broadcasting variant) and seeds
--> the grid of every pair head-only (the frozen oracle backbone's cached features), ConfidNet's
+all), losses (CE, focal, TCP, SS; --full: plus CE/focal in the authors' broadcasting variant)
+and seeds -> the grid of every pair head-only (the frozen oracle backbone's cached features), ConfidNet's
 head and the stacked head on each classifier's own features -> predict: every run on its
 classifier's adversarial split -> one alpha sweep (<vit, vit> SS, head-only) -> report.
 
@@ -14,16 +14,18 @@ Every step is a ``python cli.py ...`` command, printed before it runs so it can 
 subprocess, except the head-only runs, the sweep and the predictions (seconds each), which run
 the same click command inside the demo's process (sparing an interpreter start-up, ~3 s, each).
 The commands themselves skip completed work (checkpoints, caches, runs), so a re-run is cheap and
-``--seeds 3`` after the default adds only the missing seeds.  Hyperparameters are not passed:
+``--num-seeds 3`` after the default adds only the missing seeds.  Hyperparameters are not passed:
 they come from ``pipeline/core/presets.py``, exactly as for the bare commands.
 """
 from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, redirect_stderr, redirect_stdout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -83,10 +85,10 @@ def run_in_process(step: Step, capture: bool) -> StepResult:
     return StepResult(step, time.perf_counter() - t0, code, buf.getvalue().splitlines())
 
 
-def run_subprocess(step: Step, capture: bool) -> StepResult:
+def run_subprocess(step: Step, capture: bool, env: dict | None = None) -> StepResult:
     """One ``cli.py`` subprocess; its output goes to the terminal (progress bars) or is kept."""
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(CLI), *step.args], text=True,
+    proc = subprocess.run([sys.executable, str(CLI), *step.args], text=True, env=env,
                           stdout=subprocess.PIPE if capture else None,
                           stderr=subprocess.STDOUT if capture else None)
     lines = proc.stdout.splitlines() if capture and proc.stdout else []
@@ -106,23 +108,52 @@ def run(cfg: DemoConfig, echo=print, capture: bool = False) -> dict:
         steps[i:i + 1] = expand(steps[i], Path(cfg.artifacts) / "runs")
         if i == len(steps):
             break
-        step, i = steps[i], i + 1
-        echo(f"\n[{i}/{len(steps)}] {step.stage}: {step.label}   ({_clock(time.perf_counter() - t0)} "
-             "elapsed)")
-        echo(f"$ {step.command()}")
-        result = run_step(step, capture)
-        results.append(result)
-        for line in result.output:
-            echo(f"  {line}")
-        if result.returncode:
-            _write_log(cfg, results, time.perf_counter() - t0, failed=True)
-            raise DemoError(f"step {i}/{len(steps)} failed with exit code {result.returncode}: "
-                            f"{step.command()}\nFix the cause and re-run the demo: completed "
-                            "steps are skipped.")
+        batch = _batch(steps, i, cfg.jobs)
+        for k, step in enumerate(batch, start=i + 1):
+            echo(f"\n[{k}/{len(steps)}] {step.stage}: {step.label}   "
+                 f"({_clock(time.perf_counter() - t0)} elapsed)")
+            echo(f"$ {step.command()}")
+        done = _run_batch(batch, capture, cfg.jobs)
+        for k, result in enumerate(done, start=i + 1):
+            results.append(result)
+            if len(batch) > 1:
+                echo(f"\n[{k}/{len(steps)}] done in {_clock(result.seconds)}: {result.step.label}")
+            for line in result.output:
+                echo(f"  {line}")
+            if result.returncode:
+                _write_log(cfg, results, time.perf_counter() - t0, failed=True)
+                raise DemoError(f"step {k}/{len(steps)} failed with exit code "
+                                f"{result.returncode}: {result.step.command()}\nFix the cause and "
+                                "re-run the demo: completed steps are skipped.")
+        i += len(batch)
     total = time.perf_counter() - t0
     log = _write_log(cfg, results, total, failed=False)
     return {"steps": len(steps), "seconds": total, "log": str(log),
             "by_stage": _by_stage(results), "report": report_summary(cfg)}
+
+
+def _batch(steps: list[Step], i: int, jobs: int) -> list[Step]:
+    """The steps to start together at ``i``: with ``jobs`` > 1, up to ``jobs`` consecutive
+    fine-tuned train-oracle commands (each its own process; they read the same caches and write
+    their own run directories, so none waits on another); otherwise step ``i`` alone."""
+    if jobs <= 1 or steps[i].stage != "train":
+        return [steps[i]]
+    k = i
+    while k < len(steps) and k - i < jobs and steps[k].stage == "train" \
+            and steps[k].each_run_of is None:
+        k += 1
+    return steps[i:k]
+
+
+def _run_batch(batch: list[Step], capture: bool, jobs: int) -> list[StepResult]:
+    """The batch's results in plan order; several steps run at once with their output kept
+    (printed when each is done), each with an equal share of the cores as its threads."""
+    if len(batch) == 1:
+        return [run_step(batch[0], capture)]
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads)}
+    with ThreadPoolExecutor(max_workers=len(batch)) as pool:
+        return list(pool.map(lambda s: run_subprocess(s, True, env), batch))
 
 
 def _clock(seconds: float) -> str:
@@ -146,8 +177,29 @@ def _write_log(cfg: DemoConfig, results: list[StepResult], total: float, failed:
         "steps": [{"command": r.step.command(), "stage": r.step.stage, "label": r.step.label,
                    "seconds": round(r.seconds, 2), "returncode": r.returncode}
                   for r in results],
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine()})
     return path
+
+
+def machine() -> dict:
+    """Where the demo ran, for the results it produced (demo.json): CPU model and cores, the GPU
+    the steps saw (none: CPU only), library versions.  Step seconds summed by stage overlap
+    when ``--jobs`` runs steps at once; ``seconds`` is the wall time."""
+    import platform
+
+    import timm
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                   if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu,
+            "gpus": torch.cuda.device_count() if gpu else 0, "python": platform.python_version(),
+            "torch": torch.__version__, "timm": timm.__version__}
 
 
 def report_summary(cfg: DemoConfig) -> dict:
