@@ -18,7 +18,7 @@ so no hub is needed: speed does not depend on the weights), on --images ImageNet
            with the capture, left out), the step path run.json records, and the ratio against
            one GPU.  ``--eager`` adds each N-GPU point with ``--cuda-graph off``.
 
-Goals (issue "At scale"): >= 1.8x one GPU at 40 per GPU on 2 GPUs; faster than one GPU at the
+Targets: >= 1.8x one GPU at 40 per GPU on 2 GPUs; faster than one GPU at the
 paper's global batch; extraction >= 1.8x on 2.
 """
 from __future__ import annotations

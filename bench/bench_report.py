@@ -4,7 +4,7 @@
     python bench/bench_report.py --small         # a quick smoke run
     python bench/bench_report.py --only-a --paper-grid   # A as the paper's Table 1 grid
 
-Two workloads (targets from issue 4, on a 2-core CPU):
+Two workloads (their targets on a 2-core CPU at the right):
   A. 16 runs x 50,000 rows: 2 <O,C> pairs x 4 losses x 2 seeds, two classifier caches of
      50,000 x 1,000 float16 logits (ImageNet-val-sized; the post-hoc baselines read them).  < 10 s
      With --paper-grid: the paper's grid at one split, 4 <O,C> pairs (ViT/ResNet oracle x
@@ -12,7 +12,7 @@ Two workloads (targets from issue 4, on a 2-core CPU):
      1281167: the training caches the baselines' fits read their held-out rows from are
      ImageNet-train-sized (1.28M x 1,000, in extract's 3,125-row shards; ~5 GB of disk).
   B. 1 run x 1,281,167 rows (ImageNet-train-sized), a cache with 10 classes.                < 5 s
-Issue 19 asks A, with intervals, to fit in 8 GiB of host memory and 60 s: every command run is
+Target: A, with intervals, fits in 8 GiB of host memory and 60 s; every command run is
 printed with the peak resident memory of its whole process tree (the command and its joblib
 workers, sampled: bench/proctree.py) and the largest single process's exact peak (ru_maxrss).
 
@@ -98,7 +98,7 @@ def load_runs(runs_root: Path) -> list[tuple[np.ndarray, np.ndarray, str]]:
     return out
 
 
-MEMORY_TARGET_GIB, TIME_TARGET_S = 8.0, 60.0     # issue 19: A with intervals, 2 cores
+MEMORY_TARGET_GIB, TIME_TARGET_S = 8.0, 60.0     # A with intervals, 2 cores
 EXTRACT_SHARD = 3125       # extract's default --shard-size (pipeline/extract/run.py)
 
 
@@ -182,7 +182,7 @@ def workload(name: str, root: Path, runs_root: Path, target: float, naive_fracti
           f"x{cli_s / base_s:.2f} the --no-ci time) | peak memory, everything on: process tree "
           f"{full['tree_peak_gib']:.2f} GiB ({full['processes']} processes; --no-ci "
           f"{base['tree_peak_gib']:.2f} GiB), largest process {full['single_peak_gib']:.2f} GiB "
-          f"(issue 19, <= {MEMORY_TARGET_GIB:.0f} GiB and <= {TIME_TARGET_S:.0f} s: "
+          f"(target <= {MEMORY_TARGET_GIB:.0f} GiB and <= {TIME_TARGET_S:.0f} s: "
           f"{'PASS' if full['tree_peak_gib'] <= MEMORY_TARGET_GIB and cli_s <= TIME_TARGET_S else 'FAIL'}"
           f") | load average {load} | in-process "
           f"{inproc_s:.2f} s {phases} | metrics only {metrics_s:.2f} s | naive "

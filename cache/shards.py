@@ -2,7 +2,7 @@
 
 A shard holds rows ``[start, stop)`` of a split, in global-index order, as contiguous (unchunked)
 datasets: reads of a whole shard are sequential, and nothing is compressed (fp16 logits do not
-compress; REFERENCE.md §5).  Shards are written under a temporary name and renamed, so a shard
+compress: random-looking mantissas; bench/bench_integrity.py measures the writes).  Shards are written under a temporary name and renamed, so a shard
 file that exists is complete.
 
 h5py is imported lazily and every file is closed before returning: stages load what they need

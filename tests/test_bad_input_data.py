@@ -1,4 +1,4 @@
-"""Bad input at the data and model end (issue: nothing silently wrong): high-bit-depth images,
+"""Bad input at the data and model end: high-bit-depth images,
 class order and the classifier's number of classes, weights files, labels files and devices.
 Each case is listed in docs/BAD_INPUT.md with the test that covers it."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Bad input at extraction, round two (issue 18, items 2-5): non-finite weights and outputs, a
+"""Bad input at extraction: non-finite weights and outputs, a
 cache copied under another classifier's name, duplicate labels-file entries, animated GIFs, a
 read-only --out, empty class folders, a classes.txt with a byte-order mark, an unknown class
 folder in a later split, and more loader workers than cores.  Each case is listed in

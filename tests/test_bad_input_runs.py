@@ -1,4 +1,4 @@
-"""Bad input at the run end (issue: nothing silently wrong): torn log lines, option ranges and
+"""Bad input at the run end: torn log lines, option ranges and
 devices, failed starts, output names, duplicated seeds in a report, the NaN hint and a damaged
 manifest.  Each case is listed in docs/BAD_INPUT.md with the test that covers it."""
 from __future__ import annotations

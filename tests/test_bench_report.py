@@ -1,4 +1,4 @@
-"""bench/bench_report.py's memory figure (issue 19): the peak of a command's whole process tree."""
+"""bench/bench_report.py's memory figure: the peak of a command's whole process tree."""
 from __future__ import annotations
 
 import subprocess

@@ -1,4 +1,4 @@
-"""A cache that changed after it was written is never used silently (issue 12, items 1, 5, 8).
+"""A cache that changed after it was written is never used silently.
 
 Shards copied in from another cache, truncated shards and flipped bytes are refused by the reader
 naming the file; a re-run of `extract` (with --verify for flipped bytes) recomputes exactly the

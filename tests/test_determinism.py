@@ -1,4 +1,4 @@
-"""Issue 18: the same ``fit-classifier`` / ``extract`` / ``train-oracle`` command twice on one
+"""The same ``fit-classifier`` / ``extract`` / ``train-oracle`` command twice on one
 machine (CPU, same thread count) writes bit-identical files (docs/RESULTS.md, "Determinism").
 
 Each round runs the demo's commands (pipeline/demo/plan.py, on a small Fashion-MNIST copy) in a

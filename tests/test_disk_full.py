@@ -1,4 +1,4 @@
-"""A full disk during `extract` or `train-oracle` (issue 12, item 4): one clear message naming the
+"""A full disk during `extract` or `train-oracle`: one clear message naming the
 file, exit code 1, nothing complete lost, and the same command finishes the work afterwards.
 
 Real write failures, not mocks: the command runs in a child process whose file size limit

@@ -1,4 +1,4 @@
-"""MC-Dropout (issue 20, item 3): `extract --mc-dropout T` stores the mean-softmax summaries of T
+"""MC-Dropout: `extract --mc-dropout T` stores the mean-softmax summaries of T
 passes with only the dropout layers active, reproducibly under the seed (also after a resume),
 leaving the deterministic columns and the identity of caches without it unchanged; the report
 adds its two rows where a cache has the columns.  Bad input: docs/BAD_INPUT.md."""

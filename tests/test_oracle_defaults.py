@@ -1,4 +1,4 @@
-"""Defaults that fit any backbone and any size (issue 21): the oracle starts from the weights the
+"""Defaults that fit any backbone and any size: the oracle starts from the weights the
 classifier cache recorded, SS's slopes for a backbone the paper did not train, a split too small
 for the paper's protocol, too few held-out rows, fit-classifier's split, and the hints that name
 --weights and --data.  Each message is listed in docs/BAD_INPUT.md."""

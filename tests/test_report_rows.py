@@ -1,4 +1,4 @@
-"""What a report row stands for (issue 18, report side): rows keyed by the identity of the
+"""What a report row stands for: rows keyed by the identity of the
 evaluated cache, one deduplication of repeated seeds for every table, and classifier labels from
 what the cache recorded.  Each case is listed in docs/BAD_INPUT.md (Report)."""
 from __future__ import annotations

@@ -158,7 +158,7 @@ def test_resumed_fine_tune_sweep_skips_complete_points(tree, tmp_path):
 def test_a_sweep_lists_the_image_folder_once_and_the_next_sweep_sees_changed_images(
         tree, tmp_path, monkeypatch):
     """Every point of every stage needs the same splits: one listing and one image check per
-    split for the whole sweep (issue 19), and none kept past it."""
+    split for the whole sweep, and none kept past it."""
     import pipeline.oracle.settings.targets as targets
 
     root, data = tree

@@ -1,4 +1,4 @@
-"""train-oracle and predict, nothing silently wrong (issue 18, runs side): the oracle's weights
+"""train-oracle and predict, nothing silently wrong: the oracle's weights
 identified by their contents, no evaluation on the training split, one message and run.json
 ``failed`` on every way a run stops, and predict's default precision.  Each case is listed in
 docs/BAD_INPUT.md (Training / Prediction)."""

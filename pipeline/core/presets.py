@@ -42,7 +42,8 @@ EMBEDDED_FIT = {   # no random crop (pad=0): it slowed the 7-px-patch ViT down (
     "resnet": dict(epochs=4, batch_size=128, lr=2e-3, warmup_epochs=0.5, pad=0, workers=0),
 }
 # ``cli.py extract`` on the embedded dataset: keep the flipped view's outputs too (2x a tiny
-# classifier's cost), so oracle training uses the target of the view it shows (REFERENCE.md sec. 1)
+# classifier's cost), so oracle training uses the target of the view it shows (the authors' code
+# runs the classifier on each training step's flipped batch: luoyan407/predict_trustworthiness)
 # and the bare ``extract`` finds the demo's caches complete.
 # Also the pooled features of both views (64 / 128 fp16 values per row and view for the small vit /
 # resnet): what the demo's head-only oracles train on, at no extra forward pass.
@@ -71,7 +72,7 @@ def family(model_name: str) -> str:
     return "other"
 
 
-# SS slopes of an oracle backbone the paper did not train (issue 21): the values of the paper's
+# SS slopes of an oracle backbone the paper did not train: the values of the paper's
 # backbone it resembles -- an attention model (its timm name holds one of these) the ViT's, every
 # other backbone (timm's others are convolutional, or convolution-led hybrids) the ResNet's.  A
 # name-based rule, so the same oracle name always gets the same slopes, before any model is built.
@@ -116,8 +117,8 @@ PAPER_ORACLE = dict(lr=1e-5, weight_decay=0.0, momentum=0.05, warmup_steps=100, 
 # as the paper used one protocol for all.
 EMBEDDED_ORACLE = {**PAPER_ORACLE, "lr": 1e-2, "momentum": 0.9, "batch_size": 128, "epochs": 2,
                    "train_limit": 20_000, "precision": "fp32"}
-# A training split too small for the paper's protocol (issue 21: one epoch of ~100 images is 2
-# steps of 40).  When the preset fills --epochs (PAPER_ORACLE only: EMBEDDED_ORACLE is sized for
+# A training split too small for the paper's protocol (one epoch of ~100 images is 2 steps of
+# 40).  When the preset fills --epochs (PAPER_ORACLE only: EMBEDDED_ORACLE is sized for
 # its data) and its epochs give fewer than MIN_TRAIN_STEPS optimizer steps, the run takes the
 # fewest epochs that reach it, at most MAX_AUTO_EPOCHS, with a note; --epochs overrides.  100 =
 # the protocol's own warm-up, which a shorter run would never leave.
