@@ -1,7 +1,8 @@
-"""Images changed after a cache was extracted are never paired with its trust labels.  The
-dataset fingerprint hashes paths and labels only; each shard also records the XXH3-128 hash of every image file it was computed from and a digest of the files' (size,
-mtime_ns) stamps: `extract` recomputes exactly the shards of changed images, the stages that read
-pixels with a cache's targets refuse it, and a cache written before the stamps is adopted."""
+"""Images changed after a cache was extracted are never paired with its trust labels. The dataset
+fingerprint hashes paths and labels only; each shard also records the XXH3-128 hash of every
+image file it was computed from and a digest of the files' (size, mtime_ns) stamps: `extract`
+recomputes exactly the shards of changed images, the stages that read pixels with a cache's
+targets refuse it, and a cache written before the stamps is adopted."""
 from __future__ import annotations
 
 import os
