@@ -1,6 +1,8 @@
 """``cli.py demo``: options -> ``DemoConfig`` -> the whole pipeline as printed ``cli.py`` commands."""
 from __future__ import annotations
 
+import os
+
 import click
 
 from pipeline.core.losses import LOSSES
@@ -9,6 +11,9 @@ from pipeline.core.options import (DATA, NO_PROGRESS, Command, Opt, args_option,
 from pipeline.core.presets import DEMO
 from pipeline.data.imagenet_c import CORRUPTIONS
 from pipeline.data.sources import default_artifacts
+
+
+MAX_JOBS = 4     # the default --jobs on a larger machine: each job holds a process and its memory
 
 
 def _names(key: str) -> str:
@@ -63,9 +68,10 @@ def _names(key: str) -> str:
         "the alpha sweep (and the features they read)."),
     Opt(("--report-args",), callback=args_option, group="runtime", hidden=True,
         default_text="none", help="Extra options for report."),
-    Opt(("--jobs",), type=click.IntRange(1), default=1, group="runtime", help="Fine-tuned "
-        "train-oracle commands run at once (each its own process, with an equal share of the "
-        "cores; on a GPU box they share the GPU). Their output is printed as each finishes."),
+    Opt(("--jobs",), type=click.IntRange(1), group="runtime", help="Independent commands run at "
+        "once: the fits, the extractions, the attacks, the fine-tuned train-oracle runs (each its "
+        "own process with an equal share of the cores; on a GPU box they share the GPU). Their "
+        "output is printed as each finishes.", default_text=f"the cores, at most {MAX_JOBS}"),
     Opt(("--dry-run",), is_flag=True, group="runtime", help="Print the commands and stop."),
     NO_PROGRESS.but(help="No progress bars in the steps."),
 )
@@ -100,7 +106,8 @@ def demo(seeds, full, pairs, head_seeds, data, corruption, severity, classifiers
                               "broadcast_losses" if full else "default_broadcast_losses"),
         fit_args=fit_args, extract_args=extract_args, train_args=train_args,
         head_args=head_args, head_only=not no_head_only, report_args=report_args,
-        progress=not no_progress, dry_run=dry_run, jobs=jobs)
+        progress=not no_progress, dry_run=dry_run,
+        jobs=jobs if jobs is not None else min(MAX_JOBS, os.cpu_count() or 1))
     if not cfg.classifiers or not cfg.oracles:
         raise click.UsageError("--classifiers and --oracles need at least one name each")
     try:

@@ -132,14 +132,19 @@ def run(cfg: DemoConfig, echo=print, capture: bool = False) -> dict:
             "by_stage": _by_stage(results), "report": report_summary(cfg)}
 
 
+# Stages whose consecutive steps are independent subprocesses: each writes its own checkpoint,
+# cache split, adversarial split or run directory and reads only what earlier stages wrote.
+PARALLEL_STAGES = ("fit", "extract", "attack", "train")
+
+
 def _batch(steps: list[Step], i: int, jobs: int) -> list[Step]:
-    """The steps to start together at ``i``: with ``jobs`` > 1, up to ``jobs`` consecutive
-    fine-tuned train-oracle commands (each its own process; they read the same caches and write
-    their own run directories, so none waits on another); otherwise step ``i`` alone."""
-    if jobs <= 1 or steps[i].stage != "train":
+    """The steps to start together at ``i``: with ``jobs`` > 1, up to ``jobs`` consecutive steps
+    of one stage of ``PARALLEL_STAGES``; otherwise step ``i`` alone."""
+    stage = steps[i].stage
+    if jobs <= 1 or stage not in PARALLEL_STAGES:
         return [steps[i]]
     k = i
-    while k < len(steps) and k - i < jobs and steps[k].stage == "train" \
+    while k < len(steps) and k - i < jobs and steps[k].stage == stage \
             and steps[k].each_run_of is None:
         k += 1
     return steps[i:k]
@@ -147,7 +152,9 @@ def _batch(steps: list[Step], i: int, jobs: int) -> list[Step]:
 
 def _run_batch(batch: list[Step], capture: bool, jobs: int) -> list[StepResult]:
     """The batch's results in plan order; several steps run at once with their output kept
-    (printed when each is done), each with an equal share of the cores as its threads."""
+    (printed when each is done), each with an equal share of the cores as its threads (small
+    models gain little from a second thread: two runs side by side finish sooner than one after
+    the other with two threads each)."""
     if len(batch) == 1:
         return [run_step(batch[0], capture)]
     threads = str(max(1, (os.cpu_count() or 1) // jobs))
