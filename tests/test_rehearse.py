@@ -140,7 +140,7 @@ def test_the_shim_adds_what_a_machine_without_the_hub_needs():
     assert added_options(["attack", "--classifier", "resnet"], env) == [
         "--random-init", "--max-samples", "300", "--no-progress"]
     assert added_options(["train-oracle", "--oracle", "vit"], env) == [
-        "--random-init", "--train-limit", "20000", "--no-progress"]
+        "--random-init", "--max-samples", "20000", "--no-progress"]
     assert added_options(["train-oracle", "--head-only", "--oracle", "vit"], env) == [
         "--random-init", "--no-progress"]
     assert added_options(["extract", "--weights", "w.pth"], env) == ["--no-progress"]
