@@ -199,12 +199,10 @@ def machine() -> dict:
     import timm
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                   if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = platform.processor() or platform.machine()    # where /proc/cpuinfo names no model
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text(errors="replace").splitlines() if info.exists() else []
+    cpu = next((l.split(":", 1)[1].strip() for l in lines if l.startswith("model name")), cpu)
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu,
             "gpus": torch.cuda.device_count() if gpu else 0, "python": platform.python_version(),
