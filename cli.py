@@ -16,7 +16,7 @@ import warnings
 import click
 
 from pipeline.attack.command import attack
-from pipeline.classifier.command import fit_classifier
+from pipeline.classifier.command import fit_classifier, import_weights
 from pipeline.corrupt.command import corrupt
 from pipeline.data.errors import worker_message
 from pipeline.demo.command import demo
@@ -81,8 +81,8 @@ def cli():
     """Trustworthiness oracles (Luo et al., NeurIPS 2021): extract -> train-oracle -> report."""
 
 
-for command in (extract, train_oracle, predict, sweep, report, fit_classifier, attack, corrupt,
-                demo):
+for command in (extract, train_oracle, predict, sweep, report, fit_classifier, import_weights,
+                attack, corrupt, demo):
     cli.add_command(command)
 
 

@@ -1,6 +1,8 @@
 """``cli.py fit-classifier``: train a base classifier (the embedded dataset's stand-ins for hub
-weights, or any timm model on an ImageFolder) and save a checkpoint ``extract`` loads.
+weights, or any timm model on an ImageFolder) and save a checkpoint ``extract`` loads; ``cli.py
+import-weights``: another implementation's weights file as such a checkpoint.
 
 command.py  the click command: options -> FitConfig -> fit
 fit.py      the training recipe, held-out accuracy; checkpoint.py: the checkpoint and its metadata
+imported.py import-weights: another implementation's weights file -> a project checkpoint
 """

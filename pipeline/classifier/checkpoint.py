@@ -36,9 +36,14 @@ def read_checkpoint(path: Path) -> dict:
     return ckpt
 
 
-def stale_reasons(ckpt: dict, spec, hp: dict, samples: SampleList) -> list[str]:
-    """What differs between an existing checkpoint and what this command would train."""
+def stale_reasons(ckpt: dict, spec, hp: dict, samples: SampleList,
+                  init: str | None = None) -> list[str]:
+    """What differs between an existing checkpoint and what this command would train (``init``:
+    the sha256 of the weights file it starts from)."""
     meta, out = ckpt.get("meta", {}), []
+    if meta.get("init_sha256", init) != init:
+        out.append(f"initial weights: fitted from a weights file of sha256 "
+                   f"{str(meta.get('init_sha256'))[:12]} (now {str(init)[:12]})")
     if ckpt["model"] != spec.name or to_attr(ckpt["model_kwargs"]) != to_attr(spec.kwargs):
         out.append(f"architecture {ckpt['model']} {to_attr(ckpt['model_kwargs'])} (now "
                    f"{spec.name} {to_attr(spec.kwargs)})")

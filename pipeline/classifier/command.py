@@ -132,3 +132,47 @@ def fit_classifier(classifier, data, split, out, labels_file, num_classes, model
                f"{m['dataset']}/{m['split']}, {t['train_s']:.1f}s, {t['img_per_s']:.0f} img/s): "
                f"held-out accuracy {100 * m['held_out_accuracy']:.2f}% on {m['held_out_rows']} "
                f"images; saved {result['out']}")
+
+
+@click.command("import-weights", cls=Command)
+@options(
+    Opt(("--model",), required=True, group="model", help="timm name of the architecture the "
+        "file holds, e.g. tf_efficientnet_lite0."),
+    WEIGHTS.but(required=True, default_text=None, help="The weights file to import: a state "
+                "dict (torch or safetensors) of that architecture."),
+    Opt(("--match",), type=click.Choice(["names", "order"]), default="names", group="model",
+        help="Pair the file's tensors with timm's by name, or in order (a port of the same "
+        "architecture under other names); every shape is checked either way."),
+    Opt(("--input-size",), type=click.IntRange(16), group="data", help="Square input size (px) "
+        "the checkpoint's preprocessing records (the whole image: crop 1.0 unless --crop-pct).",
+        default_text="the model's own"),
+    Opt(("--crop-pct",), type=click.FloatRange(0, 1, min_open=True), group="data",
+        help="Centre-crop fraction the preprocessing records.",
+        default_text="1 with --input-size, else the model's own"),
+    Opt(("--num-classes",), callback=_num_classes_option, group="model", help="Replace the "
+        "classifier head with a fresh (seeded, untrained) one of N outputs: an ImageNet backbone "
+        "whose features a head-only oracle reads on a dataset of N classes (extract refuses "
+        "outputs that do not mean the dataset's classes); its outputs mean nothing until fitted.",
+        default_text="the file's head"),
+    Opt(("--out-file", "out"), required=True, type=click.Path(path_type=Path), group="output",
+        metavar="FILE", help="Project checkpoint to write (give it to any stage's --weights)."),
+)
+def import_weights(model, weights, match, input_size, crop_pct, num_classes, out):
+    """Turn a weights file of a timm architecture, saved by another implementation, into a
+    project checkpoint every stage loads with --weights (under any --classifier or --oracle
+    name), recording the preprocessing and the source file's sha256."""
+    from pipeline.classifier.imported import ImportConfig
+    from pipeline.classifier.imported import import_weights as run
+
+    done = run(ImportConfig(model=model, weights=Path(weights), out=out, match=match,
+                            input_size=input_size, crop_pct=crop_pct,
+                            num_classes=num_classes))
+    d = done["data_config"]
+    if done["skipped"]:
+        click.echo(f"{out} holds this import already (source sha256 {done['sha256'][:12]}): "
+                   "nothing to do")
+        return
+    click.echo(f"import-weights {model}: {done['tensors']} tensors matched by {match}, "
+               f"{done['num_classes']} outputs, input {d.input_size[1]}x{d.input_size[2]} "
+               f"(crop {d.crop_pct:g}, {d.interpolation}); saved {out} "
+               f"(source sha256 {done['sha256'][:12]})")

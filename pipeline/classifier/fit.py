@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,8 @@ from tqdm import tqdm
 from pipeline.classifier.checkpoint import read_checkpoint, save_checkpoint, stale_reasons
 from pipeline.core import dist
 from pipeline.core.inference import scoring
-from pipeline.core.models import (ModelError, build_model, resolve_data_config, resolve_spec,
+from pipeline.core.models import (ModelError, build_model, file_sha256, is_project_checkpoint,
+                                  resolve_data_config, resolve_spec,
                                   state_dict_from_file)
 from pipeline.core.precision import autocast, default_precision
 from pipeline.core.presets import DEFAULT_FIT, EMBEDDED_ARCH, EMBEDDED_FIT, embedded_classifier_path
@@ -85,7 +86,13 @@ def classifier_spec(cfg: FitConfig, num_classes: int, embedded_preset: bool):
     if cfg.weights and cfg.pretrained:
         raise ModelError("--weights and --hub-weights exclude each other")
     kwargs = {**cfg.model_kwargs, "num_classes": num_classes}
-    spec = resolve_spec(cfg.classifier, embedded_preset, None, True, kwargs)
+    if cfg.weights and is_project_checkpoint(cfg.weights):
+        # its architecture and preprocessing (import-weights, a fit); init_from_file loads the
+        # tensors, the head aside where the classes differ
+        spec = replace(resolve_spec(cfg.classifier, embedded_preset, cfg.weights, False, kwargs),
+                       weights=None, random_init=True)
+    else:
+        spec = resolve_spec(cfg.classifier, embedded_preset, None, True, kwargs)
     if cfg.pretrained:
         spec = type(spec)(spec.name, spec.kwargs, None, False, spec.data_config)
     return spec
@@ -97,6 +104,11 @@ def build_classifier(cfg: FitConfig, spec) -> torch.nn.Module:
     if cfg.weights:
         init_from_file(model, cfg.weights)
     return model
+
+
+def init_sha256(cfg: FitConfig) -> str | None:
+    """The identity of the weights file the fit starts from (None: random or hub weights)."""
+    return file_sha256(cfg.weights) if cfg.weights else None
 
 
 def init_from_file(model: torch.nn.Module, path: str) -> None:
@@ -254,7 +266,7 @@ def fit(cfg: FitConfig) -> dict:
         ckpt = read_checkpoint(out)
         fitted = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(out.stat().st_mtime))
         return {"skipped": True, "out": str(out), "meta": ckpt.get("meta", {}), "fitted": fitted,
-                "notes": stale_reasons(ckpt, spec, hp, samples)}
+                "notes": stale_reasons(ckpt, spec, hp, samples, init_sha256(cfg))}
     notes = []
     if is_embedded_dataset(samples.dataset) and samples.split != "clf-train":
         notes.append(f"fitted on split {samples.split!r}: the embedded dataset keeps 'clf-train' "
@@ -281,6 +293,7 @@ def fit(cfg: FitConfig) -> dict:
     meta = {"model": spec.name, "config": config,
             "hparams": hp, "dataset": samples.dataset, "split": samples.split,
             "dataset_fingerprint": samples.fingerprint, "num_classes": num_classes,
+            "init_sha256": init_sha256(cfg),
             "classes": list(samples.classes), "train_rows": len(train_rows),
             "held_out_rows": len(val_rows), "held_out_accuracy": accuracy, "history": history,
             "device": str(device), "threads": torch.get_num_threads(),

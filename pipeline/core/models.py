@@ -59,7 +59,7 @@ def resolve_spec(name: str, embedded: bool, weights: str | None = None,
                  random_init: bool = False, kwargs: dict | None = None) -> ModelSpec:
     """Map a preset or timm name (plus options) to a ModelSpec; unknown names get suggestions."""
     kwargs = dict(kwargs or {})
-    if weights and _is_project_checkpoint(weights):
+    if weights and is_project_checkpoint(weights):
         ckpt = _load_file(weights)
         return ModelSpec(ckpt["model"], {**ckpt["model_kwargs"], **kwargs}, weights, False,
                          ckpt.get("data_config"))
@@ -70,7 +70,7 @@ def resolve_spec(name: str, embedded: bool, weights: str | None = None,
             raise ModelError(f"the embedded dataset's {name!r} classifier has not been fitted yet "
                              f"({path} missing): run `python cli.py fit-classifier --classifier "
                              f"{name}` (or `make demo`) first")
-        if path and _is_project_checkpoint(path):
+        if path and is_project_checkpoint(path):
             return resolve_spec(name, embedded, path, False, kwargs)
         return ModelSpec(arch, {**arch_kwargs, **kwargs}, path, random_init, EMBEDDED_DATA_CONFIG)
     name = IMAGENET_PRESETS.get(name, name)
@@ -88,7 +88,7 @@ def check_model_name(name: str) -> None:
                      f"timm model name" + (f"; did you mean {', '.join(close)}?" if close else ""))
 
 
-def _is_project_checkpoint(path: str) -> bool:
+def is_project_checkpoint(path: str) -> bool:
     if not str(path).endswith((".pt", ".pth")) or not Path(path).exists():
         return False
     obj = _load_file(path)
