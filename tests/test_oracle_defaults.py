@@ -145,7 +145,7 @@ def test_a_sweep_of_an_unknown_backbone_fixes_the_rules_slopes():
 
 
 def test_ss_with_an_unknown_backbone_trains_with_the_rules_slopes_and_says_so(stage1, tmp_path):
-    """It was refused until --alpha-pos and --alpha-neg were given."""
+    """Without held-out rows to choose the slopes on, it is refused, naming both fixes."""
     data, cache, _ = stage1
     out = tmp_path / "run"
     args = train_args(data, cache, out, "--batch-size", 4, "--val-fraction", 0, loss="ss")
@@ -153,6 +153,12 @@ def test_ss_with_an_unknown_backbone_trains_with_the_rules_slopes_and_says_so(st
     args[i + 1] = "mobilenetv3_small_050"
     j = args.index("--model-kwargs")
     del args[j:j + 2]
+    refused = run_cli(args, expect=1)
+    assert ("--loss ss on oracle mobilenetv3_small_050: the paper gives SS slopes for ViT and "
+            "ResNet backbones only, and --val-fraction 0 leaves no held-out rows") in refused.output
+    assert "--alpha-pos and --alpha-neg" in refused.output and "cli.py sweep" in refused.output
+    assert not (out / "run.json").exists()
+    args[args.index("--val-fraction") + 1] = 0.25
     result = run_cli(args)
     assert ("note: SS slopes alpha+ = 2, alpha- = 5 for oracle mobilenetv3_small_050: neither a "
             "ViT nor a ResNet, nor an attention model by its name, so the paper's ResNet "
@@ -163,6 +169,9 @@ def test_ss_with_an_unknown_backbone_trains_with_the_rules_slopes_and_says_so(st
     assert "ResNet (convolutional) values" in record["protocol"]["notes"]["ss_slopes"]
     given = run_cli(args[:-2] + ["--out", tmp_path / "given", "--alpha-pos", 1, "--alpha-neg", 4])
     assert "SS slopes" not in given.output
+    labels = json.loads((tmp_path / "given" / "run.json").read_text())["run"]
+    assert (labels["variant"], labels["loss_label"]) == ("a1-4", "SS (α+ 1, α− 4)")
+    assert labels["group"] != record["run"]["group"]
 
 
 # ------------------------------------------------------------------- steps and held-out rows --

@@ -211,9 +211,14 @@ def head_of(loss: str, z: str | None) -> str:
     return (z or LOSSES[loss].head) if LOSSES[loss].head == "hyperplane" else "linear"
 
 
-def variant_tags(cfg: LossConfig, z_head: str | None) -> list[str]:
-    """Short tags of non-default loss forms (DATA_CONTRACT.md): broadcast, linear-z, cb, wP-N."""
+def variant_tags(cfg: LossConfig, z_head: str | None,
+                 slopes: tuple[float, float] | None = None) -> list[str]:
+    """Short tags of non-default loss forms (DATA_CONTRACT.md): broadcast, linear-z, cb, wP-N,
+    aP-N (SS slopes other than ``slopes``, the oracle's defaults: a sweep's choice)."""
     tags = []
+    if slopes is not None and cfg.alpha_pos is not None and \
+            (cfg.alpha_pos, cfg.alpha_neg) != tuple(slopes):
+        tags.append(f"a{cfg.alpha_pos:g}-{cfg.alpha_neg:g}")
     if cfg.broadcast:
         tags.append("broadcast")
     if LOSSES[cfg.name].head == "hyperplane" and z_head == "linear":
@@ -230,6 +235,10 @@ def loss_label(cfg: LossConfig, tags: list[str]) -> str:
     shown = {"broadcast": "broadcast", "linear-z": "linear z", "cb": "CB",
              "confidnet": "ConfidNet"}
     parts = [shown.get(t, t) for t in tags]
+    if cfg.alpha_pos is not None:
+        slopes = f"a{cfg.alpha_pos:g}-{cfg.alpha_neg:g}"
+        parts = [f"α+ {cfg.alpha_pos:g}, α− {cfg.alpha_neg:g}" if p == slopes else p
+                 for p in parts]
     return LOSSES[cfg.name].label + (f" ({', '.join(parts)})" if parts else "")
 
 

@@ -154,7 +154,8 @@ def _run_record(cfg: TrainConfig, loss: LossConfig, spec: ModelSpec, train: Spli
     linear z) are forms of those losses."""
     config = as_record(cfg)
     custom = is_custom(cfg.loss)
-    tags = ([] if custom else variant_tags(loss, cfg.z)) + \
+    slopes = ss_slopes(cfg.oracle or cfg.classifier, spec.name)[0]
+    tags = ([] if custom else variant_tags(loss, cfg.z, slopes)) + \
         [t for t, on in (("head-only", cfg.head_only), ("confidnet", cfg.head_arch == "confidnet"),
                          ("stacked", cfg.head_inputs == "stacked")) if on]
     if custom:
@@ -207,6 +208,11 @@ def _slopes_note(cfg: TrainConfig, spec: ModelSpec, loss: LossConfig,
     """SS's slopes for a backbone the paper did not train, when not both were given."""
     if cfg.loss != "ss" or why is None or (cfg.alpha_pos is not None and cfg.alpha_neg is not None):
         return None
+    if cfg.val_fraction == 0:
+        raise RunError(f"--loss ss on oracle {spec.name}: the paper gives SS slopes for ViT and "
+                       "ResNet backbones only, and --val-fraction 0 leaves no held-out rows to "
+                       "choose them on; give --alpha-pos and --alpha-neg, or keep held-out rows "
+                       "(--val-fraction > 0) and choose the slopes with `cli.py sweep`")
     return (f"SS slopes alpha+ = {loss.alpha_pos:g}, alpha- = {loss.alpha_neg:g} for oracle "
             f"{spec.name}: {why} (pipeline/core/presets.py ss_slopes); --alpha-pos/--alpha-neg "
             "set others")
