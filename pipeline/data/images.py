@@ -288,7 +288,10 @@ def _quiet_hangups(_worker_id: int) -> None:
 def make_loader(dataset: Dataset, batches: list[list[int]], workers: int,
                 pin_memory: bool, collate_fn: Callable | None = None) -> DataLoader:
     # prefetch 2 batches per worker: 16 workers x 2 x 256 x 384^2 x 3 B = 3.6 GB of shared
-    # memory at ViT@384 already; more only costs memory.
+    # memory at ViT@384 already; more only costs memory.  A worker beyond one per batch would
+    # only be started (a fork of this process each) and stopped: a 1,000-row split of 4 batches
+    # gets 4, whatever the cores.
+    workers = min(workers, len(batches))
     return DataLoader(dataset, batch_sampler=batches, num_workers=workers, pin_memory=pin_memory,
                       collate_fn=collate_fn, prefetch_factor=2 if workers > 0 else None,
                       persistent_workers=False, multiprocessing_context="fork" if workers else None,
