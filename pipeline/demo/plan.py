@@ -3,64 +3,24 @@ that runs once per complete run (``predict`` on the adversarial split).  Hyperpa
 passed: they come from ``pipeline/core/presets.py``, exactly as for the bare commands."""
 from __future__ import annotations
 
-import os
-import shlex
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from cache.reader import split_tag
 from cache.runs import RunDir, find_runs
 from pipeline.core.presets import DEMO, DEMO_ATTACK
+from pipeline.demo.pretrained import pretrained_steps
+from pipeline.sweep.report import read_chosen
+from pipeline.demo.steps import (RUN_DIR, SLOPES, DemoConfig, Step, adversarial_split,
+                                 adversarial_steps, extract_steps)
 
-CLI = Path(__file__).resolve().parents[2] / "cli.py"     # pipeline/demo/plan.py -> cli.py
 BROADCAST = "--authors-broadcast"
-RUN_DIR = "RUN_DIR"        # a predict step's placeholder: one command per matching run
 # The learned scorers on the classifier's own features (O = C), beside the linear head-only grid:
 # ConfidNet's head (the paper's small-scale setup: at least DemoConfig.head_seeds seeds) and the
 # same head fed with the features plus the per-row logit statistics ("stacked": DemoConfig.seeds),
 # each with DemoConfig.scorer_losses.
 HEAD_SCORERS = {"ConfidNet head": ("--head-arch", "confidnet"),
                 "stacked ConfidNet head": ("--head-arch", "confidnet", "--head-inputs", "stacked")}
-
-
-
-@dataclass(frozen=True)
-class DemoConfig:
-    artifacts: Path                         # artifacts/<dataset>: where the commands write
-    data: str | None = None                 # None: the embedded copy
-    # the grid: presets.DEMO's, unless the command line says otherwise
-    seeds: int = DEMO["seeds"]
-    corruption: str = DEMO["corruption"]
-    severity: int = DEMO["severity"]
-    classifiers: tuple[str, ...] = DEMO["classifiers"]
-    oracles: tuple[str, ...] = DEMO["oracles"]
-    losses: tuple[str, ...] = DEMO["losses"]
-    broadcast_losses: tuple[str, ...] = DEMO["default_broadcast_losses"]   # --full: DEMO's
-    pairs: str = DEMO["pairs"]              # fine-tuned pairs: "same" (O = C) or "all"
-    head_seeds: int = DEMO["head_seeds"]    # at least this many seeds of ConfidNet's head
-    scorer_losses: tuple[str, ...] = DEMO["scorer_losses"]   # the losses of HEAD_SCORERS' runs
-    fit_args: tuple[str, ...] = ()          # appended to every fit-classifier command (tests)
-    extract_args: tuple[str, ...] = ()
-    train_args: tuple[str, ...] = ()
-    head_args: tuple[str, ...] = ()         # head-only train-oracle commands and the sweep
-    head_only: bool = True                  # the head-only grid and the sweep
-    report_args: tuple[str, ...] = ()
-    progress: bool = True
-    dry_run: bool = False
-    jobs: int = 1                           # fine-tuned train-oracle commands run at once
-
-
-@dataclass(frozen=True)
-class Step:
-    stage: str              # fit | extract | attack | train | predict | head-only | sweep | report
-    args: tuple[str, ...]                   # cli.py arguments
-    label: str
-    each_run_of: str | None = None          # classifier: repeat for each of its complete runs
-
-    def command(self) -> str:
-        """What a user types in the repository root."""
-        cli = os.path.relpath(CLI) if not os.path.relpath(CLI).startswith("..") else str(CLI)
-        return shlex.join(["python", cli, *self.args])
 
 
 def plan(cfg: DemoConfig) -> list[Step]:
@@ -77,19 +37,10 @@ def plan(cfg: DemoConfig) -> list[Step]:
     # explicit either way (on is the embedded set's default, presets.EMBEDDED_EXTRACT)
     feats = ("--features",) if cfg.head_only else ("--no-features",)
     for name in dict.fromkeys(extracted):
-        common = ("extract", "--classifier", name, *data)
-        mc = mc_dropout_args(name)
-        splits = (("--split", "train", "--split", "test"),) if not mc else (
-            ("--split", "train"), ("--split", "test", *mc))
-        for split in splits:
-            steps.append(Step("extract", (*common, *split, "--flip-view", *feats, *quiet,
-                                          *cfg.extract_args),
-                              f"{name}: cache {' + '.join(split[1::2][:2])}"))
-        steps.append(Step("extract", (*common, "--split", "test", "--corruption", cfg.corruption,
-                                      "--severity", str(cfg.severity), "--flip-view", *feats,
-                                      *mc, *quiet, *cfg.extract_args), f"{name}: cache {shifted}"))
+        steps += extract_steps(cfg, name, ("--classifier", name, *data), feats, quiet)
     adv_root, cache_root = Path(cfg.artifacts) / "adversarial", Path(cfg.artifacts) / "cache"
-    steps += adversarial_steps(cfg, data, quiet, adv_root, cache_root)
+    steps += adversarial_steps(cfg, {n: () for n in cfg.classifiers}, data, quiet, adv_root,
+                               cache_root)
     variants = [(loss, ()) for loss in cfg.losses]
     variants += [(loss, (BROADCAST,)) for loss in cfg.broadcast_losses]
     steps += fine_tuned_steps(cfg, variants, data, quiet, shifted)
@@ -109,6 +60,8 @@ def plan(cfg: DemoConfig) -> list[Step]:
         where = data or ("--cache", str(Path(cfg.artifacts) / "cache"))
         steps.append(Step("sweep", ("sweep", "--classifier", "vit", "--oracle", "vit", *where,
                                     *quiet, *cfg.head_args), "<vit, vit> SS alpha-/alpha+ sweep"))
+    if cfg.pretrained:
+        steps += pretrained_steps(cfg, data, quiet, adv_root, cache_root)
     # named: a bare `report` refuses when ./artifacts holds runs of another dataset too; the
     # report goes to the runs' artifacts root (<artifacts>/report)
     where = ("--runs-root", str(Path(cfg.artifacts) / "runs"))
@@ -133,51 +86,36 @@ def fine_tuned_steps(cfg: DemoConfig, variants: list, data: tuple, quiet: tuple,
     return steps
 
 
-def mc_dropout_args(classifier: str) -> tuple[str, ...]:
-    """extract's MC-Dropout options for the evaluated splits of presets.DEMO's mc_dropout
-    classifier (none for the others)."""
-    mc = DEMO["mc_dropout"]
-    if classifier != mc["classifier"]:
-        return ()
-    return ("--mc-dropout", str(mc["passes"]), "--mc-dropout-rate", str(mc["rate"]))
-
-
-def adversarial_split(classifier: str) -> str:
-    return f"test-{DEMO_ATTACK['attack']}-{classifier}"
-
-
-def adversarial_steps(cfg: DemoConfig, data: tuple, quiet: tuple, adv_root: Path,
-                      cache_root: Path) -> list[Step]:
-    """Per classifier: attack a seeded part of test against it (presets.DEMO_ATTACK; the attack's
-    own defaults otherwise), then cache the classifier's outputs on the stored images."""
-    steps = []
-    for name in cfg.classifiers:
-        split = adversarial_split(name)
-        steps.append(Step("attack", (
-            "attack", "--classifier", name, *data, "--split", "test", "--attack",
-            DEMO_ATTACK["attack"], "--max-samples", str(DEMO_ATTACK["max_samples"]),
-            "--precision", DEMO_ATTACK["precision"], "--out", str(adv_root), "--out-split", split,
-            *quiet), f"{name}: adversarial copy of test ({DEMO_ATTACK['attack']})"))
-        steps.append(Step("extract", (
-            # with the classifier's features (as its other splits): TrustScore scores these too
-            "extract", "--classifier", name, "--data", str(adv_root), "--split", split,
-            *(("--features",) if cfg.head_only else ()),
-            "--precision", DEMO_ATTACK["precision"], "--out", str(cache_root),
-            *mc_dropout_args(name), *quiet, *cfg.extract_args), f"{name}: cache {split}"))
-    return steps
-
-
 def expand(step: Step, runs_root: Path) -> list[Step]:
-    """A per-run step -> one step per complete run of its classifier under ``runs_root``."""
+    """A per-run step -> one step per complete run of its classifier under ``runs_root``; a
+    step of swept slopes -> ``with_slopes``."""
     if step.each_run_of is None:
-        return [step]
-    runs, root = [], Path(runs_root)
+        return with_slopes(step)
+    runs, root = [], Path(step.runs_root or runs_root)
     for path in find_runs(root) if root.is_dir() else []:
         run = RunDir(path).record_if_any()
         if run.complete and run.labels.classifier == step.each_run_of:
             runs.append(root / path.relative_to(root.resolve()))
     return [replace(step, args=tuple(str(r) if a == RUN_DIR else a for a in step.args),
                     label=f"{step.label}: {r.name}", each_run_of=None) for r in runs]
+
+
+def with_slopes(step: Step) -> list[Step]:
+    """A step whose SS slopes are a sweep's choice, with the chosen values in place of
+    ``SLOPES`` once that sweep has run (unchanged before: a dry run prints the placeholders);
+    none where the sweep kept the oracle's own slopes: the plan's paper-slopes step is that run."""
+    if step.slopes_from is None:
+        return [step]
+    found = read_chosen(Path(step.slopes_from))
+    if found is None:
+        return [step]
+    chosen, fixed = found
+    if all(chosen[k] == fixed.get(k) for k in ("alpha_pos", "alpha_neg")):
+        return []
+    values = {SLOPES[0]: chosen["alpha_pos"], SLOPES[1]: chosen["alpha_neg"]}
+    return [replace(step, args=tuple(f"{values[a]:g}" if a in values else a for a in step.args),
+                    label=f"{step.label} (alpha+ {values[SLOPES[0]]:g}, alpha- "
+                    f"{values[SLOPES[1]]:g})", slopes_from=None)]
 
 
 def head_only_steps(cfg: DemoConfig, variants: list, data: tuple, quiet: tuple,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -33,7 +34,9 @@ from pathlib import Path
 import click
 
 from cache.manifest import write_json_atomic
-from pipeline.demo.plan import CLI, DemoConfig, Step, expand, plan
+from pipeline.demo.plan import expand, plan, with_slopes
+from pipeline.demo.pretrained import missing_wheel
+from pipeline.demo.steps import CLI, DemoConfig, Step
 from pipeline.oracle.command import predict, train_oracle
 from pipeline.report import tables as T
 from pipeline.sweep.command import sweep
@@ -85,10 +88,14 @@ def run_in_process(step: Step, capture: bool) -> StepResult:
     return StepResult(step, time.perf_counter() - t0, code, buf.getvalue().splitlines())
 
 
-def run_subprocess(step: Step, capture: bool, env: dict | None = None) -> StepResult:
-    """One ``cli.py`` subprocess; its output goes to the terminal (progress bars) or is kept."""
+def run_subprocess(step: Step, capture: bool, env: dict | None = None,
+                   cores: list[int] | None = None) -> StepResult:
+    """One ``cli.py`` subprocess; its output goes to the terminal (progress bars) or is kept.
+    ``cores``: the CPUs it may run on (through taskset, where installed): its loader workers and
+    threads size themselves to them (``core.options.usable_cores``)."""
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(CLI), *step.args], text=True, env=env,
+    pin = ["taskset", "-c", ",".join(map(str, cores))] if cores and shutil.which("taskset") else []
+    proc = subprocess.run([*pin, sys.executable, str(CLI), *step.args], text=True, env=env,
                           stdout=subprocess.PIPE if capture else None,
                           stderr=subprocess.STDOUT if capture else None)
     lines = proc.stdout.splitlines() if capture and proc.stdout else []
@@ -99,15 +106,19 @@ def run(cfg: DemoConfig, echo=print, capture: bool = False) -> dict:
     """Run (or, with ``dry_run``, list) every step; stop at the first failure (DemoError).
     Returns a summary; ``<artifacts>/demo.json`` records the commands and their wall times."""
     steps = plan(cfg)
+    if cfg.pretrained and not cfg.dry_run:
+        if missing_wheel():
+            raise DemoError(missing_wheel())
     if cfg.dry_run:
         for step in steps:
             echo(step.command())
         return {"steps": len(steps), "dry_run": True}
     t0, results, i = time.perf_counter(), [], 0
     while i < len(steps):
-        steps[i:i + 1] = expand(steps[i], Path(cfg.artifacts) / "runs")
-        if i == len(steps):
-            break
+        expanded = expand(steps[i], Path(cfg.artifacts) / "runs")
+        steps[i:i + 1] = expanded
+        if not expanded:            # no run to predict, or a sweep that kept the defaults
+            continue
         batch = _batch(steps, i, cfg.jobs)
         for k, step in enumerate(batch, start=i + 1):
             echo(f"\n[{k}/{len(steps)}] {step.stage}: {step.label}   "
@@ -142,13 +153,15 @@ PARALLEL_STAGES = ("fit", "attack", "train")
 def _batch(steps: list[Step], i: int, jobs: int) -> list[Step]:
     """The steps to start together at ``i``: with ``jobs`` > 1, up to ``jobs`` consecutive steps
     of one stage of ``PARALLEL_STAGES``; otherwise step ``i`` alone."""
-    stage = steps[i].stage
+    stage = steps[i].stage               # steps[i] is expanded (run's loop)
     if jobs <= 1 or stage not in PARALLEL_STAGES:
         return [steps[i]]
-    k = i
+    k = i + 1
     while k < len(steps) and k - i < jobs and steps[k].stage == stage \
             and steps[k].each_run_of is None:
-        k += 1
+        filled = with_slopes(steps[k])          # its sweep ran before this batch (plan order)
+        steps[k:k + 1] = filled
+        k += len(filled)
     return steps[i:k]
 
 
@@ -161,8 +174,34 @@ def _run_batch(batch: list[Step], capture: bool, jobs: int) -> list[StepResult]:
         return [run_step(batch[0], capture)]
     threads = str(max(1, (os.cpu_count() or 1) // jobs))
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads)}
+    gpus, cores = visible_gpus(), sorted(usable_cpus())
+    envs = [env if len(gpus) < 2 else {**env, "CUDA_VISIBLE_DEVICES": gpus[k % len(gpus)]}
+            for k in range(len(batch))]
+    # disjoint core sets: each step's loader workers count its share, not the machine's (16
+    # steps on 64 cores would otherwise start 16 x 32 workers)
+    n = len(cores)
+    shares = [(cores[k * n // jobs:(k + 1) * n // jobs] if n >= jobs else [cores[k % n]])
+              if n else None for k in range(len(batch))]
     with ThreadPoolExecutor(max_workers=len(batch)) as pool:
-        return list(pool.map(lambda s: run_subprocess(s, True, env), batch))
+        return list(pool.map(lambda s, e, c: run_subprocess(s, True, e, c), batch, envs, shares))
+
+
+def usable_cpus() -> set[int]:
+    try:
+        return os.sched_getaffinity(0)
+    except AttributeError:  # macOS: no affinity; the steps share every core
+        return set()
+
+
+def visible_gpus() -> list[str]:
+    """The CUDA devices this process may use, as CUDA_VISIBLE_DEVICES names them: the steps of a
+    batch go to them in turn (one GPU each), so a several-GPU machine runs them side by side."""
+    import torch
+
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [d.strip() for d in listed.split(",") if d.strip()][:torch.cuda.device_count()]
+    return [str(k) for k in range(torch.cuda.device_count())]
 
 
 def _clock(seconds: float) -> str:

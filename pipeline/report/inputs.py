@@ -19,7 +19,7 @@ from cache.runfile import RunFile
 from cache.runs import OUTPUTS, RUN_FILE, RunDir, find_runs, is_run_dir
 from cache.schema import KIND_ORACLE, CacheError, CacheMismatch, canonical, check_identity
 from cache.shards import read_attrs
-from pipeline.core.presets import EMBEDDED_ARCH, IMAGENET_PRESETS
+from pipeline.core.presets import CHECKPOINT_NAMES, EMBEDDED_ARCH, IMAGENET_PRESETS
 from pipeline.report.bootstrap import BootstrapSpec
 from pipeline.report.heldout import FitTask
 
@@ -129,9 +129,11 @@ def classifier_label(name: str, identity: dict) -> str:
     """The classifier a row is labelled with: the name given (--classifier, or the cache's
     folder) when it names the model the cache recorded, else that recorded model -- a copied
     cache of model A under the name B is A's, whatever the folder or the command line said.
-    A name names a model when it is the model (timm's pretrained tag aside) or a preset of it."""
+    A name names a model when it is the model (timm's pretrained tag aside), a preset of it or
+    a name the demo gives its checkpoint (presets.CHECKPOINT_NAMES)."""
     model = str(identity.get("model") or "")
-    named = {name, IMAGENET_PRESETS.get(name), (EMBEDDED_ARCH.get(name) or (None,))[0]}
+    named = {name, IMAGENET_PRESETS.get(name), (EMBEDDED_ARCH.get(name) or (None,))[0],
+             CHECKPOINT_NAMES.get(name)}
     if not name or not model or model in named or name.split(".")[0] == model.split(".")[0]:
         return name or model
     return model

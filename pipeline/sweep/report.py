@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from pathlib import Path
 
@@ -132,3 +133,15 @@ def write_figures(out: Path, summary: dict) -> list[Path]:
 def _get(p: dict, where: str, key: str) -> float:
     v = (p.get(where) or {}).get(key)
     return math.nan if v is None else float(v)
+
+
+def read_chosen(root: Path) -> tuple[dict, dict] | None:
+    """(the values a finished sweep in ``root`` chose, over the fixed ones it did not sweep;
+    the fixed ones), e.g. ``({"alpha_pos": 1.0, "alpha_neg": 4.0}, {"alpha_pos": 1.0,
+    "alpha_neg": 3.0})``; None while its sweep.json does not exist."""
+    path = Path(root) / "sweep.json"
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    fixed = summary.get("fixed", {})
+    return {**fixed, **summary["chosen"]}, fixed
