@@ -367,9 +367,15 @@ def extract(report: Path, note: str | None = None) -> dict:
         "fits": _fits(doc),
         "splits": splits,
         "sweeps": sweeps,
+        **({"pretrained": _pretrained(root)} if _pretrained(root) else {}),
         "figures": [{k: v for k, v in f.items() if k != "from"} for f in figures],
         "_copy": [(f["from"], f["name"]) for f in figures],
     }
+
+
+def _pretrained(root: Path) -> dict | None:
+    from bench import results_pretrained
+    return results_pretrained.extract(root)
 
 
 def _dump(obj, level: int = 0, depth: int = 4) -> str:
@@ -708,7 +714,9 @@ def block_classifiers(s: dict) -> str:
         p = "MSP (fallback)" if f["p"] == "MSP" else f"p = {f['p']}"
         best = f"p = {f['best_p']}: {f['aurc_best_p']:.2f}" if f["best_p"] is not None else "no p"
         rows.append([c, str(f["rows"]),
+                     "not fitted" if f["temperature"] is None else
                      f"{f['temperature']:.3f} ({f['nll']:.4f} / {f['nll_at_1']:.4f})",
+                     "not fitted" if f["aurc_msp"] is None else
                      f"{p} (MSP {f['aurc_msp']:.2f}; {best})",
                      "n/a" if f["relu_lambda"] is None else f"{f['relu_lambda']:g}"])
     lines += _table(head, rows)
@@ -1108,14 +1116,25 @@ def render(summary: dict) -> dict[str, str]:
     for split in s["splits"]:
         for row in split["rows"]:
             row["_columns"] = split["columns"]
-    return {name: fn(s).rstrip() for name, fn in BLOCKS.items()}
+    for split in (s.get("pretrained") or {}).get("splits", []):
+        for row in split["rows"]:
+            row["_columns"] = split["columns"]
+    return {name: fn(s).rstrip() for name, fn in all_blocks(s).items()}
+
+
+def all_blocks(summary: dict | None = None) -> dict:
+    """The page's blocks, and the pretrained-oracle section's (bench/results_pretrained.py)
+    where the run has that grid (``summary``; None: the committed extract's)."""
+    from bench import results_pretrained
+    summary = load_summary() if summary is None else summary
+    return {**BLOCKS, **(results_pretrained.BLOCKS if summary.get("pretrained") else {})}
 
 
 # --------------------------------------------------------------------------------- page --
-def blocks_of(text: str) -> dict[str, str]:
-    """{name: the text between its markers} of a page."""
+def blocks_of(text: str, names) -> dict[str, str]:
+    """{name: the text between its markers} of a page, for each of ``names``."""
     out = {}
-    for name in BLOCKS:
+    for name in names:
         b, e = BEGIN.format(name), END.format(name)
         if text.count(b) != 1 or text.count(e) != 1 or text.index(b) > text.index(e):
             raise Refused(f"{PAGE.relative_to(ROOT)}: block {name!r} needs exactly one '{b}' "
@@ -1125,7 +1144,7 @@ def blocks_of(text: str) -> dict[str, str]:
 
 
 def rewrite(text: str, rendered: dict[str, str]) -> str:
-    blocks_of(text)                      # every marker present, once
+    blocks_of(text, rendered)            # every marker present, once
     for name, body in rendered.items():
         b, e = BEGIN.format(name), END.format(name)
         head, rest = text.split(b, 1)
@@ -1135,7 +1154,7 @@ def rewrite(text: str, rendered: dict[str, str]) -> str:
 
 
 def stale(text: str, rendered: dict[str, str]) -> list[str]:
-    have = blocks_of(text)
+    have = blocks_of(text, rendered)
     return [name for name, body in rendered.items() if have[name] != body]
 
 
@@ -1177,7 +1196,7 @@ def main(argv: list[str] | None = None) -> int:
             copy_figures(summary, previous)
             PAGE.write_text(page)
             print(f"wrote {SUMMARY.relative_to(ROOT)}, {len(summary['figures'])} figure(s) in "
-                  f"{FIGURES.relative_to(ROOT)}/, {len(BLOCKS)} block(s) of "
+                  f"{FIGURES.relative_to(ROOT)}/, {len(all_blocks(summary))} block(s) of "
                   f"{PAGE.relative_to(ROOT)}")
             return 0
         summary = load_summary()

@@ -1,0 +1,165 @@
+"""docs/RESULTS.md, "With a pretrained oracle": the blocks drawn from the pretrained-oracle grid
+of the same `cli.py demo --full` run (``<root>/pretrained/report``, beside the demo's report).
+
+bench/results_page.py extracts that report into summary.json's ``pretrained`` (the same shape
+as the page's own extract: rows, paired comparisons, versus the post-hoc scores, sweeps) and
+renders these blocks with the rest; the from-scratch rows they are set against are the page's.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench import results_page as R
+
+ORACLE = "lite0-in1k"
+LOSSES = ("ce", "focal", "tcp", "ss")
+
+
+def extract(root: Path) -> dict | None:
+    """The extract of ``<root>/pretrained/report`` (None where the run has no such grid)."""
+    path = root / "pretrained" / "report" / "report.json"
+    if not path.exists():
+        return None
+    s = R.extract(path)
+    return {k: s[k] for k in ("sources", "report", "fits", "splits", "sweeps")}
+
+
+def _learned(split: dict, classifier: str) -> list[dict]:
+    rows = [r for r in R._rows(split, kind="oracle", classifier=classifier)
+            if r["oracle"] == ORACLE]
+    return sorted(rows, key=lambda r: ("head-only" in r["variant"], LOSSES.index(r["loss"]),
+                                       r["loss_label"]))
+
+
+def _family(row: dict) -> str:
+    return "head-only" if "head-only" in row["variant"] else "fine-tuned"
+
+
+def _mcp_side(split: dict, row: dict, mcp: bool = True):
+    return R._side(R._versus_of(split, row, mcp=mcp), "aurc")
+
+
+def block_answer(s: dict) -> str:
+    """How the pretrained oracles fare against MCP, split by split, beside the from-scratch
+    oracles of the same classifiers."""
+    p = s.get("pretrained")
+    if p is None:
+        return "This run has no pretrained-oracle grid (`demo --pretrained-oracle`)."
+    lines = []
+    for split in p["splits"]:
+        if split["role"] == "other":
+            continue
+        scratch = R._split(s, split["role"])
+        sides = {c: R._tally([_mcp_side(split, r) for r in _learned(split, c)])
+                 for c in R._classifiers(split)}
+        total = sum(sides.values(), R.Counter())
+        text = (f"- **{R._split_name(split)}**: pretrained-oracle scorers against MCP on AURC: "
+                f"{R._count_text(total)} (" + "; ".join(
+                    f"{c}: {R._count_text(t)}" for c, t in sides.items() if t) + ")")
+        if scratch is not None:
+            old = R._tally([R._side(R._versus_of(scratch, r, mcp=True), "aurc")
+                            for r in R._rows(scratch, kind="oracle")])
+            text += f". The from-scratch scorers of vit and resnet: {R._count_text(old)}."
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def block_classifiers(s: dict) -> str:
+    p = s.get("pretrained")
+    if p is None:
+        return "No pretrained-oracle grid in this run."
+    head, rows = ["classifier"], []
+    splits = [sp for sp in p["splits"] if sp["role"] != "other"]
+    head += [R._short_split(sp) for sp in splits]
+    for c in R._classifiers(splits[0]):
+        cells = [R.fmt(R._c(R._one(sp, kind="baseline", classifier=c, loss="mcp"), "acc"),
+                       "acc", ci=True) for sp in splits]
+        rows.append([f"`{c}`", *cells])
+    fit = (s["pretrained"].get("fits") or {}).get("lite0") or {}
+    lines = ["Accuracy (%) of each classifier on the rows the oracles are scored on, "
+             "[95% bootstrap interval]:", "", *R._table(head, rows)]
+    if fit.get("temperature") is not None:
+        lines += ["", f"lite0's fitted temperature: {fit['temperature']}."]
+    return "\n".join(lines)
+
+
+def block_table(s: dict) -> str:
+    """Per split and classifier: every pretrained scorer's AUC and AURC with their intervals and
+    its paired AURC difference from MCP and from the strongest post-hoc score."""
+    p = s.get("pretrained")
+    if p is None:
+        return "No pretrained-oracle grid in this run."
+    lines = []
+    for split in p["splits"]:
+        if split["role"] == "other":
+            continue
+        lines += [f"**{R._split_name(split)}**", ""]
+        head = ["C", "scorer", "AUC %", "AURC ×10³", "ΔAURC vs MCP", "ΔAURC vs strongest "
+                "post-hoc"]
+        rows = []
+        for c in R._classifiers(split):
+            strongest = next((v["other"] for v in split["versus"] if v["strongest"]
+                              and v["learned"]["classifier"] == c), None)
+            mcp = R._one(split, kind="baseline", classifier=c, loss="mcp")
+            rows.append([f"`{c}`", "MCP", R.fmt(R._c(mcp, "auc"), "auc", ci=True),
+                         R.fmt(R._c(mcp, "aurc"), "aurc", ci=True), "", ""])
+            for r in _learned(split, c):
+                rows.append([f"`{c}`", f"{r['display_loss']}",
+                             R.fmt(R._c(r, "auc"), "auc", ci=True),
+                             R.fmt(R._c(r, "aurc"), "aurc", ci=True),
+                             R.fmt_delta(R._versus_of(split, r, mcp=True), "aurc"),
+                             R.fmt_delta(R._versus_of(split, r, mcp=False), "aurc")
+                             + (f" ({strongest})" if strongest else "")])
+        lines += [*R._table(head, rows), ""]
+    return "\n".join(lines).rstrip()
+
+
+def block_losses(s: dict) -> str:
+    """Which loss gives the lowest AURC per classifier and split, and SS's paired differences
+    from CE, focal and TCP (fine-tuned, the paper's slopes)."""
+    p = s.get("pretrained")
+    if p is None:
+        return "No pretrained-oracle grid in this run."
+    lines, tally = [], R.Counter()
+    for split in p["splits"]:
+        if split["role"] == "other":
+            continue
+        best = []
+        for c in R._classifiers(split):
+            learned = [r for r in _learned(split, c) if R._mean(r, "aurc") is not None]
+            if learned:
+                b = min(learned, key=lambda r: R._mean(r, "aurc"))
+                best.append(f"{c}: {b['display_loss']} ({_family(b)})")
+            for other in R.PER_SAMPLE:
+                cmp = R._cmp(split, R._oc(ORACLE, c), "SS", other)
+                for m in ("auc", "aurc"):
+                    side = R._side(cmp, m)
+                    if side:
+                        tally[(split["role"], m, side)] += 1
+        lines.append(f"- {R._split_name(split)}: lowest AURC — " + "; ".join(best) + ".")
+    lines += ["", "SS (fine-tuned, the paper's slopes) against CE, focal and TCP of the same "
+              "pretrained oracle, paired differences:", ""]
+    for role in ("test", "shifted", "adversarial"):
+        for m in ("auc", "aurc"):
+            t = R.Counter({k[2]: v for k, v in tally.items() if k[:2] == (role, m)})
+            if t:
+                lines.append(f"- {role}, {m.upper()}: SS {R._count_text(t)}.")
+    return "\n".join(lines)
+
+
+def block_sweeps(s: dict) -> str:
+    p = s.get("pretrained")
+    if p is None or not p["sweeps"]:
+        return "No pretrained-oracle sweep in this run."
+    slopes = ("alpha_pos", "alpha_neg")
+    rows = [[f"`{sw['oc']}`", " / ".join(f"{sw['fixed'].get(k):g}" for k in slopes),
+             " / ".join(f"{sw['chosen'].get(k, sw['fixed'].get(k)):g}" for k in slopes),
+             sw["criterion"]] for sw in p["sweeps"]]
+    head = ["sweep (oracle-classifier)", "paper's α+ / α−", "chosen α+ / α−",
+            "criterion (held-out rows)"]
+    return "\n".join(R._table(head, rows))
+
+
+BLOCKS = {"pretrained-answer": block_answer, "pretrained-classifiers": block_classifiers,
+          "pretrained-table": block_table, "pretrained-losses": block_losses,
+          "pretrained-sweeps": block_sweeps}
