@@ -223,9 +223,11 @@ def test_a_sweep_trains_confidnet_heads_as_one_bank_of_ordinary_runs(tree, tmp_p
     assert len(doc["points"]) == 2 and "--head-arch confidnet" in doc["command"]
     runs = sorted((out / "runs").iterdir())
     assert len(runs) == 2
-    for run in runs:
-        rec = json.loads((run / "run.json").read_text())
-        assert rec["status"] == "complete" and rec["run"]["variant"] == "head-only+confidnet"
+    records = [json.loads((run / "run.json").read_text()) for run in runs]
+    assert all(rec["status"] == "complete" for rec in records)
+    # slopes other than the ViT's (1, 3) are part of each point's variant
+    assert sorted(rec["run"]["variant"] for rec in records) == [
+        "a1-2+head-only+confidnet", "a1-6+head-only+confidnet"]
 
 
 # ----------------------------------------------------------------------------- the group --
