@@ -142,6 +142,7 @@ def pretrained_demo(tmp_path_factory):
     return tmp / "artifacts" / "fm", proc.stdout
 
 
+@pytest.mark.slow  # the module's grid: about 4 min on 2 cores
 def test_the_grid_runs_and_reports_on_the_cpu(pretrained_demo):
     root, out = pretrained_demo
     report = json.loads((root / "pretrained" / "report" / "report.json").read_text())
@@ -171,6 +172,7 @@ def test_the_grid_runs_and_reports_on_the_cpu(pretrained_demo):
     assert features.identity["weights_sha256"] != cache.identity["weights_sha256"]
 
 
+@pytest.mark.slow
 def test_the_results_page_renders_the_grids_section(pretrained_demo):
     """bench/results_page.py's extract of this run holds the grid, and every block of the
     section renders its classifiers and scorers."""
