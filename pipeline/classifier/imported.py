@@ -80,7 +80,7 @@ def check_input(model: torch.nn.Module, size: tuple[int, int, int], name: str) -
     try:
         with torch.no_grad():
             model.eval()(torch.zeros(1, *size))
-    except RuntimeError as err:
+    except (RuntimeError, AssertionError, ValueError) as err:   # timm asserts fixed sizes
         raise ModelError(f"--input-size {size[1]}: {name} cannot take a {size[1]}x{size[2]} "
                          f"input ({str(err).splitlines()[0]}); choose a larger --input-size"
                          ) from None
