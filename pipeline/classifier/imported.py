@@ -71,6 +71,7 @@ def import_weights(cfg: ImportConfig) -> dict:
 
 
 def names_of(state: dict) -> list[str]:
+    """The tensor names of ``state`` but BatchNorm's counters."""
     return [k for k in state if not k.endswith("num_batches_tracked")]
 
 
@@ -102,8 +103,8 @@ def paired(target: dict[str, torch.Tensor], source: dict[str, torch.Tensor], mat
     """``source``'s tensors under ``target``'s names (BatchNorm's ``num_batches_tracked``
     counters aside: many exported files drop them).  A ModelError names the first tensor that
     does not fit and the fix."""
-    names = [k for k in target if not k.endswith("num_batches_tracked")]
-    items = [(k, v) for k, v in source.items() if not k.endswith("num_batches_tracked")]
+    names = names_of(target)
+    items = [(k, source[k]) for k in names_of(source)]
     if match == "names":
         missing = [k for k in names if k not in source]
         if missing:

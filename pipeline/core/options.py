@@ -366,12 +366,18 @@ DEVICE = Opt(("--device",), callback=device_option, group="runtime",
              default_text="cuda if available, else cpu", help="cuda, cuda:1, cpu...")
 PRECISION = Opt(("--precision",), type=click.Choice(PRECISIONS), help=PRECISION_RULE,
                 group="runtime", default_text="bf16 on a CUDA device, fp32 on the CPU")
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask: a container's or taskset's share)."""
+def usable_cpus() -> set[int]:
+    """The CPUs this process may run on (its affinity mask: a container's or taskset's share);
+    empty where the platform has no affinity (macOS)."""
     try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
+        return os.sched_getaffinity(0)
+    except AttributeError:
+        return set()
+
+
+def usable_cores() -> int:
+    """How many cores this process may run on (``usable_cpus``; macOS: every core)."""
+    return len(usable_cpus()) or os.cpu_count() or 1
 
 
 class WorkerCount(click.IntRange):

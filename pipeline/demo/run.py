@@ -34,6 +34,7 @@ from pathlib import Path
 import click
 
 from cache.manifest import write_json_atomic
+from pipeline.core.options import usable_cpus
 from pipeline.demo.plan import expand, plan, with_slopes
 from pipeline.demo.pretrained import missing_wheel
 from pipeline.demo.steps import CLI, DemoConfig, Step
@@ -106,9 +107,9 @@ def run(cfg: DemoConfig, echo=print, capture: bool = False) -> dict:
     """Run (or, with ``dry_run``, list) every step; stop at the first failure (DemoError).
     Returns a summary; ``<artifacts>/demo.json`` records the commands and their wall times."""
     steps = plan(cfg)
-    if cfg.pretrained and not cfg.dry_run:
-        if missing_wheel():
-            raise DemoError(missing_wheel())
+    why = missing_wheel() if cfg.pretrained and not cfg.dry_run else None
+    if why:
+        raise DemoError(why)
     if cfg.dry_run:
         for step in steps:
             echo(step.command())
@@ -185,12 +186,6 @@ def _run_batch(batch: list[Step], capture: bool, jobs: int) -> list[StepResult]:
     with ThreadPoolExecutor(max_workers=len(batch)) as pool:
         return list(pool.map(lambda s, e, c: run_subprocess(s, True, e, c), batch, envs, shares))
 
-
-def usable_cpus() -> set[int]:
-    try:
-        return os.sched_getaffinity(0)
-    except AttributeError:  # macOS: no affinity; the steps share every core
-        return set()
 
 
 def visible_gpus() -> list[str]:
