@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline.core.models import build_model, resolve_data_config, resolve_spec  # noqa: E402
 from pipeline.core.precision import autocast  # noqa: E402
 from pipeline.data.decode import DeviceDecoder, RawRows, collate_raw  # noqa: E402
-from pipeline.data.images import (GpuNormalize, ImageRows, ResizeCrop, chunk_batches,  # noqa: E402
-                                  default_workers, make_loader)
+from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop  # noqa: E402
+from pipeline.data.loader import chunk_batches, default_workers, make_loader  # noqa: E402
 from pipeline.data.sources import list_split  # noqa: E402
 
 

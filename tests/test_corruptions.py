@@ -19,7 +19,8 @@ from pipeline.data.corruptions import (CORRUPTIONS, PARAMS, REFERENCE_SIZE, SEVE
                                        parse_corruption_tag)
 from pipeline.data.errors import DataError
 from pipeline.data.imagenet_c import BUILT_IN
-from pipeline.data.images import ImageRows, make_loader
+from pipeline.data.images import ImageRows
+from pipeline.data.loader import make_loader
 from pipeline.data.labels import imagenet_synsets
 from pipeline.data.sources import SampleList, fashion_mnist
 

@@ -12,7 +12,8 @@ from cache.manifest import IDENTITY_FILE, MANIFEST_FILE
 from cache.reader import ClassifierCache
 from cache.schema import CacheMismatch
 from conftest import TINY_RESNET, TINY_VIT, make_imagenet_tree
-from pipeline.data.images import BadImageError, GpuNormalize, ResizeCrop, chunk_batches, decode_file
+from pipeline.data.images import BadImageError, GpuNormalize, ResizeCrop, decode_file
+from pipeline.data.loader import chunk_batches
 from pipeline.extract.run import extract
 from pipeline.data.labels import imagenet_synsets
 from pipeline.core.models import build_model, resolve_data_config, resolve_spec

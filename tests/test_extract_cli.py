@@ -223,7 +223,7 @@ class _ExceptHookProbe:
 def test_loader_workers_drop_only_the_consumer_hanging_up(capfd):
     # the CI failure behind it: Ctrl-C while the main process fetched a batch's memory from a
     # worker printed the worker's "connection reset" traceback beside "interrupted: ..."
-    from pipeline.data.images import make_loader
+    from pipeline.data.loader import make_loader
     assert len(list(make_loader(_ExceptHookProbe(), [[0]], 1, False))) == 1
     err = capfd.readouterr().err
     assert "ValueError: a real bug" in err

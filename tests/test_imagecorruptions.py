@@ -13,7 +13,8 @@ from PIL import Image
 
 from conftest import FMNIST_DIR, real_photo
 from pipeline.data.corruptions import make_corruption
-from pipeline.data.images import ImageRows, make_loader
+from pipeline.data.images import ImageRows
+from pipeline.data.loader import make_loader
 from pipeline.data.imagenet_c import CORRUPTIONS, PACKAGE, PACKAGE_NATIVE_SCALE, SEVERITIES
 from pipeline.data.sources import fashion_mnist
 

@@ -34,8 +34,8 @@ from pipeline.core import dist
 from pipeline.core.models import build_model, resolve_data_config, resolve_spec, weights_sha256
 from pipeline.core.precision import autocast, default_precision
 from pipeline.data import attacked as fmt
-from pipeline.data.images import (GpuNormalize, ImageRows, default_workers, make_loader,
-                                  transform_for)
+from pipeline.data.images import GpuNormalize, ImageRows, transform_for
+from pipeline.data.loader import default_workers, make_loader
 from pipeline.data.sources import SampleList, is_embedded_dataset, list_split
 
 

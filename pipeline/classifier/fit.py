@@ -31,7 +31,8 @@ from pipeline.core.models import (ModelError, build_model, file_sha256, is_proje
 from pipeline.core.precision import autocast, default_precision
 from pipeline.core.presets import DEFAULT_FIT, EMBEDDED_ARCH, EMBEDDED_FIT, embedded_classifier_path
 from pipeline.data.errors import DataError
-from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, make_loader
+from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop
+from pipeline.data.loader import make_loader
 from pipeline.data.sources import default_artifacts, embedded_data, is_embedded_dataset, list_split
 
 # FitConfig fields that say where and how, not what is fitted: not in the checkpoint's meta

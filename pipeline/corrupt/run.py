@@ -31,7 +31,8 @@ from cache.atomic import atomic_file, atomic_path
 from pipeline.data.corruptions import make_corruption
 from pipeline.data.errors import DataError
 from pipeline.data.imagecorruptions_compat import installed_version as imagecorruptions_version
-from pipeline.data.images import ImageRows, chunk_batches, default_workers, make_loader
+from pipeline.data.images import ImageRows
+from pipeline.data.loader import chunk_batches, default_workers, make_loader
 from pipeline.data.labels import imagenet_synsets
 from pipeline.data.sources import SampleList, list_split
 

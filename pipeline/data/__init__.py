@@ -2,8 +2,8 @@
 sources.py   which samples a split holds (samples.py), one Format per layout (folders.py: ImageFolder,
              ImageNet; idx.py; attacked.py; unlabelled.py: unlabelled files); listing.py: files,
              links, names; classes.py: output k = class k?; labels.py: labels
-images.py    decode -> corrupt -> resize/crop in loader workers, normalised on the device;
-             orientation.py: EXIF (opt-in); stamps.py: file stamps and hashes; errors.py: DataError
+images.py    decode -> corrupt -> resize/crop, in loader.py's batches and loader; orientation.py: EXIF
+             (opt-in); stamps.py: file stamps and hashes; errors.py: DataError
 decode.py    nvJPEG on the accelerator; resize.py, prefetch.py: batched resize, stages ahead of use;
              jpeg.py: which rows/files go to it; hwdecode.py: the NVJPG engines via nvImageCodec
 corruptions.py  ImageNet-C's 19 corruptions; imagenet_c.py: names, parameters (torch-free);

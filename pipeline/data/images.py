@@ -8,21 +8,18 @@ from __future__ import annotations
 
 import io
 import math
-import random
-import sys
 import warnings
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from torchvision.io import ImageReadMode, decode_image, read_file
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
 from pipeline.core.models import DataConfig
-from pipeline.core.options import usable_cores
 from pipeline.data.errors import BadImageError
 from pipeline.data.orientation import orientation, turned
 from pipeline.data.sources import SampleList
@@ -249,53 +246,6 @@ class ImageRows(Dataset):
 
 def bad_row_error(samples: SampleList, i: int) -> str:
     return f"{samples.path(i)}: undecodable image (recorded with --skip-bad)"
-
-
-def chunk_batches(ranges: Sequence[tuple[int, int]], batch_size: int,
-                  shuffle_seed: int | None = None) -> list[list[int]]:
-    """Batches that never cross a range boundary, so each shard's batches are the same whatever
-    the number of processes.  ``shuffle_seed`` permutes rows inside each range (tests use it to
-    prove rows are placed by index, not by arrival order)."""
-    out = []
-    for start, stop in ranges:
-        rows = list(range(start, stop))
-        if shuffle_seed is not None:
-            random.Random(shuffle_seed + start).shuffle(rows)
-        out.extend(rows[i:i + batch_size] for i in range(0, len(rows), batch_size))
-    return out
-
-
-def default_workers(local_world: int = 1) -> int:
-    """Loader workers per process: the cores this process may use, shared between the local
-    ranks, leaving one core for the main process (which feeds the accelerator)."""
-    return max(1, min(32, usable_cores() // max(local_world, 1) - 1))
-
-
-def _quiet_hangups(_worker_id: int) -> None:
-    """A loader worker hands each batch's memory to the main process over a socket
-    (multiprocessing's resource sharer).  When the main process is interrupted (Ctrl-C) in the
-    middle of that handshake, the worker's serving thread sees the peer hang up and would print a
-    traceback beside the main process's one-line "interrupted" message.  In a worker, that hang-up
-    can only mean the consumer went away, so it is dropped; every other error still prints."""
-    default = sys.excepthook
-
-    def hook(kind, value, tb):
-        if not issubclass(kind, (EOFError, ConnectionError)):
-            default(kind, value, tb)
-    sys.excepthook = hook
-
-
-def make_loader(dataset: Dataset, batches: list[list[int]], workers: int,
-                pin_memory: bool, collate_fn: Callable | None = None) -> DataLoader:
-    # prefetch 2 batches per worker: 16 workers x 2 x 256 x 384^2 x 3 B = 3.6 GB of shared
-    # memory at ViT@384 already; more only costs memory.  A worker beyond one per batch would
-    # only be started (a fork of this process each) and stopped: a 1,000-row split of 4 batches
-    # gets 4, whatever the cores.
-    workers = min(workers, len(batches))
-    return DataLoader(dataset, batch_sampler=batches, num_workers=workers, pin_memory=pin_memory,
-                      collate_fn=collate_fn, prefetch_factor=2 if workers > 0 else None,
-                      persistent_workers=False, multiprocessing_context="fork" if workers else None,
-                      worker_init_fn=_quiet_hangups if workers else None)
 
 
 class GpuNormalize:

@@ -34,8 +34,8 @@ from pipeline.core.timing import ModelTimer
 from pipeline.data.corruptions import make_corruption as corruption_fn
 from pipeline.data.decode import DeviceDecoder, collate_raw, make_dataset, uses_hardware
 from pipeline.data.hwdecode import version as nvimgcodec_version
-from pipeline.data.images import (GpuNormalize, chunk_batches, default_workers, make_loader,
-                                  transform_for)
+from pipeline.data.images import GpuNormalize, transform_for
+from pipeline.data.loader import chunk_batches, default_workers, make_loader
 from pipeline.data.orientation import EXIF_TRANSPOSE, reading_exif
 from pipeline.data.prefetch import StagedPrefetch
 from pipeline.data.sources import SampleList, is_embedded_dataset, list_split

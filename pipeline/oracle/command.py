@@ -183,7 +183,7 @@ def predict(ctx, run_dir, images, name, weights, batch_size, workers, precision,
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
     # stays free of torch.
     from pipeline.core import dist
-    from pipeline.data.images import default_workers
+    from pipeline.data.loader import default_workers
 
     _check_predict_mode(ctx, images is not None)
     workers = default_workers(dist.local_world()) if workers is None else workers

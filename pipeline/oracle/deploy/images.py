@@ -33,8 +33,8 @@ from cache.runs import RunDir, RunError
 from pipeline.core import dist
 from pipeline.core.models import DataConfig, ModelError, weights_sha256
 from pipeline.core.precision import autocast
-from pipeline.data.images import (GpuNormalize, ImageRows, ResizeCrop, Views, decode_file,
-                                  make_loader)
+from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, Views, decode_file
+from pipeline.data.loader import make_loader
 from pipeline.data.labels import class_names
 from pipeline.data.orientation import EXIF_TRANSPOSE, reading_exif
 from pipeline.data.unlabelled import list_images

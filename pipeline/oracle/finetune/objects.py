@@ -20,7 +20,8 @@ from pipeline.core.catalog import BEST_KEY
 from pipeline.core.losses import tnr_logit
 from pipeline.core.models import DataConfig
 from pipeline.core.precision import grad_scaler
-from pipeline.data.images import GpuNormalize, ImageRows, make_loader, transform_for
+from pipeline.data.images import GpuNormalize, ImageRows, transform_for
+from pipeline.data.loader import make_loader
 from pipeline.oracle.finetune.step import (TargetTable, TrainObjects, restore_training_state,
                                            save_training_state)
 from pipeline.oracle.loop.fit import LoopState, TrainingDiverged

@@ -29,7 +29,8 @@ from pipeline.core.inference import scoring
 from pipeline.core.models import DataConfig
 from pipeline.core.precision import autocast
 from pipeline.core.timing import ModelTimer
-from pipeline.data.images import GpuNormalize, ImageRows, make_loader, transform_for
+from pipeline.data.images import GpuNormalize, ImageRows, transform_for
+from pipeline.data.loader import make_loader
 from pipeline.oracle.nets.checkpoint import unwrap
 from pipeline.oracle.nets.model import Oracle, load_trained_oracle
 from pipeline.oracle.loop.rundir import versions

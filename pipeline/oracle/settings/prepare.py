@@ -22,7 +22,7 @@ from pipeline.core.losses import (HEADS, PARAMS, LossConfig, LossOptionError, ch
 from pipeline.core.models import ModelSpec, file_sha256, resolve_spec
 from pipeline.core.precision import default_precision
 from pipeline.core.presets import ss_slopes
-from pipeline.data.images import default_workers
+from pipeline.data.loader import default_workers
 from pipeline.data.sources import is_embedded_dataset
 from pipeline.oracle.nets.losses import CUSTOM_PREFIX, is_custom
 from pipeline.oracle.settings.config import (LOSS_OPTIONS, TrainConfig, as_record, group_hash,
