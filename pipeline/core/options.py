@@ -91,6 +91,10 @@ class Opt:
         for key in ("is_flag", "multiple", "required", "metavar", "callback"):
             if getattr(self, key):
                 kwargs[key] = getattr(self, key)
+        if self.required and default is None:
+            # click >= 8.3 takes an explicit default=None as a value given: the option would
+            # never be missing
+            del kwargs["default"]
         decls = self.decls
         if self.aliases:
             # The old names come FIRST in click's declarations: code that read an option's first

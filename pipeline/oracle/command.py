@@ -133,7 +133,8 @@ IMAGES_ONLY = ("out", "threshold", "target", "skip_bad")
 @click.command(cls=Command)
 @options(
     Opt(("--run", "run_dir"), type=click.Path(path_type=Path, exists=True, file_okay=False),
-        group="data", show_default=False, help="A finished train-oracle run directory."),
+        required=True, group="data", show_default=False,
+        help="A finished train-oracle run directory."),
     DATA.but(help="Dataset root.", default_text="the run's training data"),
     Opt(("--split", "splits"), multiple=True, group="data", help="Cache tag(s) to score "
         "(repeatable).", default_text="the run's evaluation splits"),
