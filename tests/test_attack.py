@@ -365,6 +365,16 @@ RECOLOR = ["--attack", "recoloradv", "--eps", "0.5", "--step-size", "0.1", "--st
            "--random-start", "--max-samples", "6", "--batch-size", "6", "--shard-size", "6"]
 
 
+def have_recoloradv() -> bool:
+    try:
+        from recoloradv.mister_ed import adversarial_attacks  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not have_recoloradv(), reason="the recoloradv extra is not installed: "
+                    "pip install -e '.[recoloradv]' (make install does)")
 def test_recoloradv_lowers_accuracy_and_is_reproducible_under_a_seed(fitted, tmp_path):
     """The authors' package through `--attack recoloradv`: accuracy drops, the split is an
     ordinary attacked split, and its random start is drawn under --seed (the same PNG bytes
