@@ -38,7 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.data.images import default_workers  # noqa: E402
+from pipeline.data.loader import default_workers  # noqa: E402
 from pipeline.data.sources import list_split  # noqa: E402
 from pipeline.extract.run import ExtractConfig, extract  # noqa: E402
 

@@ -47,8 +47,8 @@ from bench.train_parts import (PRESET_MODELS, TINY, authors_step, classifier_inf
                                fast_objects, forward_flops, make_jpegs, random_resident,
                                spec, timed)
 from pipeline.core.timing import device_name  # noqa: E402
-from pipeline.data.images import ImageRows, ResizeCrop, make_loader  # noqa: E402
-from pipeline.data.loader import default_workers
+from pipeline.data.images import ImageRows, ResizeCrop  # noqa: E402
+from pipeline.data.loader import default_workers, make_loader  # noqa: E402
 from pipeline.data.sources import list_split  # noqa: E402
 from pipeline.oracle.finetune.graph import choose_step  # noqa: E402
 from pipeline.oracle.settings.sampler import (StepSchedule, loader_batches,  # noqa: E402
