@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.train_parts import (PRESET_MODELS, TINY, authors_step, classifier_infer,  # noqa: E402
                                fast_objects, forward_flops, make_jpegs, random_resident,
-                               spec, timed)
+                               random_targets, spec, timed)
 from pipeline.core.timing import device_name  # noqa: E402
 from pipeline.data.images import ImageRows, ResizeCrop  # noqa: E402
 from pipeline.data.loader import default_workers, make_loader  # noqa: E402
@@ -53,18 +53,10 @@ from pipeline.data.sources import list_split  # noqa: E402
 from pipeline.oracle.finetune.graph import choose_step  # noqa: E402
 from pipeline.oracle.settings.sampler import (StepSchedule, loader_batches,  # noqa: E402
                                               micro_slices)
-from pipeline.oracle.finetune.step import TargetTable  # noqa: E402
 
 N_TRAIN, N_VAL, HELD_OUT, VALIDATIONS = 1_281_167, 50_000, 0.05, 4
 GB40 = 40 * 1000**3          # an A100-40GB: 40 GB of device memory
 BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}   # dense, datasheets
-
-
-def random_targets(n: int) -> TargetTable:
-    rng = np.random.default_rng(0)
-    return TargetTable.from_arrays({k: (rng.random(n) > 0.3).astype(np.float32) if "correct" in k
-                                    else rng.random(n).astype(np.float32)
-                                    for k in ("correct", "correct_flip", "p_true", "p_true_flip")})
 
 
 def bench_step(ms, samples, batch: int, path: str, precision: str, a, device) -> dict:

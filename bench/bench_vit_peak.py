@@ -25,12 +25,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_train import BF16_PEAK_TFLOPS, random_targets  # noqa: E402
-from bench.train_parts import (fast_objects, forward_flops, random_resident, spec,  # noqa: E402
-                               timed)
+from bench.bench_train import BF16_PEAK_TFLOPS  # noqa: E402
+from bench.train_parts import forward_flops, resident_step, spec, timed  # noqa: E402
 from pipeline.core.presets import IMAGENET_PRESETS  # noqa: E402
-from pipeline.oracle.finetune.graph import choose_step  # noqa: E402
-from pipeline.oracle.settings.sampler import micro_slices  # noqa: E402
 
 BACKENDS = ("default", "flash", "efficient", "cudnn", "math")
 
@@ -46,13 +43,8 @@ def backend_context(name: str):
 
 def step_img_s(ms, batch: int, compiled: bool, a, device) -> float:
     """img/s of the graphed step on one resident batch."""
-    objs, data_cfg = fast_objects(ms, device, "bf16", compile_=compiled)
-    step_fn, record = choose_step(objs, "on", 1)
-    feed, schedule = random_resident(batch, data_cfg.input_size, pin=True)
-    targets, slices = random_targets(batch), micro_slices(batch, 1, 0, 1)
-    counter = iter(range(10**9))
-    return timed(lambda: step_fn(objs, feed, next(counter), schedule, slices, targets),
-                 a.warmup, a.steps, batch, device)
+    step, _ = resident_step(ms, batch, compiled, "on", device)
+    return timed(step, a.warmup, a.steps, batch, device)
 
 
 def main() -> None:

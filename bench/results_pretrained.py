@@ -39,6 +39,11 @@ def _mcp_side(split: dict, row: dict, mcp: bool = True):
     return R._side(R._versus_of(split, row, mcp=mcp), "aurc")
 
 
+def _evaluated(p: dict) -> list[dict]:
+    """The grid's report splits that the page evaluates (test, shifted, adversarial)."""
+    return [sp for sp in p["splits"] if sp["role"] != "other"]
+
+
 def block_answer(s: dict) -> str:
     """How the pretrained oracles fare against MCP, split by split, beside the from-scratch
     oracles of the same classifiers."""
@@ -46,9 +51,7 @@ def block_answer(s: dict) -> str:
     if p is None:
         return "This run has no pretrained-oracle grid (`demo --pretrained-oracle`)."
     lines = []
-    for split in p["splits"]:
-        if split["role"] == "other":
-            continue
+    for split in _evaluated(p):
         scratch = R._split(s, split["role"])
         sides = {c: R._tally([_mcp_side(split, r) for r in _learned(split, c)])
                  for c in R._classifiers(split)}
@@ -69,7 +72,7 @@ def block_classifiers(s: dict) -> str:
     if p is None:
         return "No pretrained-oracle grid in this run."
     head, rows = ["classifier"], []
-    splits = [sp for sp in p["splits"] if sp["role"] != "other"]
+    splits = _evaluated(p)
     head += [R._short_split(sp) for sp in splits]
     for c in R._classifiers(splits[0]):
         cells = [R.fmt(R._c(R._one(sp, kind="baseline", classifier=c, loss="mcp"), "acc"),
@@ -90,9 +93,7 @@ def block_table(s: dict) -> str:
     if p is None:
         return "No pretrained-oracle grid in this run."
     lines = []
-    for split in p["splits"]:
-        if split["role"] == "other":
-            continue
+    for split in _evaluated(p):
         lines += [f"**{R._split_name(split)}**", ""]
         head = ["C", "scorer", "AUC %", "AURC ×10³", "ΔAURC vs MCP", "ΔAURC vs strongest "
                 "post-hoc"]
@@ -121,9 +122,7 @@ def block_losses(s: dict) -> str:
     if p is None:
         return "No pretrained-oracle grid in this run."
     lines, tally = [], R.Counter()
-    for split in p["splits"]:
-        if split["role"] == "other":
-            continue
+    for split in _evaluated(p):
         best = []
         for c in R._classifiers(split):
             learned = [r for r in _learned(split, c) if R._mean(r, "aurc") is not None]

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -17,6 +18,7 @@ from pipeline.core.precision import autocast, grad_scaler  # noqa: E402
 from pipeline.core.presets import IMAGENET_PRESETS  # noqa: E402
 from pipeline.data.images import GpuNormalize  # noqa: E402
 from pipeline.core.losses import LossConfig  # noqa: E402
+from pipeline.oracle.finetune.step import TargetTable  # noqa: E402
 from pipeline.oracle.nets.model import build_oracle  # noqa: E402
 
 # the paper's oracles/classifiers (the presets' architectures without their weight tags)
@@ -160,3 +162,24 @@ def forward_flops(ms: ModelSpec) -> float:
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model.eval()(x)
     return float(counter.get_total_flops())
+
+
+def random_targets(n: int) -> TargetTable:
+    rng = np.random.default_rng(0)
+    return TargetTable.from_arrays({k: (rng.random(n) > 0.3).astype(np.float32) if "correct" in k
+                                    else rng.random(n).astype(np.float32)
+                                    for k in ("correct", "correct_flip", "p_true", "p_true_flip")})
+
+
+def resident_step(ms: ModelSpec, batch: int, compiled: bool, graph: str, device):
+    """train-oracle's step (bf16, ``graph``: choose_step's mode) on one resident random batch, as
+    a function of no arguments; and its step_path record."""
+    from pipeline.oracle.finetune.graph import choose_step
+    from pipeline.oracle.settings.sampler import micro_slices
+
+    objs, data_cfg = fast_objects(ms, device, "bf16", compile_=compiled)
+    step_fn, record = choose_step(objs, graph, 1)
+    feed, schedule = random_resident(batch, data_cfg.input_size, pin=device.type == "cuda")
+    targets, slices = random_targets(batch), micro_slices(batch, 1, 0, 1)
+    counter = iter(range(10**9))
+    return (lambda: step_fn(objs, feed, next(counter), schedule, slices, targets)), record

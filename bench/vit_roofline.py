@@ -43,12 +43,9 @@ from torch.utils.flop_counter import flop_registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_train import random_targets  # noqa: E402
 from bench.bench_vit_peak import backend_context  # noqa: E402
-from bench.train_parts import fast_objects, random_resident, spec, timed  # noqa: E402
+from bench.train_parts import resident_step, spec, timed  # noqa: E402
 from pipeline.core.presets import IMAGENET_PRESETS  # noqa: E402
-from pipeline.oracle.finetune.graph import choose_step  # noqa: E402
-from pipeline.oracle.settings.sampler import micro_slices  # noqa: E402
 
 GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "convolution_backward"}
 ATTENTION = re.compile(r"scaled_dot_product|flash_attention|efficient_attention|cudnn_attention")
@@ -201,25 +198,15 @@ def kernel_profile(step, device: torch.device, steps: int, top: int) -> dict:
                         for n, ms in largest]}
 
 
-def build_step(ms, batch: int, compiled: bool, graph: str, device: torch.device):
-    """The training step on one resident batch: a function of no arguments."""
-    objs, data_cfg = fast_objects(ms, device, "bf16", compile_=compiled)
-    step_fn, record = choose_step(objs, graph, 1)
-    feed, schedule = random_resident(batch, data_cfg.input_size, pin=device.type == "cuda")
-    targets, slices = random_targets(batch), micro_slices(batch, 1, 0, 1)
-    counter = iter(range(10**9))
-    return (lambda: step_fn(objs, feed, next(counter), schedule, slices, targets)), record
-
-
 def measure(a, device: torch.device) -> dict:
     ms = spec(a.model, tiny=a.tiny)
     with backend_context(a.backend):
-        eager, _ = build_step(ms, a.batch, False, "off", device)
+        eager, _ = resident_step(ms, a.batch, False, "off", device)
         eager()                                   # lazy state (optimizer buffers) first
         with StepOps() as ops:
             eager()
         limit = bound(ops, device, a.reps)
-        step, record = build_step(ms, a.batch, a.compile == "on",
+        step, record = resident_step(ms, a.batch, a.compile == "on",
                                   "on" if device.type == "cuda" else "off", device)
         img_s = timed(step, a.warmup, a.steps, a.batch, device)
         profile = kernel_profile(step, device, a.profile_steps, a.top) \

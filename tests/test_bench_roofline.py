@@ -7,12 +7,12 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench.train_parts import spec
-from bench.vit_roofline import StepOps, bound, build_step, kernel_group, op_group
+from bench.train_parts import resident_step, spec
+from bench.vit_roofline import StepOps, bound, kernel_group, op_group
 
 
 def test_a_steps_ops_are_grouped_and_their_flops_are_torchs():
-    step, record = build_step(spec("vit_tiny_patch16_224", tiny=True), 4, False, "off",
+    step, record = resident_step(spec("vit_tiny_patch16_224", tiny=True), 4, False, "off",
                               torch.device("cpu"))
     assert record["mode"] == "eager"
     step()
