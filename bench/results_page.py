@@ -343,7 +343,8 @@ def extract(report: Path, note: str | None = None) -> dict:
         figures += sw.pop("figures")
     units = sorted({m for s in doc["splits"] for r in s["rows"] for d in r["agg"].values()
                     for m in d})
-    return {
+    pretrained = _pretrained(root)
+    summary = {
         "schema": SCHEMA, "generator": "bench/results_page.py",
         "values": "in the page's display units and precision, as the report's tables print "
                   "them (units: % = x100, e3 = x1000, '' = as is). A row's 'paper' and "
@@ -367,10 +368,14 @@ def extract(report: Path, note: str | None = None) -> dict:
         "fits": _fits(doc),
         "splits": splits,
         "sweeps": sweeps,
-        **({"pretrained": _pretrained(root)} if _pretrained(root) else {}),
+        **({"pretrained": pretrained} if pretrained else {}),
         "figures": [{k: v for k, v in f.items() if k != "from"} for f in figures],
         "_copy": [(f["from"], f["name"]) for f in figures],
     }
+    if pretrained:
+        from bench import results_pretrained
+        results_pretrained.check_same_classifiers(summary, pretrained)
+    return summary
 
 
 def _pretrained(root: Path) -> dict | None:

@@ -24,6 +24,28 @@ def extract(root: Path) -> dict | None:
     return {k: s[k] for k in ("sources", "report", "fits", "splits", "sweeps")}
 
 
+def check_same_classifiers(summary: dict, p: dict) -> None:
+    """Refuse (results_page.Refused) a grid whose shared classifiers are not the page's: the
+    section sets its rows against the page's, so vit and resnet must be the same fits, read
+    from the same caches (a ``demo --pretrained-only`` after ``demo --full``, or one run of
+    both).  Compared: each shared classifier's held-out temperature fit and its MCP row on
+    every split both evaluate -- what its predictions, not its file names, decide."""
+    bad = [f"{c} held-out fit {fit} against {summary['fits'][c]}"
+           for c, fit in p["fits"].items() if c in summary["fits"] and summary["fits"][c] != fit]
+    for split in _evaluated(p):
+        mine = R._split(summary, split["role"])
+        for c in R._classifiers(split) if mine is not None else ():
+            ours, theirs = (R._one(sp, kind="baseline", classifier=c, loss="mcp")
+                            for sp in (mine, split))
+            if ours is not None and theirs is not None and ours["standard"] != theirs["standard"]:
+                bad.append(f"{c} MCP on {split['split']}")
+    if bad:
+        raise R.Refused("the pretrained grid's classifiers differ from this report's run ("
+                        + "; ".join(bad) + "): run `cli.py demo --full --pretrained-only` in "
+                        "the artifacts folder of the report's run (it reuses its fits and "
+                        "caches), or `demo --full --pretrained-oracle` for both grids at once")
+
+
 def _learned(split: dict, classifier: str) -> list[dict]:
     rows = [r for r in R._rows(split, kind="oracle", classifier=classifier)
             if r["oracle"] == ORACLE]

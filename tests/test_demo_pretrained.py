@@ -62,6 +62,26 @@ def test_the_pretrained_grid_is_planned_only_on_request():
                in line for line in full)
 
 
+def test_pretrained_only_plans_the_grid_and_what_it_reads_of_the_demo(tmp_path):
+    """--pretrained-only: the full plan's own fit, extract and attack commands for the
+    classifiers (so the caches are the very ones `demo --full` makes and skips), then the grid;
+    no from-scratch oracle, no main report, and the record beside the grid's report."""
+    wheel_file()
+    full = run_cli(["demo", "--dry-run", "--full", "--pretrained-oracle"]).output.splitlines()
+    only = run_cli(["demo", "--dry-run", "--full", "--pretrained-only"]).output.splitlines()
+    assert only == [line for line in full if line in only]          # a subsequence, in order
+    grid = full[full.index(next(l for l in full if " import-weights " in l)):-1]
+    assert only[-len(grid):] == grid
+    inputs = only[:-len(grid)]
+    assert inputs and all(line.split()[2] in ("fit-classifier", "extract", "attack")
+                          for line in inputs)
+    assert not any("--oracle " in line for line in inputs)
+    from pipeline.demo.run import log_path
+    cfg = DemoConfig(artifacts=tmp_path, pretrained=True, base_oracles=False)
+    assert log_path(cfg) == paths(cfg)["report"].parent / "demo.json"
+    assert log_path(DemoConfig(artifacts=tmp_path)) == tmp_path / "demo.json"
+
+
 def test_swept_slopes_fill_the_placeholders_once_the_sweep_has_run(tmp_path):
     cfg = DemoConfig(artifacts=tmp_path, seeds=1, classifiers=("vit",), pretrained=True)
     steps = pretrained_steps(cfg, (), (), tmp_path / "adversarial", tmp_path / "cache")
@@ -190,3 +210,22 @@ def test_the_results_page_renders_the_grids_section(pretrained_demo):
         assert "`lite0`" in blocks[name] or "lite0" in blocks[name], name
     assert "| `lite0` | SS (head-only) |" in blocks["pretrained-table"]
     assert "from-scratch scorers" in blocks["pretrained-answer"]
+
+
+@pytest.mark.slow
+def test_the_results_page_refuses_a_grid_of_other_classifiers(pretrained_demo):
+    """The section is set against the page's rows: a grid whose resnet predicts otherwise (here
+    its MCP row and held-out fit changed, as another fit would change them) is refused."""
+    from bench import results_page as R
+    from bench.results_pretrained import check_same_classifiers
+    root, _ = pretrained_demo
+    summary = R.extract(root / "report")
+    other = json.loads(json.dumps(summary["pretrained"]))
+    row = R._one(other["splits"][0], kind="baseline", classifier="resnet", loss="mcp")
+    row["standard"][0] = [-1.0, 0.0] if isinstance(row["standard"][0], list) else -1.0
+    with pytest.raises(R.Refused, match=r"resnet MCP on test.*--pretrained-only"):
+        check_same_classifiers(summary, other)
+    other = json.loads(json.dumps(summary["pretrained"]))
+    other["fits"]["resnet"] = {**other["fits"]["resnet"], "temperature": 9.0}
+    with pytest.raises(R.Refused, match="resnet held-out fit"):
+        check_same_classifiers(summary, other)

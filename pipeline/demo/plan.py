@@ -28,12 +28,15 @@ def plan(cfg: DemoConfig) -> list[Step]:
     data = ("--data", cfg.data) if cfg.data else ()
     quiet = () if cfg.progress else ("--no-progress",)
     shifted = split_tag("test", cfg.corruption, cfg.severity)
+    # without the base grid (--pretrained-only): only what the pretrained grid reads of it, the
+    # classifiers' fits, caches and adversarial splits, made by the same commands
+    oracles = cfg.oracles if cfg.base_oracles else ()
     steps = []
-    for name in dict.fromkeys(cfg.classifiers + cfg.oracles):
+    for name in dict.fromkeys(cfg.classifiers + oracles):
         steps.append(Step("fit", ("fit-classifier", "--classifier", name, *data, *quiet,
                                   *cfg.fit_args), f"base classifier {name}"))
     # every oracle's cache too: a head-only oracle reads its own model's features
-    extracted = cfg.classifiers + (cfg.oracles if cfg.head_only else ())
+    extracted = cfg.classifiers + (oracles if cfg.head_only else ())
     # explicit either way (on is the embedded set's default, presets.EMBEDDED_EXTRACT)
     feats = ("--features",) if cfg.head_only else ("--no-features",)
     for name in dict.fromkeys(extracted):
@@ -41,6 +44,8 @@ def plan(cfg: DemoConfig) -> list[Step]:
     adv_root, cache_root = Path(cfg.artifacts) / "adversarial", Path(cfg.artifacts) / "cache"
     steps += adversarial_steps(cfg, {n: () for n in cfg.classifiers}, data, quiet, adv_root,
                                cache_root)
+    if not cfg.base_oracles:
+        return steps + pretrained_steps(cfg, data, quiet, adv_root, cache_root)
     variants = [(loss, ()) for loss in cfg.losses]
     variants += [(loss, (BROADCAST,)) for loss in cfg.broadcast_losses]
     steps += fine_tuned_steps(cfg, variants, data, quiet, shifted)

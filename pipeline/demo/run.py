@@ -35,6 +35,7 @@ import click
 
 from cache.manifest import write_json_atomic
 from pipeline.core.options import usable_cpus
+from pipeline.core.presets import PRETRAINED
 from pipeline.demo.plan import expand, plan, with_slopes
 from pipeline.demo.pretrained import missing_wheel
 from pipeline.demo.steps import CLI, DemoConfig, Step
@@ -105,7 +106,8 @@ def run_subprocess(step: Step, capture: bool, env: dict | None = None,
 
 def run(cfg: DemoConfig, echo=print, capture: bool = False) -> dict:
     """Run (or, with ``dry_run``, list) every step; stop at the first failure (DemoError).
-    Returns a summary; ``<artifacts>/demo.json`` records the commands and their wall times."""
+    Returns a summary; ``log_path(cfg)`` (demo.json) records the commands and their wall
+    times."""
     steps = plan(cfg)
     why = missing_wheel() if cfg.pretrained and not cfg.dry_run else None
     if why:
@@ -211,8 +213,15 @@ def _by_stage(results: list[StepResult]) -> dict[str, float]:
     return out
 
 
+def log_path(cfg: DemoConfig) -> Path:
+    """demo.json, beside the report the invocation ends with: ``<artifacts>``, or with
+    ``--pretrained-only`` the pretrained grid's root (the base grid's record stays)."""
+    root = Path(cfg.artifacts)
+    return root / "demo.json" if cfg.base_oracles else root / PRETRAINED["root"] / "demo.json"
+
+
 def _write_log(cfg: DemoConfig, results: list[StepResult], total: float, failed: bool) -> Path:
-    path = Path(cfg.artifacts) / "demo.json"
+    path = log_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)   # a first step that fails wrote nothing yet
     write_json_atomic(path, {
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},

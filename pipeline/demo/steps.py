@@ -41,6 +41,7 @@ class DemoConfig:
     dry_run: bool = False
     jobs: int = 1                           # fine-tuned train-oracle commands run at once
     pretrained: bool = False                # the pretrained-oracle grid (demo/pretrained.py)
+    base_oracles: bool = True               # the from-scratch oracles' grid and its report
 
 
 @dataclass(frozen=True)
