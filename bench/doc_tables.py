@@ -239,6 +239,50 @@ def head_only_gpu() -> str:
               rows)])
 
 
+def vit_roofline() -> str:
+    """The ViT step against its roofline (bench/vit_roofline.py), eager graph and compiled."""
+    rows = []
+    for name, label in (("vit-roofline-eager-1xH100.json", "graph"),
+                        ("vit-roofline-1xH100.json", "compiled + graph")):
+        d = load(name)
+        b, g = d["bound"]["parts_ms"], d["profile"]["groups_ms"]
+        idle = d["step_ms"] - d["profile"]["kernels_ms"]
+        rows.append([label, f"{d['step_ms']:.1f} ({n0(d['img_per_s'])} img/s)",
+                     f"{b['gemm']:.1f} + {b['attention']:.1f} + {b['memory']:.1f} = "
+                     f"{d['bound']['total_ms']:.1f}", f"**{d['ratio']:.2f}**",
+                     f"{g.get('gemm', 0):.1f} / {g.get('attention', 0):.1f} / "
+                     f"{g.get('other', 0):.1f} / {idle:.1f}"])
+    first = load("vit-roofline-1xH100.json")        # the compiled step: the command to quote
+    b = first["bound"]
+    return "\n".join([
+        f"{first['model']}, batch {first['batch']}, bf16, SDPA {first['backend']}, one "
+        f"{source(first)[:-1]} (the graph row: `--compile off`). Per step: "
+        f"{b['gflop']['gemm']:,.0f} GFLOP of GEMMs and {b['gflop']['attention']:,.0f} of "
+        f"attention; the other ops move {b['other_bytes'] / 1e9:.1f} GB, priced at the measured "
+        f"{b['copy_bandwidth_gb_s']:,.0f} GB/s copy bandwidth. Milliseconds per step.", "",
+        table(["step", "step ms", "bound: GEMMs + attention + memory", "step / bound",
+               "kernels: GEMM / attention / other / idle"], rows)])
+
+
+def head_profile() -> str:
+    """The head-only step's kernels (bench/head_profile.py), per optimizer step."""
+    rows = []
+    for name in ("head-profile-eager-1xH100.json", "head-profile-1xH100.json",
+                 "head-profile-bank100-1xH100.json"):
+        d = load(name)
+        rows.append([f"{d['heads']}", d["step_path"]["mode"].replace("_", " "),
+                     f"{d['kernels_per_step']:.0f}", f"{d['gpu_busy_us_per_step']:.0f}",
+                     f"{d['wall_us_per_step']:.0f}"])
+    d = load("head-profile-1xH100.json")
+    return "\n".join([
+        f"D {d['dim']}, batch {d['batch']}, {d['steps']:,} steps of one epoch under "
+        f"torch.profiler (which slows the host: compare the columns, not the wall with the "
+        f"table above); one {source(d)[:-1]} (the other rows: `--cuda-graph off`, "
+        f"`--heads 100`).", "",
+        table(["heads", "step", "kernels per step", "GPU busy µs per step",
+               "wall µs per step (profiled)"], rows)])
+
+
 # --- stage 3 and the rest ----------------------------------------------------------------------
 
 def report_cpu() -> str:
@@ -311,6 +355,7 @@ def runbook_time() -> str:
 BLOCKS = {
     "extract-gpu": extract_gpu, "decode-hw": decode_hw, "train-step": train_step,
     "train-memory": train_memory, "sdpa": sdpa, "ddp": ddp, "head-only-gpu": head_only_gpu,
+    "vit-roofline": vit_roofline, "head-profile": head_profile,
     "report-cpu": report_cpu, "report-memory": report_memory, "inference": inference,
     "demo-cpu": demo_cpu, "rehearsal-memory": rehearsal_memory,
 }

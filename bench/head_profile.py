@@ -1,0 +1,90 @@
+"""Where a head-only step's time goes: the kernels one graphed (or eager) SS head step launches,
+their GPU time, against the step's wall time.
+
+    python bench/head_profile.py --json bench/results/head-profile-1xH100.json
+    python bench/head_profile.py --cuda-graph off
+
+bench_head.py's run (a synthetic ImageNet-width feature cache, a bank of SS heads) on fewer
+rows, under torch.profiler: the kernels of the training loop, counted and timed per optimizer
+step.  What it tells: if the GPU is busy for most of a step, only fewer or cheaper kernels help
+(a fused update); if it idles, the launches and the host between them cost the time (several
+steps per graph replay, the epoch's indices resident on the GPU).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_head import one_pass, write_feature_cache  # noqa: E402
+
+
+def profile_pass(train: Path, val: Path, device, batch: int, heads: int, cuda_graph: str,
+                 top: int) -> dict:
+    """One head-only pass under the profiler; kernel counts and times per training step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    alphas = [(1.0 + i, 3.0) for i in range(heads)]
+    one_pass(train, val, device, batch, 1, alphas, cuda_graph)        # warm: allocator, graph
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run = one_pass(train, val, device, batch, 1, alphas, cuda_graph)
+    steps = run["steps"]
+    by_name, calls = defaultdict(float), defaultdict(int)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            by_name[e.name] += e.device_time / 1e3                      # us -> ms
+            calls[e.name] += 1
+    busy = sum(by_name.values())
+    largest = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
+    return {"steps": steps, "heads": heads, "step_path": run["step_path"],
+            "train_s": round(run["train_s"], 3),
+            "wall_us_per_step": round(run["train_s"] / steps * 1e6, 2),
+            "kernels_per_step": round(sum(calls.values()) / steps, 2),
+            "gpu_busy_us_per_step": round(busy / steps * 1e3, 2),
+            "largest": [{"kernel": n[:160], "calls_per_step": round(calls[n] / steps, 2),
+                         "us_per_call": round(ms / calls[n] * 1e3, 2)} for n, ms in largest]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=80_000, help="training rows (steps = rows/batch)")
+    ap.add_argument("--dim", type=int, default=768)
+    ap.add_argument("--batch", type=int, default=40)
+    ap.add_argument("--heads", type=int, default=1, help="SS heads in the bank (a grid: 100)")
+    ap.add_argument("--cuda-graph", default="auto", choices=("auto", "on", "off"))
+    ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("head_profile.py profiles CUDA kernels: run it on a GPU")
+    device = torch.device("cuda")
+    with tempfile.TemporaryDirectory() as tmp:
+        train, val = Path(tmp) / "train", Path(tmp) / "val"
+        write_feature_cache(train, a.rows, a.dim, seed=0)
+        write_feature_cache(val, 5_000, a.dim, seed=1)
+        out = profile_pass(train, val, device, a.batch, a.heads, a.cuda_graph, a.top)
+    print(f"head_profile: {torch.cuda.get_device_name(0)}, D {a.dim}, batch {a.batch}, "
+          f"{a.heads} head(s), {out['step_path']}: {out['wall_us_per_step']} us a step wall, "
+          f"{out['kernels_per_step']} kernels a step, GPU busy {out['gpu_busy_us_per_step']} us")
+    for k in out["largest"]:
+        print(f"  {k['calls_per_step']:6.2f} x {k['us_per_call']:8.2f} us  {k['kernel']}")
+    if a.json:
+        doc = {"device": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"),
+               "torch": torch.__version__, "command": shlex.join(["python", *sys.argv]),
+               "rows": a.rows, "dim": a.dim, "batch": a.batch, **out}
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
