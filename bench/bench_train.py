@@ -43,6 +43,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.grid_hours import N_TRAIN, N_VAL, grid_parts  # noqa: E402
 from bench.train_parts import (PRESET_MODELS, TINY, authors_step, classifier_infer,  # noqa: E402
                                fast_objects, forward_flops, make_jpegs, random_resident,
                                random_targets, spec, timed)
@@ -54,7 +55,6 @@ from pipeline.oracle.finetune.graph import choose_step  # noqa: E402
 from pipeline.oracle.settings.sampler import (StepSchedule, loader_batches,  # noqa: E402
                                               micro_slices)
 
-N_TRAIN, N_VAL, HELD_OUT, VALIDATIONS = 1_281_167, 50_000, 0.05, 4
 GB40 = 40 * 1000**3          # an A100-40GB: 40 GB of device memory
 BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}   # dense, datasheets
 
@@ -168,17 +168,9 @@ def project(res: dict, a) -> dict:
     o_models = [m for m in PRESET_MODELS if m in res]
     if len(o_models) < 2:
         return {}
-    rows = N_TRAIN * (1 - HELD_OUT)
-    infer_imgs = N_VAL + VALIDATIONS * HELD_OUT * N_TRAIN
-
-    def fastest(o: str, key: str, paths) -> float:
-        return max(r["e2e"] for p, r in res[o]["steps"][key].items() if p in paths)
 
     def grid(key: str, paths) -> float:
-        train = sum(4 * (rows / fastest(o, key, paths) + infer_imgs / res[o]["infer"])
-                    for o in o_models for _ in o_models)
-        extract = sum((2 * N_TRAIN + N_VAL) / res[c]["infer"] for c in o_models)
-        return (train + extract) / 3600
+        return sum(grid_parts(res, key, paths, o_models).values())
 
     def authors_pair(o, c):      # swap the classifier's fp32 forward cost into the measured e2e
         r, rc = res[o]["authors"], res[c]["authors"]
@@ -192,6 +184,8 @@ def project(res: dict, a) -> dict:
         if all(set(paths) & set(res[o]["steps"]["paper"]) for o in o_models):
             out[f"{label}_paper_h"] = grid("paper", paths)
             out[f"{label}_fill_h"] = grid("fill", paths)
+            if label == "fastest":          # where the hours go
+                out["fastest_paper_parts_h"] = grid_parts(res, "paper", paths, o_models)
     out["fastest_paths"] = {o: max(res[o]["steps"]["paper"].items(), key=lambda kv: kv[1]["e2e"])[0]
                             for o in o_models}
     return out

@@ -29,6 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import runbook_table  # noqa: E402
+from bench.grid_hours import grid_parts  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 DOCS = [ROOT / "docs" / "PERFORMANCE.md", ROOT / "docs" / "IMAGENET.md"]
@@ -132,6 +133,7 @@ def train_step() -> str:
         rows.append([name, "authors' style (fp32, classifier forward every step)",
                      f"{n0(a['e2e'])} ({n0(a['resident'])})", "", "", ""])
     p = d["projection"]
+    parts = grid_parts(d["results"], "paper", ("eager", "graph", "compiled"), p["models"])
     infer = "; ".join(f"{MODEL_NAMES.get(m, m)} {n0(r['infer'])} img/s"
                       for m, r in d["results"].items())
     labels = dict(TRAIN_PATHS)
@@ -152,7 +154,11 @@ def train_step() -> str:
         f"projected from these rates: **{p['fastest_paper_h']:.2f} h** at batch 40 with the "
         f"fastest step per model ({fastest}), {p['graph_paper_h']:.2f} h graphed without "
         f"`--compile`, {p['eager_paper_h']:.2f} h eager; {p['fastest_fill_h']:.2f} h at batch "
-        f"{d['args']['fill_batch']}; {p['authors_h']:.1f} h in the authors' style."])
+        f"{d['args']['fill_batch']}; {p['authors_h']:.1f} h in the authors' style. Of the "
+        f"{p['fastest_paper_h']:.2f} h: " + ", ".join(
+            f"the {MODEL_NAMES.get(m, m)} oracles' {p['runs'] // len(p['models'])} runs "
+            f"{h:.2f} h" for m, h in parts.items() if m != "extraction")
+        + f", the extractions {parts['extraction']:.2f} h."])
 
 
 def train_memory() -> str:
