@@ -37,7 +37,7 @@ from cache.manifest import load_manifest  # noqa: E402
 from cache.runs import RunDir  # noqa: E402
 from cache.schema import CacheError  # noqa: E402
 from pipeline.core.catalog import CATALOG  # noqa: E402
-from pipeline.core.presets import DEMO, DEMO_ATTACK  # noqa: E402
+from pipeline.core.presets import DEMO, DEMO_ATTACK, PRETRAINED  # noqa: E402
 from pipeline.report import tables as T  # noqa: E402
 
 PAGE = ROOT / "docs" / "RESULTS.md"
@@ -230,13 +230,18 @@ def _command(cfg: dict) -> tuple[str, bool]:
     for key in ("corruption", "severity"):
         if cfg.get(key) not in (None, DEMO[key]):
             parts.append(f"--{key} {cfg[key]}")
+    if cfg.get("pretrained"):
+        parts.append("--pretrained-oracle" if cfg.get("base_oracles", True)
+                     else "--pretrained-only")
     return " ".join(parts), full
 
 
 def _where(path: Path, root: Path) -> str:
     """``path`` as the run names it: under ``artifacts/<dataset>/`` (the artifacts root the demo
-    wrote), never a path of the machine the page was generated on."""
-    return str(Path("artifacts") / root.name / path.resolve().relative_to(root.resolve()))
+    wrote), never a path of the machine the page was generated on.  The pretrained grid's
+    ``root`` is ``<artifacts>/pretrained``: named under its artifacts root too."""
+    base = root.parent if root.name == PRETRAINED["root"] else root
+    return str(Path("artifacts") / base.name / path.resolve().relative_to(base.resolve()))
 
 
 def _demo(root: Path) -> dict | None:

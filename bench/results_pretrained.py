@@ -21,17 +21,17 @@ def extract(root: Path) -> dict | None:
     if not path.exists():
         return None
     s = R.extract(path)
-    return {k: s[k] for k in ("sources", "report", "fits", "splits", "sweeps")}
+    return {k: s[k] for k in ("sources", "report", "machine", "fits", "splits", "sweeps")}
 
 
 def check_same_classifiers(summary: dict, p: dict) -> None:
     """Refuse (results_page.Refused) a grid whose shared classifiers are not the page's: the
     section sets its rows against the page's, so vit and resnet must be the same fits, read
     from the same caches (a ``demo --pretrained-only`` after ``demo --full``, or one run of
-    both).  Compared: each shared classifier's held-out temperature fit and its MCP row on
-    every split both evaluate -- what its predictions, not its file names, decide."""
-    bad = [f"{c} held-out fit {fit} against {summary['fits'][c]}"
-           for c, fit in p["fits"].items() if c in summary["fits"] and summary["fits"][c] != fit]
+    both).  Compared: each shared classifier's MCP row, every metric, on every split both
+    evaluate -- what its predictions decide, not its file names.  (Not the held-out fits:
+    their rows are the runs' common held-out rows, which another grid may carve otherwise.)"""
+    bad = []
     for split in _evaluated(p):
         mine = R._split(summary, split["role"])
         for c in R._classifiers(split) if mine is not None else ():
@@ -64,6 +64,26 @@ def _mcp_side(split: dict, row: dict, mcp: bool = True):
 def _evaluated(p: dict) -> list[dict]:
     """The grid's report splits that the page evaluates (test, shifted, adversarial)."""
     return [sp for sp in p["splits"] if sp["role"] != "other"]
+
+
+def block_source(s: dict) -> str:
+    """Which invocation made the grid: the page's own (one demo.json), or a `--pretrained-only`
+    run of its own (its demo.json beside its report), with its report's hash and machine."""
+    p = s.get("pretrained")
+    if p is None:
+        return "No pretrained-oracle grid in this run."
+    rep, demo = p["sources"]["report"], p["sources"]["demo"]
+    text = (f"The section's runs come from `{rep['path']}` (sha256 `{rep['sha256'][:16]}…`, "
+            f"created {rep['created']}); ")
+    if demo is None:
+        return text + "the same invocation made them as the page's other sections."
+    cfg = demo["config"]
+    return text + (
+        f"they were made by `{demo['command']}`, finished {demo['finished']} in "
+        f"{demo['minutes']} min on " + R._machine_text(p.get("machine") or {}, demo["machine"])
+        + f", seeds {R._list(demo['seeds'])}, losses {', '.join(cfg.get('losses', []))}, from "
+        "the very classifier fits and caches of the page's run (their MCP rows agree on every "
+        "split, or this page would not have been generated).")
 
 
 def block_answer(s: dict) -> str:
@@ -181,6 +201,6 @@ def block_sweeps(s: dict) -> str:
     return "\n".join(R._table(head, rows))
 
 
-BLOCKS = {"pretrained-answer": block_answer, "pretrained-classifiers": block_classifiers,
+BLOCKS = {"pretrained-source": block_source, "pretrained-answer": block_answer, "pretrained-classifiers": block_classifiers,
           "pretrained-table": block_table, "pretrained-losses": block_losses,
           "pretrained-sweeps": block_sweeps}
