@@ -109,10 +109,11 @@ def optim(total: int) -> BankOptim:
 
 
 def one_pass(train_dir: Path, val_dir: Path, device, batch: int, epochs: int,
-             alphas: list[tuple[float, float]], cuda_graph: str = "auto") -> dict:
+             alphas: list[tuple[float, float]], cuda_graph: str = "auto",
+             compiled: bool = False) -> dict:
     """Open + load + train a bank of len(alphas) SS heads + score val; seconds per phase, the
     step path that ran (``--cuda-graph``) and the best heads' scores."""
-    step_path = head_step_path(device, cuda_graph)
+    step_path = head_step_path(device, cuda_graph, compiled=compiled)
     t0 = time.perf_counter()
     train = ClassifierCache.open(train_dir)
     targets = train.load(["valid", "correct", "p_true", "correct_flip", "p_true_flip"])
@@ -233,6 +234,8 @@ def main() -> None:
     ap.add_argument("--device", default=None)
     ap.add_argument("--cuda-graph", default="auto", choices=("auto", "on", "off"),
                     help="the step path measured (as train-oracle's option)")
+    ap.add_argument("--compile", action="store_true", help="train-oracle --head-only --compile: "
+                    "the head's forward and the loss compiled (the eager twin stays uncompiled)")
     ap.add_argument("--no-eager", action="store_true", help="skip the --cuda-graph off twin "
                     "of a graphed run")
     ap.add_argument("--workdir", default=None, help="where the synthetic caches go (default tmp)")
@@ -268,7 +271,7 @@ def main() -> None:
             paths = (work / f"d{dim}" / "train", work / f"d{dim}" / "val", device, args.batch, 1)
             alphas = [(float(a), float(b)) for a in np.linspace(0.5, 5, grid)
                       for b in np.linspace(1, 10, grid)]
-            one = one_pass(*paths, [(1.0, 3.0)], args.cuda_graph)
+            one = one_pass(*paths, [(1.0, 3.0)], args.cuda_graph, args.compile)
             twin = not args.no_eager and one["step_path"]["mode"] == "cuda_graph"
             one_eager = one_pass(*paths, [(1.0, 3.0)], "off") if twin else None
             ref = n / ft[dim] if dim in ft else None
@@ -278,7 +281,7 @@ def main() -> None:
                   + (f"; full fine-tune of the point ~{ref:,.0f}s at {ft[dim]:,.0f} img/s "
                      f"(bench_train): {ref / one['total_s']:,.0f}x" if ref else "")
                   + with_eager(one, one_eager, "train_s"))
-            many = one_pass(*paths, alphas, args.cuda_graph)
+            many = one_pass(*paths, alphas, args.cuda_graph, args.compile)
             many_eager = one_pass(*paths, alphas, "off") if twin else None
             print(f"  {grid}x{grid} alpha grid ({len(alphas)} heads, one bank): "
                   f"{many['total_s']:.1f}s end to end (train {many['train_s']:.1f}s incl. "

@@ -272,21 +272,25 @@ def vit_roofline() -> str:
 
 def head_profile() -> str:
     """The head-only step's kernels (bench/head_profile.py), per optimizer step."""
-    rows = []
+    rows, notes = [], []
     for name in ("head-profile-eager-1xH100.json", "head-profile-1xH100.json",
-                 "head-profile-bank100-1xH100.json"):
+                 "head-profile-compiled-1xH100.json", "head-profile-bank100-1xH100.json"):
         d = load(name)
-        rows.append([f"{d['heads']}", d["step_path"]["mode"].replace("_", " "),
-                     f"{d['kernels_per_step']:.0f}", f"{d['gpu_busy_us_per_step']:.0f}",
-                     f"{d['wall_us_per_step']:.0f}"])
+        step = d["step_path"]["mode"].replace("_", " ") + (", compiled" if d.get("compiled")
+                                                           else "")
+        plain = d.get("unprofiled_us_per_step")
+        rows.append([f"{d['heads']}", step, f"{d['kernels_per_step']:.0f}",
+                     f"{d['gpu_busy_us_per_step']:.0f}", f"{d['wall_us_per_step']:.0f}",
+                     f"**{plain:.0f}**" if plain else "not timed"])
+        notes += [f"`{d['command']}`" + (f" ({d['note']})" if d.get("note") else "")]
     d = load("head-profile-1xH100.json")
     return "\n".join([
-        f"D {d['dim']}, batch {d['batch']}, {d['steps']:,} steps of one epoch under "
-        f"torch.profiler (which slows the host: compare the columns, not the wall with the "
-        f"table above); one {source(d)[:-1]} (the other rows: `--cuda-graph off`, "
-        f"`--heads 100`).", "",
+        f"D {d['dim']}, batch {d['batch']}, {d['steps']:,} steps of one epoch, one "
+        f"{device_name(d)}, {d['date']}; kernels and GPU time under torch.profiler (which slows "
+        f"the host: its wall column is not the step's time), the step's own wall time from a "
+        f"pass without it. Rows: " + "; ".join(notes) + ".", "",
         table(["heads", "step", "kernels per step", "GPU busy µs per step",
-               "wall µs per step (profiled)"], rows)])
+               "wall µs per step (profiled)", "wall µs per step"], rows)])
 
 
 # --- stage 3 and the rest ----------------------------------------------------------------------

@@ -3,12 +3,17 @@ their GPU time, against the step's wall time.
 
     python bench/head_profile.py --json bench/results/head-profile-1xH100.json
     python bench/head_profile.py --cuda-graph off
+    python bench/head_profile.py --compile      # the head's forward and loss compiled
 
 bench_head.py's run (a synthetic ImageNet-width feature cache, a bank of SS heads) on fewer
 rows, under torch.profiler: the kernels of the training loop, counted and timed per optimizer
 step.  What it tells: if the GPU is busy for most of a step, only fewer or cheaper kernels help
 (a fused update); if it idles, the launches and the host between them cost the time (several
 steps per graph replay, the epoch's indices resident on the GPU).
+
+``--compile``: train-oracle's ``--head-only --compile``, the head's forward and the loss
+torch.compile'd inside the graph (inductor fuses their element-wise ops, forward and backward;
+SGD's update and the window's bookkeeping stay as they are; not bit for bit the eager step).
 """
 from __future__ import annotations
 
@@ -29,14 +34,16 @@ from bench.bench_head import one_pass, write_feature_cache  # noqa: E402
 
 
 def profile_pass(train: Path, val: Path, device, batch: int, heads: int, cuda_graph: str,
-                 top: int) -> dict:
+                 compiled: bool, top: int) -> dict:
     """One head-only pass under the profiler; kernel counts and times per training step."""
     from torch.profiler import ProfilerActivity, profile
 
     alphas = [(1.0 + i, 3.0) for i in range(heads)]
-    one_pass(train, val, device, batch, 1, alphas, cuda_graph)        # warm: allocator, graph
+    args = (train, val, device, batch, 1, alphas, cuda_graph, compiled)
+    one_pass(*args)                     # warm: allocator, graph, compiled kernels
+    plain = one_pass(*args)             # timed, unprofiled
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        run = one_pass(train, val, device, batch, 1, alphas, cuda_graph)
+        run = one_pass(*args)
     steps = run["steps"]
     by_name, calls = defaultdict(float), defaultdict(int)
     for e in prof.events():
@@ -48,6 +55,8 @@ def profile_pass(train: Path, val: Path, device, batch: int, heads: int, cuda_gr
     return {"steps": steps, "heads": heads, "step_path": run["step_path"],
             "train_s": round(run["train_s"], 3),
             "wall_us_per_step": round(run["train_s"] / steps * 1e6, 2),
+            "unprofiled_us_per_step": round(plain["train_s"] / steps * 1e6, 2),
+            "best_val_aupr_error": plain["best_val_aupr_error"],
             "kernels_per_step": round(sum(calls.values()) / steps, 2),
             "gpu_busy_us_per_step": round(busy / steps * 1e3, 2),
             "largest": [{"kernel": n[:160], "calls_per_step": round(calls[n] / steps, 2),
@@ -62,6 +71,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=40)
     ap.add_argument("--heads", type=int, default=1, help="SS heads in the bank (a grid: 100)")
     ap.add_argument("--cuda-graph", default="auto", choices=("auto", "on", "off"))
+    ap.add_argument("--compile", action="store_true", help="train-oracle --head-only --compile: "
+                    "the head's forward and the loss compiled")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
@@ -72,16 +83,17 @@ def main() -> None:
         train, val = Path(tmp) / "train", Path(tmp) / "val"
         write_feature_cache(train, a.rows, a.dim, seed=0)
         write_feature_cache(val, 5_000, a.dim, seed=1)
-        out = profile_pass(train, val, device, a.batch, a.heads, a.cuda_graph, a.top)
+        out = profile_pass(train, val, device, a.batch, a.heads, a.cuda_graph, a.compile, a.top)
     print(f"head_profile: {torch.cuda.get_device_name(0)}, D {a.dim}, batch {a.batch}, "
-          f"{a.heads} head(s), {out['step_path']}: {out['wall_us_per_step']} us a step wall, "
+          f"{a.heads} head(s), {out['step_path']}{', compiled' * a.compile}: "
+          f"{out['unprofiled_us_per_step']} us a step ({out['wall_us_per_step']} profiled), "
           f"{out['kernels_per_step']} kernels a step, GPU busy {out['gpu_busy_us_per_step']} us")
     for k in out["largest"]:
         print(f"  {k['calls_per_step']:6.2f} x {k['us_per_call']:8.2f} us  {k['kernel']}")
     if a.json:
         doc = {"device": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"),
                "torch": torch.__version__, "command": shlex.join(["python", *sys.argv]),
-               "rows": a.rows, "dim": a.dim, "batch": a.batch, **out}
+               "rows": a.rows, "dim": a.dim, "batch": a.batch, "compiled": a.compile, **out}
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(doc, indent=1) + "\n")
 

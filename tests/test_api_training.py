@@ -138,7 +138,7 @@ def test_settings_are_the_command_lines_config(tmp_path):
 @pytest.mark.parametrize("options,message", [
     ({"epochs": 0}, "epochs=0"), ({"bogus": 1}, "'bogus'"), ({"loss": "hinge"}, "hinge"),
     ({"loss": squared_hinge}, "train(settings, loss=fn)"),
-    ({"head_only": True, "compile": True}, "--compile does not apply to --head-only"),
+    ({"head_only": True, "workers": 2}, "--workers does not apply to --head-only"),
     ({"head_arch": "confidnet"}, "--head-arch applies to --head-only runs only"),
     ({"hub_weights": True, "random_init": True}, "--hub-weights excludes")])
 def test_settings_refuse_what_the_command_line_refuses(options, message):

@@ -78,7 +78,7 @@ def test_runs_without_weights_keep_their_group_and_weights_are_named_by_contents
 
 
 def test_derived_lists_follow_the_field_declarations():
-    assert set(FINE_TUNE_ONLY) == {"accum_steps", "precision", "channels_last", "compile",
+    assert set(FINE_TUNE_ONLY) == {"accum_steps", "precision", "channels_last",
                                    "workers", "eval_batch_size", "ckpt_every", "stop_at_step",
                                    "resume"}
     assert set(LOSS_OPTIONS) == {"z", "broadcast", "class_balanced", *PARAMS}

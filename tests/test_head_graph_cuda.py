@@ -16,7 +16,8 @@ from cache.outputs import read_outputs
 from oracle_fixtures import CLASSIFIER, TINY_VIT_KWARGS, extract, run_cli, step_losses, \
     write_colour_tree
 from pipeline.oracle.loop import capture
-from test_head_only_step import assert_identical, check_sgd_step, feature_table, run_bank
+from test_head_only_step import (assert_close_runs, assert_identical, check_sgd_step,
+                                 feature_table, run_bank)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CUDA = torch.device("cuda")
@@ -31,6 +32,13 @@ def test_the_graphed_step_equals_the_eager_step_bit_for_bit(loss, arch):
     assert_identical(eager, graph)
     losses = [e["loss"] for e in eager["logs"][0] if "loss" in e]
     assert losses[0] != losses[-1]
+
+
+def test_the_compiled_graphed_step_trains_the_same_heads_up_to_rounding():
+    """--compile on a GPU: the head's forward and the loss compiled inside the graph."""
+    table = feature_table(CUDA)
+    assert_close_runs(run_bank(table, "ss", "linear", "compiled graph", epochs=2),
+                      run_bank(table, "ss", "linear", "eager", epochs=2))
 
 
 def test_sgd_step_equals_torch_sgd_on_cuda():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import h5py
@@ -203,7 +204,7 @@ def test_non_finite_features_are_refused_naming_the_row(tree, tmp_path):
     assert f"row {start + 7} (plain view)" in res.output
 
 
-@pytest.mark.parametrize("option", [["--precision", "bf16"], ["--workers", "2"], ["--compile"],
+@pytest.mark.parametrize("option", [["--precision", "bf16"], ["--workers", "2"],
                                     ["--accum-steps", "2"], ["--stop-at-step", "3"], ["--resume"]])
 def test_fine_tune_only_options_are_refused_by_name(tree, option):
     root, data = tree
@@ -292,3 +293,19 @@ def test_cuda_graph_on_a_cpu_is_refused_before_anything_is_written_and_auto_runs
                              "reason": "the device is cpu (CUDA graphs need a CUDA device)"}
     assert paths["off"] == {"mode": "eager", "requested": "off"}
     assert step_losses(tmp_path / "auto") == step_losses(tmp_path / "off")
+
+
+@pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")),
+                    reason="torch.compile on the CPU (inductor) needs a C++ compiler")
+def test_compile_applies_to_head_only_runs_and_says_so(tree, tmp_path):
+    """--head-only --compile: the head's forward and the loss compiled (the step's body without
+    a graph on a CPU); run.json records it; the losses are the eager run's up to rounding."""
+    root, data = tree
+    for name, extra in (("plain", ()), ("compiled", ("--compile",))):
+        run_cli(head_args(root, data, "--device", "cpu", *extra, "--out", tmp_path / name))
+    path = json.loads((tmp_path / "compiled" / "run.json").read_text())["step_path"]
+    assert path == {"mode": "eager", "requested": "auto", "compiled": True,
+                    "reason": "the device is cpu (CUDA graphs need a CUDA device)"}
+    ours, theirs = step_losses(tmp_path / "compiled"), step_losses(tmp_path / "plain")
+    assert ours.keys() == theirs.keys()
+    assert np.allclose(list(ours.values()), list(theirs.values()), rtol=1e-4, atol=1e-6)

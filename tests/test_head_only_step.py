@@ -5,6 +5,8 @@ cycled momentum; its SGD update is torch.optim.SGD's; the lr/momentum precompute
 OneCycleLR's.  The graph itself: tests/test_head_graph_cuda.py."""
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -66,6 +68,9 @@ def run_bank(table: FeatureTable, loss: str, arch: str, step: str, epochs: int =
             opt.weight_decay, LOG_EVERY, 0.0)
     path = {"mode": "cuda_graph", "requested": "on"}
     fast = {"eager": lambda: None, "body": lambda: HeadStep(*args, chunk=CHUNK),
+            "compiled": lambda: HeadStep(*args, chunk=CHUNK, compiled=True),
+            "compiled graph": lambda: GraphedHeadStep(*args, chunk=CHUNK, record=path,
+                                                      compiled=True),
             "graph": lambda: GraphedHeadStep(*args, chunk=CHUNK, record=path)}[step]()
     session = FeatureSession(table, schedule, losses, head, sgd, sched, VAL, 0.0, fast)
     state = LoopState.for_heads(len(losses))
@@ -101,6 +106,38 @@ def test_the_graphs_body_run_eagerly_equals_the_eager_session_bit_for_bit(loss, 
     assert_identical(eager, body)
     losses = [e["loss"] for e in eager["logs"][0] if "loss" in e]
     assert losses[0] != losses[-1] and all(h.best_step for h in eager["state"])
+
+
+@pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")),
+                    reason="torch.compile on the CPU (inductor) needs a C++ compiler")
+def test_the_compiled_body_trains_the_same_heads_up_to_rounding():
+    """--compile: the head's forward and the loss compiled (inductor's fused kernels) -- the
+    same formulas in another order of operations: the losses, counts and heads of the eager
+    session up to float rounding, not bit for bit; the eager head and loss objects untouched."""
+    table = feature_table(torch.device("cpu"))
+    assert_close_runs(run_bank(table, "ss", "linear", "compiled", epochs=1),
+                      run_bank(table, "ss", "linear", "eager", epochs=1))
+
+
+def assert_close_runs(a: dict, b: dict) -> None:
+    """The same training up to float rounding: losses, final heads, counts within 2 rows."""
+    ours, theirs = ([e["loss"] for e in r["logs"][0] if "loss" in e] for r in (a, b))
+    assert np.allclose(ours, theirs, rtol=1e-4, atol=1e-6) and len(ours) == len(theirs)
+    for x, y in zip(a["final"], b["final"]):
+        for k in x:
+            assert torch.allclose(x[k], y[k], rtol=1e-4, atol=1e-6), k
+    counts = [np.abs(x.counts - y.counts).max() for x, y in zip(a["state"], b["state"])]
+    assert max(counts) <= 2          # a z within rounding of the threshold may flip a count
+
+
+def test_compiled_with_a_users_loss_is_refused():
+    from cache.runs import RunError
+    from pipeline.oracle.headonly.graph import head_step_path
+
+    with pytest.raises(RunError, match="--compile: .*leave --compile out"):
+        head_step_path(torch.device("cpu"), "auto", custom_loss=True, compiled=True)
+    assert head_step_path(torch.device("cpu"), "off", compiled=True) == \
+        {"mode": "eager", "requested": "off", "compiled": True}
 
 
 def test_the_precomputed_schedule_is_onecycles_and_sgd_step_is_torchs_update():

@@ -49,6 +49,7 @@ class HeadSettings:
     val_every: int | None = None  # None: 4 times per run (and at the end)
     log_every: int = 10
     cuda_graph: str = "auto"      # the step as one CUDA graph on a CUDA device (built-in losses)
+    compile: bool = False         # the head's forward and the loss torch.compile'd (not bitwise)
 
 
 @dataclass
@@ -90,7 +91,7 @@ def train_on_arrays(x: torch.Tensor, correct: torch.Tensor, p_true: torch.Tensor
     settings = LoopSettings(total, s.batch_size, max(1, s.log_every), val_every, None, None,
                             False, "train_head")
     log = MemoryLog()
-    step_path = head_step_path(x.device, s.cuda_graph, loss_fn is not None)
+    step_path = head_step_path(x.device, s.cuda_graph, loss_fn is not None, s.compile)
     # TNR in the log counts z < 0 (confidence < 0.5): the classes behind TCP's 1/K are unknown
     state, session = train_heads(table, schedule, [s.loss], optim, val_rows, 0.0, settings, [log],
                                  step_path, loss_fn)

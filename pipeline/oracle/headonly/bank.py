@@ -203,17 +203,20 @@ def train_heads(table: FeatureTable, schedule: StepSchedule, losses: list[LossCo
     loop's state (per head: counts, best step and score, divergence) and the session (best heads,
     final heads, timing).  ``step_path`` (``headgraph.head_step_path``; None: eager): the step
     captured in a CUDA graph where its mode is ``cuda_graph`` (updated if the capture falls
-    back; never with ``loss_fn``, a user's loss: ``head_step_path`` says eager).  ``logs``: one
+    back; never with ``loss_fn``, a user's loss: ``head_step_path`` says eager), with the
+    head's forward and the loss compiled where it says ``compiled``.  ``logs``: one
     per head (``pipeline.oracle.loop.log``)."""
     head, sgd, sched = make_bank(table, schedule, losses, opt)
-    fast = None
-    if step_path is not None and step_path["mode"] == "cuda_graph":
+    fast, path = None, step_path or {"mode": "eager"}
+    if path["mode"] == "cuda_graph" or path.get("compiled"):
         if loss_fn is not None:
             raise ValueError("a custom loss trains eagerly: head_step_path(..., custom_loss=True)")
-        fast = GraphedHeadStep(table, schedule, head, losses,
-                               onecycle_values(opt, schedule.total_steps), opt.weight_decay,
-                               min(settings.log_every, settings.total), tnr_logit,
-                               record=step_path)
+        args = (table, schedule, head, losses, onecycle_values(opt, schedule.total_steps),
+                opt.weight_decay, min(settings.log_every, settings.total), tnr_logit)
+        compiled = bool(path.get("compiled"))
+        # compiled without a graph (a CPU, --cuda-graph off): the graph's body, run as it is
+        fast = (GraphedHeadStep(*args, record=step_path, compiled=compiled)
+                if path["mode"] == "cuda_graph" else HeadStep(*args, compiled=compiled))
     session = FeatureSession(table, schedule, losses, head, sgd, sched, val_rows, tnr_logit, fast,
                              loss_fn)
     state = LoopState.for_heads(len(losses))

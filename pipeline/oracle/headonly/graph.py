@@ -26,6 +26,13 @@ momentum buffers start as -0.0: ``-0 m + g`` is ``g`` exactly, signed zeros incl
 step copies g).  A graphed run equals the eager run in its losses, counts, best and final heads
 (tests/test_head_graph_cuda.py).
 
+Compiled (``--compile``): the head's forward and the loss are torch.compile'd (inductor fuses
+their element-wise ops, forward and backward, into a few kernels; the update and the window's
+bookkeeping stay as above), captured in the graph on a CUDA device or run as the body without
+one elsewhere.  Fewer kernels, but not bit for bit: the fused kernels compute the same formulas
+in another order of floating-point operations, so losses and heads differ from the eager step's
+in the last bits (and, through them, a chosen step may differ).
+
 Capture (``pipeline.oracle.loop.capture``): warm-up steps on a side stream, capture, then every
 tensor the warm-up moved is put back, so the first replay is step 0.  Under ``auto`` a failed
 capture falls back to the eager step with one note.
@@ -49,20 +56,25 @@ from pipeline.oracle.nets.losses import CUSTOM_EAGER, HeadLoss
 from pipeline.oracle.settings.sampler import Ahead, StepSchedule, batches
 
 
-def head_step_path(device: torch.device, mode: str, custom_loss: bool = False) -> dict:
+def head_step_path(device: torch.device, mode: str, custom_loss: bool = False,
+                   compiled: bool = False) -> dict:
     """run.json's ``step_path`` of a head-only run, decided before anything is written: the graph
     on a CUDA device unless ``off``; elsewhere, or with a user's loss (``CUSTOM_EAGER``), eager
-    (``auto``, silently: on a CPU there is nothing to miss) or refused (``on``)."""
+    (``auto``, silently: on a CPU there is nothing to miss) or refused (``on``).  ``compiled``
+    (``--compile``): the same, with ``"compiled": True``; refused with a user's loss."""
     if mode not in GRAPH_MODES:
         raise RunError(f"--cuda-graph {mode!r}: expected one of {GRAPH_MODES}")
+    if compiled and custom_loss:
+        raise RunError(f"--compile: {CUSTOM_EAGER}; leave --compile out")
+    tag = {"compiled": True} if compiled else {}
     if mode == "off":
-        return {"mode": "eager", "requested": mode}
+        return {"mode": "eager", "requested": mode, **tag}
     why = device_unsupported(device) or (CUSTOM_EAGER if custom_loss else None)
     if why is None:
-        return {"mode": "cuda_graph", "requested": mode}
+        return {"mode": "cuda_graph", "requested": mode, **tag}
     if mode == "on":
         raise not_capturable(why)
-    return {"mode": "eager", "requested": mode, "reason": why}
+    return {"mode": "eager", "requested": mode, "reason": why, **tag}
 
 
 def epoch_batches(schedule: StepSchedule, step: int, device: torch.device
@@ -81,10 +93,17 @@ class HeadStep:
 
     def __init__(self, table: FeatureTable, schedule: StepSchedule, head: torch.nn.Module,
                  losses: list[LossConfig], values: tuple[list[float], list[float]],
-                 weight_decay: float, window: int, tnr_logit: float, chunk: int = 1024):
+                 weight_decay: float, window: int, tnr_logit: float, chunk: int = 1024,
+                 compiled: bool = False):
         dev = table.x.device
         self.table, self.schedule, self.head, self.tnr_logit = table, schedule, head, tnr_logit
         self.loss = HeadLoss(losses, dev)
+        # the step's own callables: compiled ones leave the head (which validation scores with
+        # at other batch sizes) and the loss object as they are
+        self.forward, self.batch_mean = head, self.loss.batch_mean
+        if compiled:
+            self.forward = torch.compile(head.forward, dynamic=False)
+            self.batch_mean = torch.compile(self.loss.batch_mean, dynamic=False)
         lrs, moms = values
         total = schedule.total_steps
         self.lrs, self.weight_decay, self.window = lrs, weight_decay, window
@@ -146,8 +165,8 @@ class HeadStep:
         """One step, reading and advancing the device counters only."""
         t = self.table
         idx = self.rows.index_select(0, self.pos)[0]
-        z = self.head(t.inputs(idx))
-        per_head = self.loss.batch_mean(z, t.correct[idx], t.p_true[idx])
+        z = self.forward(t.inputs(idx))
+        per_head = self.batch_mean(z, t.correct[idx], t.p_true[idx])
         per_head.sum().backward()
         with torch.no_grad():
             self.losses.index_copy_(0, self.win, per_head[None])
@@ -217,7 +236,7 @@ class GraphedHeadStep(HeadStep):
             if self.path["requested"] == "on":
                 raise RunError(f"--cuda-graph on: capturing the head-only step failed ({err}); "
                                "use --cuda-graph off") from err
-            self.path = fell_back(self.path, err)
+            self.path = {k: v for k, v in fell_back(self.path, err).items() if k != "compiled"}
             self.say(f"note: capturing the head-only step in a CUDA graph failed ({err}); "
                      "running it eagerly")
             return False

@@ -59,7 +59,7 @@ def train_head_only(cfgs: list[TrainConfig], memo: FeatureMemo | None = None, *,
             raise RunError(f"not a head-only config: head_only={cfg.head_only}, "
                            f"{', '.join(wrong)} set (they apply to fine-tuning only)")
         # --cuda-graph on where impossible: refused
-        head_step_path(device, cfg.cuda_graph, loss_fn is not None)
+        head_step_path(device, cfg.cuda_graph, loss_fn is not None, cfg.compile)
     mine = memo is None
     memo = FeatureMemo() if mine else memo
     summaries: dict[int, dict] = {}
@@ -97,7 +97,8 @@ def run_bank(preps: list[Prepared], claims: list[str], info: dist.DistInfo,
              "head_only": True, "backbone": backbone.record, **head_kind(first.cfg)}
     caches = {tag: feature_record(fc) for tag, fc in [(first.train.tag, train_fc), *eval_fcs.items()]}
     # run.json says which step ran: as chosen, or eager where a capture under auto fell back
-    step_path = head_step_path(device, first.cfg.cuda_graph, first.loss_fn is not None)
+    step_path = head_step_path(device, first.cfg.cuda_graph, first.loss_fn is not None,
+                               first.cfg.compile)
     extras = [{**run_extras(p, sched), "head_only": True, "feature_caches": caches,
                "oracle_build": build, "step_path": step_path} for p in preps]
     todo = [i for i, claim in enumerate(claims) if claim != "complete"]

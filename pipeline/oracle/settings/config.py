@@ -242,8 +242,10 @@ class TrainConfig:
                                             "the channels_last memory format (faster "
                                             "convolutions on GPUs)."), fine_tune_only=True)
     compile: bool = setting(False, Opt(("--compile", "compile"), is_flag=True, group="runtime",
-                            help="torch.compile the training step."), "runtime",
-                            fine_tune_only=True)
+                            help="torch.compile the training step: the oracle (fine-tuned), or "
+                            "the head's forward and the loss (--head-only: fewer kernels a "
+                            "step, not bit for bit the eager step). Inside the CUDA graph where "
+                            "there is one."), "runtime")
     cuda_graph: str = setting("auto", Opt(("--cuda-graph",), type=click.Choice(["auto", "on",
                               "off"]), group="runtime", hidden=True, help="Capture the whole "
                               "training step (optimizer and schedule included) in one CUDA "
