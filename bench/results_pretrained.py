@@ -201,6 +201,6 @@ def block_sweeps(s: dict) -> str:
     return "\n".join(R._table(head, rows))
 
 
-BLOCKS = {"pretrained-source": block_source, "pretrained-answer": block_answer, "pretrained-classifiers": block_classifiers,
-          "pretrained-table": block_table, "pretrained-losses": block_losses,
-          "pretrained-sweeps": block_sweeps}
+BLOCKS = {"pretrained-source": block_source, "pretrained-answer": block_answer,
+          "pretrained-classifiers": block_classifiers, "pretrained-table": block_table,
+          "pretrained-losses": block_losses, "pretrained-sweeps": block_sweeps}

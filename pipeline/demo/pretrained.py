@@ -44,10 +44,11 @@ def missing_wheel() -> str | None:
 
 
 def paths(cfg: DemoConfig) -> dict[str, Path]:
-    """Where the grid writes: the two checkpoints, its runs, sweeps and report."""
+    """Where the grid writes: the two checkpoints, its root (runs, sweeps, report; the record
+    of a ``--pretrained-only`` invocation)."""
     art, root = Path(cfg.artifacts), Path(cfg.artifacts) / PRETRAINED["root"]
     return {"imagenet": art / "classifiers" / f"{PRETRAINED['oracle']}.pt",
-            "fitted": art / "classifiers" / f"{PRETRAINED['classifier']}.pt",
+            "fitted": art / "classifiers" / f"{PRETRAINED['classifier']}.pt", "root": root,
             "runs": root / "runs", "sweeps": root / "sweeps", "report": root / "report"}
 
 

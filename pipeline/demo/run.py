@@ -35,9 +35,8 @@ import click
 
 from cache.manifest import write_json_atomic
 from pipeline.core.options import usable_cpus
-from pipeline.core.presets import PRETRAINED
 from pipeline.demo.plan import expand, plan, with_slopes
-from pipeline.demo.pretrained import missing_wheel
+from pipeline.demo.pretrained import missing_wheel, paths
 from pipeline.demo.steps import CLI, DemoConfig, Step
 from pipeline.oracle.command import predict, train_oracle
 from pipeline.report import tables as T
@@ -216,8 +215,7 @@ def _by_stage(results: list[StepResult]) -> dict[str, float]:
 def log_path(cfg: DemoConfig) -> Path:
     """demo.json, beside the report the invocation ends with: ``<artifacts>``, or with
     ``--pretrained-only`` the pretrained grid's root (the base grid's record stays)."""
-    root = Path(cfg.artifacts)
-    return root / "demo.json" if cfg.base_oracles else root / PRETRAINED["root"] / "demo.json"
+    return (Path(cfg.artifacts) if cfg.base_oracles else paths(cfg)["root"]) / "demo.json"
 
 
 def _write_log(cfg: DemoConfig, results: list[StepResult], total: float, failed: bool) -> Path:
