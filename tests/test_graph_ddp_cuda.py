@@ -115,3 +115,21 @@ def test_a_capture_failing_in_one_process_stops_both_with_one_message(stage1, tm
     rj = json.loads((tmp_path / "run" / "run.json").read_text())
     assert rj["status"] == "failed" and "rank 1" in rj["error"]
     assert not (tmp_path / "run" / "checkpoints" / "last.pt").exists()
+
+
+def test_compiled_graphed_step_under_torchrun_matches_one_process(stage1, tmp_path):
+    """``--compile`` under torchrun: each process compiles the oracle and captures the compiled
+    step (inductor's kernels inside the graph, the one all-reduce after them); two processes
+    against one compiled process, within the graphed test's tolerance."""
+    data, cache = stage1
+    run_cli(args(data, cache, tmp_path / "one", "vit", "--compile"))
+    done = torchrun(*args(data, cache, tmp_path / "two", "vit", "--compile"))
+    assert done.returncode == 0, done.stderr[-4000:]
+    rj = json.loads((tmp_path / "two" / "run.json").read_text())
+    assert rj["step_path"]["mode"] == "cuda_graph" and rj["status"] == "complete"
+    assert rj["schedule"]["world_size"] == 2 and rj["run"]["config"]["compile"] is True
+    one, two = step_losses(tmp_path / "one"), step_losses(tmp_path / "two")
+    assert one.keys() == two.keys() and len(one) >= 12
+    first = sorted(one)[:16]
+    np.testing.assert_allclose([two[k] for k in first], [one[k] for k in first], rtol=2e-2,
+                               atol=2e-3)
