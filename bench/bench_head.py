@@ -16,7 +16,9 @@ project's format (``cache/``: 1,281,167 training rows with both views' fp16 feat
              ratio.  The step runs as ``--cuda-graph`` says (default auto: one CUDA graph per
              step on a GPU, ``pipeline/oracle/headonly/graph.py``); where that is the graph, the
              same run with ``--cuda-graph off`` (the eager step) is measured too, with the ratio and
-             a check that both chose the same best heads (``--no-eager``: skip it).
+             a check that both chose the same best heads (``--no-eager``: skip it).  With
+             ``--compile`` (train-oracle --head-only --compile) the twin is the same step
+             uncompiled, the baseline that flag is measured against.
   grid       a 10 x 10 alpha+ / alpha- grid = 100 heads trained as one bank (features loaded once)
              plus scoring every head on the val rows.
 
@@ -35,6 +37,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import shutil
 import sys
 import tempfile
@@ -155,13 +158,23 @@ def path_text(run: dict) -> str:
     return path["mode"] + (f" ({path['reason']})" if "reason" in path else "")
 
 
-def with_eager(run: dict, eager: dict | None, what: str) -> str:
-    """The line's tail comparing ``run`` with its eager twin (same inputs, --cuda-graph off)."""
+def with_eager(run: dict, eager: dict | None, what: str, label: str) -> str:
+    """The line's tail comparing ``run`` with its twin (same inputs, the baseline step)."""
     if eager is None:
         return ""
-    same = "same best heads" if eager["best"] == run["best"] else "BEST HEADS DIFFER"
-    return (f"\n    eager step (--cuda-graph off): {what} {eager[what]:.1f}s; "
-            f"{eager[what] / run[what]:.1f}x ({same})")
+    return (f"\n    {label}: {what} {eager[what]:.1f}s; "
+            f"{eager[what] / run[what]:.2f}x ({best_heads_compared(run, eager)})")
+
+
+def best_heads_compared(run: dict, twin: dict) -> str:
+    """Whether two passes kept the same best heads: each head's (step, validation error)."""
+    if run["best"] == twin["best"]:
+        return "same best heads, bit for bit"
+    pairs = list(zip(run["best"], twin["best"]))
+    steps = sum(a[0] != b[0] for a, b in pairs)
+    err = max(abs(a[1] - b[1]) for a, b in pairs)
+    return (f"best heads differ: {steps} of {len(pairs)} at another validation step, "
+            f"validation errors within {err:.1e}")
 
 
 def _sync(device) -> None:
@@ -236,8 +249,8 @@ def main() -> None:
                     help="the step path measured (as train-oracle's option)")
     ap.add_argument("--compile", action="store_true", help="train-oracle --head-only --compile: "
                     "the head's forward and the loss compiled (the eager twin stays uncompiled)")
-    ap.add_argument("--no-eager", action="store_true", help="skip the --cuda-graph off twin "
-                    "of a graphed run")
+    ap.add_argument("--no-eager", action="store_true", help="skip the baseline twin "
+                    "(--cuda-graph off; with --compile, the same step uncompiled)")
     ap.add_argument("--workdir", default=None, help="where the synthetic caches go (default tmp)")
     ap.add_argument("--finetune-img-s", default=None, help="D:img/s,... of a full fine-tune at "
                     "the same batch (default: bench_train's H200 figures)")
@@ -260,7 +273,10 @@ def main() -> None:
           f"torch {torch.__version__}, {torch.get_num_threads()} threads; {n:,} train rows, "
           f"{n_val:,} val rows, batch {args.batch}")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_head_"))
-    report = {"device": str(device), "rows": n, "val_rows": n_val, "batch": args.batch, "dims": {}}
+    report = {"device": str(device), "device_name": name or "cpu", "cpus": os.cpu_count(),
+              "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+              "command": shlex.join(["python", "bench/bench_head.py", *sys.argv[1:]]),
+              "rows": n, "val_rows": n_val, "batch": args.batch, "dims": {}}
     try:
         for dim in dims:
             t0 = time.perf_counter()
@@ -272,23 +288,27 @@ def main() -> None:
             alphas = [(float(a), float(b)) for a in np.linspace(0.5, 5, grid)
                       for b in np.linspace(1, 10, grid)]
             one = one_pass(*paths, [(1.0, 3.0)], args.cuda_graph, args.compile)
-            twin = not args.no_eager and one["step_path"]["mode"] == "cuda_graph"
-            one_eager = one_pass(*paths, [(1.0, 3.0)], "off") if twin else None
+            twin = not args.no_eager and (args.compile or one["step_path"]["mode"] == "cuda_graph")
+            # the baseline: --compile against the same step uncompiled, a graph against eager
+            base, label = ((args.cuda_graph, "uncompiled step") if args.compile
+                           else ("off", "eager step (--cuda-graph off)"))
+            one_eager = one_pass(*paths, [(1.0, 3.0)], base) if twin else None
             ref = n / ft[dim] if dim in ft else None
             print(f"  one run (load {one['load_s']:.1f}s + {one['steps']:,} steps "
                   f"{one['train_s']:.1f}s + score val {one['score_val_s']:.2f}s): "
                   f"{one['total_s']:.1f}s end to end; step: {path_text(one)}"
                   + (f"; full fine-tune of the point ~{ref:,.0f}s at {ft[dim]:,.0f} img/s "
                      f"(bench_train): {ref / one['total_s']:,.0f}x" if ref else "")
-                  + with_eager(one, one_eager, "train_s"))
+                  + with_eager(one, one_eager, "train_s", label))
             many = one_pass(*paths, alphas, args.cuda_graph, args.compile)
-            many_eager = one_pass(*paths, alphas, "off") if twin else None
+            many_eager = one_pass(*paths, alphas, base) if twin else None
             print(f"  {grid}x{grid} alpha grid ({len(alphas)} heads, one bank): "
                   f"{many['total_s']:.1f}s end to end (train {many['train_s']:.1f}s incl. "
                   f"validation {many['validation_s']:.1f}s); step: {path_text(many)}"
-                  + with_eager(many, many_eager, "train_s"))
+                  + with_eager(many, many_eager, "train_s", label))
             report["dims"][dim] = {"one_run": one, "grid": many, "finetune_s": ref,
-                                   "eager": {"one_run": one_eager, "grid": many_eager}}
+                                   "eager": {"one_run": one_eager, "grid": many_eager},
+                                   "baseline": label if twin else None}
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)

@@ -245,6 +245,27 @@ def head_only_gpu() -> str:
               rows)])
 
 
+def head_only_compiled() -> str:
+    """``--compile`` against the same graphed step uncompiled, in one bench_head run."""
+    from bench.bench_head import best_heads_compared
+
+    d = load("head-only-compiled-1xH100.json")
+    rows = []
+    for dim, res in d["dims"].items():
+        for key, label in (("one_run", "one run"), ("grid", "α grid, one bank")):
+            run, base = res[key], res["eager"][key]
+            heads = f"{run['heads']} head{'s' * (run['heads'] > 1)}"
+            rows.append([f"{int(dim):,}", f"{label} ({heads})",
+                         f"{base['train_s']:.1f}", f"{run['train_s']:.1f}",
+                         f"**{base['train_s'] / run['train_s']:.2f}×**",
+                         f"{run['total_s']:.1f}", best_heads_compared(run, base)])
+    return "\n".join([
+        f"The same rows and protocol, `--compile` against the same graphed step uncompiled in "
+        f"one run (train s includes compiling); one {source(d)}", "",
+        table(["D", "what", "train s, uncompiled", "train s, compiled", "speed-up", "total s",
+               "best heads"], rows)])
+
+
 def vit_roofline() -> str:
     """The ViT step against its roofline (bench/vit_roofline.py), eager graph and compiled."""
     rows = []
@@ -279,17 +300,17 @@ def head_profile() -> str:
         step = d["step_path"]["mode"].replace("_", " ") + (", compiled" if d.get("compiled")
                                                            else "")
         plain = d.get("unprofiled_us_per_step")
-        rows.append([f"{d['heads']}", step, f"{d['kernels_per_step']:.0f}",
+        rows.append([d["date"], f"{d['heads']}", step, f"{d['kernels_per_step']:.0f}",
                      f"{d['gpu_busy_us_per_step']:.0f}", f"{d['wall_us_per_step']:.0f}",
                      f"**{plain:.0f}**" if plain else "not timed"])
         notes += [f"`{d['command']}`" + (f" ({d['note']})" if d.get("note") else "")]
     d = load("head-profile-1xH100.json")
     return "\n".join([
         f"D {d['dim']}, batch {d['batch']}, {d['steps']:,} steps of one epoch, one "
-        f"{device_name(d)}, {d['date']}; kernels and GPU time under torch.profiler (which slows "
+        f"{device_name(d)}; kernels and GPU time under torch.profiler (which slows "
         f"the host: its wall column is not the step's time), the step's own wall time from a "
         f"pass without it. Rows: " + "; ".join(notes) + ".", "",
-        table(["heads", "step", "kernels per step", "GPU busy µs per step",
+        table(["date", "heads", "step", "kernels per step", "GPU busy µs per step",
                "wall µs per step (profiled)", "wall µs per step"], rows)])
 
 
@@ -365,6 +386,7 @@ def runbook_time() -> str:
 BLOCKS = {
     "extract-gpu": extract_gpu, "decode-hw": decode_hw, "train-step": train_step,
     "train-memory": train_memory, "sdpa": sdpa, "ddp": ddp, "head-only-gpu": head_only_gpu,
+    "head-only-compiled": head_only_compiled,
     "vit-roofline": vit_roofline, "head-profile": head_profile,
     "report-cpu": report_cpu, "report-memory": report_memory, "inference": inference,
     "demo-cpu": demo_cpu, "rehearsal-memory": rehearsal_memory,

@@ -244,8 +244,9 @@ class TrainConfig:
     compile: bool = setting(False, Opt(("--compile", "compile"), is_flag=True, group="runtime",
                             help="torch.compile the training step: the oracle (fine-tuned), or "
                             "the head's forward and the loss (--head-only: fewer kernels a "
-                            "step, not bit for bit the eager step). Inside the CUDA graph where "
-                            "there is one."), "runtime")
+                            "step, not bit for bit the eager step; compiling takes seconds, more "
+                            "than one epoch of ImageNet's head-only steps saves). Inside the "
+                            "CUDA graph where there is one."), "runtime")
     cuda_graph: str = setting("auto", Opt(("--cuda-graph",), type=click.Choice(["auto", "on",
                               "off"]), group="runtime", hidden=True, help="Capture the whole "
                               "training step (optimizer and schedule included) in one CUDA "
