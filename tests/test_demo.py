@@ -80,11 +80,34 @@ def test_plan_is_the_documented_grid():
     assert "not one of" in run_cli(["demo", "--dry-run", "--losses", "ce,bce"], expect=2).output
 
 
+def test_a_machine_of_several_gpus_runs_the_short_stages_side_by_side_too():
+    from pipeline.demo.run import PARALLEL_STAGES, _batch, parallel_stages
+    from pipeline.demo.steps import Step
+
+    assert parallel_stages(0) == parallel_stages(1) == PARALLEL_STAGES
+    assert {"extract", "head-only", "predict"} <= set(parallel_stages(2))
+    steps = [Step(stage, (stage, str(k)), f"{stage} {k}") for k, stage in enumerate(
+        ["extract"] * 3 + ["attack"] * 2 + ["extract"])]
+    assert [len(_batch(list(steps), 0, jobs, parallel_stages(gpus)))
+            for jobs, gpus in ((4, 2), (2, 2), (4, 1), (1, 2))] == [3, 2, 1, 1]
+    assert [s.label for s in _batch(list(steps), 3, 4, parallel_stages(0))] == [
+        "attack 3", "attack 4"]
+
+
+# The demo as `cli.py demo` runs it, but its scheduler told of two GPUs (on a CPU machine every
+# step still runs on the CPU): the extractions, head-only runs and predictions then run side by
+# side as subprocesses, each given a device of its own; test_demo_pretrained.py's run takes the
+# one-device path (those steps one after the other, the head-only runs and predictions in the
+# demo's process).
+TWO_GPUS = ("import sys; sys.path.insert(0, {root!r}); import pipeline.demo.run as r; "
+            "r.visible_gpus = lambda: ['0', '1']; sys.argv[0] = 'cli.py'; import cli; cli.main()")
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("demo")
     data = write_fmnist_subset(tmp / "fmnist-small", n_train=13_000, n_test=1_000)  # train = 1,000 rows
-    args = [sys.executable, str(ROOT / "cli.py"), "demo", "--data", str(data),
+    args = [sys.executable, "-c", TWO_GPUS.format(root=str(ROOT)), "demo", "--data", str(data),
             "--classifiers", "vit", "--oracles", "vit,resnet", "--losses", "ss",
             "--broadcast-losses", "ce", "--fit-args", "--max-samples 1000 --epochs 1",
             "--train-args", "--epochs 1", "--no-progress", "--jobs", "2"]   # the 2 fine-tuned runs at once
@@ -108,6 +131,12 @@ def test_demo_prints_commands_and_the_main_table(demo_run):
     assert not log["failed"] and all(s["returncode"] == 0 for s in log["steps"])
     for step in log["steps"]:
         assert f"$ {step['command']}" in out
+    # two at a time (--jobs 2), every stage but the sweep and the report (one step each)
+    stage = {s["label"]: s["stage"] for s in log["steps"]}
+    side_by_side = [stage[line.split(": ", 1)[1]] for line in out.splitlines()
+                    if "] done in " in line]
+    assert sorted(set(side_by_side)) == ["extract", "fit", "head-only", "predict", "train"]
+    assert side_by_side.count("head-only") == 8 and side_by_side.count("predict") == 10
     assert "demo finished: 31 commands" in out
     assert "python cli.py train-oracle --classifier vit --oracle vit" in out    # the sweep's choice
     assert "report: artifacts/fmnist-small/report/report.md (splits test, test-gaussian_noise-5" in out

@@ -80,9 +80,10 @@ def _names(key: str) -> str:
     Opt(("--report-args",), callback=args_option, group="runtime", hidden=True,
         default_text="none", help="Extra options for report."),
     Opt(("--jobs",), type=click.IntRange(1), group="runtime", help="Independent commands run at "
-        "once: the fits, the attacks, the fine-tuned train-oracle runs (each its own process "
-        "with an equal share of the cores; on a GPU box they share the GPU). Their output is "
-        "printed as each finishes.", default_text=f"the cores, at most {MAX_JOBS}"),
+        "once: the fits, the attacks, the fine-tuned train-oracle runs, and on a machine of "
+        "several GPUs the extractions, head-only runs and predictions too (each its own process "
+        "with an equal share of the cores; the GPUs taken in turn). Their output is printed as "
+        "each finishes.", default_text=f"the cores, at most {MAX_JOBS}"),
     Opt(("--dry-run",), is_flag=True, group="runtime", help="Print the commands and stop."),
     NO_PROGRESS.but(help="No progress bars in the steps."),
 )

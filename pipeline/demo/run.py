@@ -116,17 +116,18 @@ def run(cfg: DemoConfig, echo=print, capture: bool = False) -> dict:
             echo(step.command())
         return {"steps": len(steps), "dry_run": True}
     t0, results, i = time.perf_counter(), [], 0
+    stages = parallel_stages(len(visible_gpus()) if cfg.jobs > 1 else 0)
     while i < len(steps):
         expanded = expand(steps[i], Path(cfg.artifacts) / "runs")
         steps[i:i + 1] = expanded
         if not expanded:            # no run to predict, or a sweep that kept the defaults
             continue
-        batch = _batch(steps, i, cfg.jobs)
+        batch = _batch(steps, i, cfg.jobs, stages)
         for k, step in enumerate(batch, start=i + 1):
             echo(f"\n[{k}/{len(steps)}] {step.stage}: {step.label}   "
                  f"({_clock(time.perf_counter() - t0)} elapsed)")
             echo(f"$ {step.command()}")
-        done = _run_batch(batch, capture, cfg.jobs)
+        done = _run_batch(batch, capture)
         for k, result in enumerate(done, start=i + 1):
             results.append(result)
             if len(batch) > 1:
@@ -146,17 +147,27 @@ def run(cfg: DemoConfig, echo=print, capture: bool = False) -> dict:
 
 
 # Stages whose consecutive steps are independent subprocesses: each writes its own checkpoint,
-# adversarial split or run directory and reads only what earlier stages wrote.  Not extract: its
-# loader workers already keep the cores busy (on 2 cores, two extractions side by side took
-# 297 s against 278 s one after the other).
+# adversarial split or run directory and reads only what earlier stages wrote.  Not extract on a
+# machine of one GPU or none: its loader workers already keep the cores busy (on 2 cores, two
+# extractions side by side took 297 s against 278 s one after the other).
 PARALLEL_STAGES = ("fit", "attack", "train")
+# With several GPUs, each step of a batch has a GPU of its own (visible_gpus, in turn), so these
+# run side by side too: an extraction's loader then feeds its own device, and the head-only runs
+# and predictions, seconds of GPU work each, pay an interpreter start-up apiece but run
+# ``jobs`` at once instead of one after the other in the demo's process.
+MULTI_GPU_STAGES = ("extract", "head-only", "predict")
 
 
-def _batch(steps: list[Step], i: int, jobs: int) -> list[Step]:
+def parallel_stages(gpus: int) -> tuple[str, ...]:
+    """The stages whose consecutive steps run side by side on a machine with ``gpus`` GPUs."""
+    return PARALLEL_STAGES + (MULTI_GPU_STAGES if gpus >= 2 else ())
+
+
+def _batch(steps: list[Step], i: int, jobs: int, stages: tuple[str, ...]) -> list[Step]:
     """The steps to start together at ``i``: with ``jobs`` > 1, up to ``jobs`` consecutive steps
-    of one stage of ``PARALLEL_STAGES``; otherwise step ``i`` alone."""
+    of one stage of ``stages`` (``parallel_stages``); otherwise step ``i`` alone."""
     stage = steps[i].stage               # steps[i] is expanded (run's loop)
-    if jobs <= 1 or stage not in PARALLEL_STAGES:
+    if jobs <= 1 or stage not in stages:
         return [steps[i]]
     k = i + 1
     while k < len(steps) and k - i < jobs and steps[k].stage == stage \
@@ -167,13 +178,14 @@ def _batch(steps: list[Step], i: int, jobs: int) -> list[Step]:
     return steps[i:k]
 
 
-def _run_batch(batch: list[Step], capture: bool, jobs: int) -> list[StepResult]:
+def _run_batch(batch: list[Step], capture: bool) -> list[StepResult]:
     """The batch's results in plan order; several steps run at once with their output kept
     (printed when each is done), each with an equal share of the cores as its threads (small
     models gain little from a second thread: two runs side by side finish sooner than one after
     the other with two threads each)."""
     if len(batch) == 1:
         return [run_step(batch[0], capture)]
+    jobs = len(batch)       # the cores shared among the batch's steps, a short batch's too
     threads = str(max(1, (os.cpu_count() or 1) // jobs))
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads)}
     gpus, cores = visible_gpus(), sorted(usable_cpus())

@@ -95,19 +95,20 @@ def adversarial_steps(cfg: DemoConfig, models: dict[str, tuple[str, ...]], data:
                       quiet: tuple, adv_root: Path, cache_root: Path) -> list[Step]:
     """Per classifier (``models``: name -> the options giving its weights, if any): attack a
     seeded part of test against it (presets.DEMO_ATTACK; the attack's own defaults otherwise),
-    then cache the classifier's outputs on the stored images."""
-    steps = []
+    then cache the classifier's outputs on the stored images.  Every attack first, then every
+    extraction: consecutive steps of one stage can run side by side (``demo --jobs``)."""
+    attacks, extracts = [], []
     for name, weights in models.items():
         split = adversarial_split(name)
-        steps.append(Step("attack", (
+        attacks.append(Step("attack", (
             "attack", "--classifier", name, *weights, *data, "--split", "test", "--attack",
             DEMO_ATTACK["attack"], "--max-samples", str(DEMO_ATTACK["max_samples"]),
             "--precision", DEMO_ATTACK["precision"], "--out", str(adv_root), "--out-split", split,
             *quiet), f"{name}: adversarial copy of test ({DEMO_ATTACK['attack']})"))
-        steps.append(Step("extract", (
+        extracts.append(Step("extract", (
             # with the classifier's features (as its other splits): TrustScore scores these too
             "extract", "--classifier", name, *weights, "--data", str(adv_root), "--split", split,
             *(("--features",) if cfg.head_only else ()),
             "--precision", DEMO_ATTACK["precision"], "--out", str(cache_root),
             *mc_dropout_args(name), *quiet, *cfg.extract_args), f"{name}: cache {split}"))
-    return steps
+    return attacks + extracts
