@@ -158,12 +158,12 @@ def path_text(run: dict) -> str:
     return path["mode"] + (f" ({path['reason']})" if "reason" in path else "")
 
 
-def with_eager(run: dict, eager: dict | None, what: str, label: str) -> str:
+def with_baseline(run: dict, base: dict | None, what: str, label: str) -> str:
     """The line's tail comparing ``run`` with its twin (same inputs, the baseline step)."""
-    if eager is None:
+    if base is None:
         return ""
-    return (f"\n    {label}: {what} {eager[what]:.1f}s; "
-            f"{eager[what] / run[what]:.2f}x ({best_heads_compared(run, eager)})")
+    return (f"\n    {label}: {what} {base[what]:.1f}s; "
+            f"{base[what] / run[what]:.2f}x ({best_heads_compared(run, base)})")
 
 
 def best_heads_compared(run: dict, twin: dict) -> str:
@@ -248,7 +248,7 @@ def main() -> None:
     ap.add_argument("--cuda-graph", default="auto", choices=("auto", "on", "off"),
                     help="the step path measured (as train-oracle's option)")
     ap.add_argument("--compile", action="store_true", help="train-oracle --head-only --compile: "
-                    "the head's forward and the loss compiled (the eager twin stays uncompiled)")
+                    "the head's forward and the loss compiled (its twin: the same step uncompiled)")
     ap.add_argument("--no-eager", action="store_true", help="skip the baseline twin "
                     "(--cuda-graph off; with --compile, the same step uncompiled)")
     ap.add_argument("--workdir", default=None, help="where the synthetic caches go (default tmp)")
@@ -292,22 +292,23 @@ def main() -> None:
             # the baseline: --compile against the same step uncompiled, a graph against eager
             base, label = ((args.cuda_graph, "uncompiled step") if args.compile
                            else ("off", "eager step (--cuda-graph off)"))
-            one_eager = one_pass(*paths, [(1.0, 3.0)], base) if twin else None
+            one_base = one_pass(*paths, [(1.0, 3.0)], base) if twin else None
             ref = n / ft[dim] if dim in ft else None
             print(f"  one run (load {one['load_s']:.1f}s + {one['steps']:,} steps "
                   f"{one['train_s']:.1f}s + score val {one['score_val_s']:.2f}s): "
                   f"{one['total_s']:.1f}s end to end; step: {path_text(one)}"
                   + (f"; full fine-tune of the point ~{ref:,.0f}s at {ft[dim]:,.0f} img/s "
                      f"(bench_train): {ref / one['total_s']:,.0f}x" if ref else "")
-                  + with_eager(one, one_eager, "train_s", label))
+                  + with_baseline(one, one_base, "train_s", label))
             many = one_pass(*paths, alphas, args.cuda_graph, args.compile)
-            many_eager = one_pass(*paths, alphas, base) if twin else None
+            many_base = one_pass(*paths, alphas, base) if twin else None
             print(f"  {grid}x{grid} alpha grid ({len(alphas)} heads, one bank): "
                   f"{many['total_s']:.1f}s end to end (train {many['train_s']:.1f}s incl. "
                   f"validation {many['validation_s']:.1f}s); step: {path_text(many)}"
-                  + with_eager(many, many_eager, "train_s", label))
+                  + with_baseline(many, many_base, "train_s", label))
+            # "eager": the baseline twin's runs, whichever "baseline" names
             report["dims"][dim] = {"one_run": one, "grid": many, "finetune_s": ref,
-                                   "eager": {"one_run": one_eager, "grid": many_eager},
+                                   "eager": {"one_run": one_base, "grid": many_base},
                                    "baseline": label if twin else None}
     finally:
         if not args.workdir:

@@ -116,7 +116,7 @@ def run(cfg: DemoConfig, echo=print, capture: bool = False) -> dict:
             echo(step.command())
         return {"steps": len(steps), "dry_run": True}
     t0, results, i = time.perf_counter(), [], 0
-    stages = parallel_stages(len(visible_gpus()) if cfg.jobs > 1 else 0)
+    stages = parallel_stages(len(visible_gpus()))
     while i < len(steps):
         expanded = expand(steps[i], Path(cfg.artifacts) / "runs")
         steps[i:i + 1] = expanded
