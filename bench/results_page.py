@@ -113,6 +113,8 @@ def _row(row: dict, columns: dict[str, list[str]]) -> dict:
         if c.get("low") is not None:
             ci[m] = [shown(c["low"], m), shown(c["high"], m)]
     out["ci"] = ci
+    if row["kind"] == "baseline" and row.get("eval"):
+        out["identity"] = {k: row["eval"].get(k) for k in IDENTITY}
     if undefined:
         out["undefined"] = undefined
     if notes:
@@ -120,6 +122,8 @@ def _row(row: dict, columns: dict[str, list[str]]) -> dict:
     return out
 
 
+# a baseline row's cache, by what it is: the classifier's weights and the rows it scored
+IDENTITY = ("model", "weights_sha256", "dataset_fingerprint", "corruption")
 ROW_KEYS = ("kind", "oc", "oracle", "classifier", "loss", "variant", "loss_label",
             "display_loss", "group", "n", "seeds")
 
@@ -318,8 +322,10 @@ def _fits(doc: dict) -> dict:
     return dict(sorted(out.items(), key=lambda kv: order.get(kv[0], 9)))
 
 
-def extract(report: Path, note: str | None = None) -> dict:
-    """The page's extract of one report (``report``: its folder or report.json)."""
+def extract(report: Path, note: str | None = None, pretrained_note: str | None = None) -> dict:
+    """The page's extract of one report (``report``: its folder or report.json); ``note`` and
+    ``pretrained_note``: what the run's files do not record, of the page's run and of its
+    pretrained-oracle grid."""
     path = report / "report.json" if report.is_dir() else report
     if not path.exists():
         raise Refused(f"{path}: no report.json (pass the report folder of a finished `cli.py "
@@ -348,7 +354,7 @@ def extract(report: Path, note: str | None = None) -> dict:
         figures += sw.pop("figures")
     units = sorted({m for s in doc["splits"] for r in s["rows"] for d in r["agg"].values()
                     for m in d})
-    pretrained = _pretrained(root)
+    pretrained = _pretrained(root, pretrained_note)
     summary = {
         "schema": SCHEMA, "generator": "bench/results_page.py",
         "values": "in the page's display units and precision, as the report's tables print "
@@ -383,9 +389,9 @@ def extract(report: Path, note: str | None = None) -> dict:
     return summary
 
 
-def _pretrained(root: Path) -> dict | None:
+def _pretrained(root: Path, note: str | None) -> dict | None:
     from bench import results_pretrained
-    return results_pretrained.extract(root)
+    return results_pretrained.extract(root, note)
 
 
 def _dump(obj, level: int = 0, depth: int = 4) -> str:
@@ -1104,10 +1110,15 @@ def block_figures(s: dict) -> str:
 
 
 def block_full_tables(s: dict) -> str:
+    return full_tables(s["splits"])
+
+
+def full_tables(splits: list[dict], heading: str = "### Split") -> str:
+    """The report's paper, standard, working-point and separability tables of ``splits``."""
     lines = []
-    for split in s["splits"]:
+    for split in splits:
         tables = _tables(split)
-        lines += [f"### Split {_split_name(split)}", ""]
+        lines += [f"{heading} {_split_name(split)}", ""]
         lines += [part for tid in ("paper", "standard", "working_points", "separability")
                   if tid in tables for part in (_markdown(tables[tid]), "")]
     return "\n".join(lines).rstrip()
@@ -1191,15 +1202,19 @@ def main(argv: list[str] | None = None) -> int:
                     "`cli.py demo --full` run: extract it, copy its figures, rewrite the page")
     ap.add_argument("--note", help="what the run's files do not record (e.g. how it was "
                     "invoked), printed under 'What was run'")
+    ap.add_argument("--pretrained-note", help="the same, of the pretrained-oracle grid's run "
+                    "(printed in that section's source)")
     ap.add_argument("--check", action="store_true", help="exit 1 when the page's generated "
                     "blocks differ from docs/results/summary.json's rendering")
     args = ap.parse_args(argv)
     try:
         if args.report and args.check:
             raise Refused("--check compares the page with the committed extract: no --report")
+        if (args.note or args.pretrained_note) and not args.report:
+            raise Refused("--note and --pretrained-note describe the run of --report: pass both")
         if args.report:
             previous = load_summary() if SUMMARY.exists() else None
-            summary = extract(args.report, args.note)
+            summary = extract(args.report, args.note, args.pretrained_note)
             SUMMARY.parent.mkdir(parents=True, exist_ok=True)
             page = rewrite(PAGE.read_text(), render(summary))   # markers checked before writing
             SUMMARY.write_text(summary_text(summary))
@@ -1226,4 +1241,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the imported module's main: bench/results_pretrained.py raises ITS Refused, which a
+    # second copy of this module (__main__) would not catch
+    from bench.results_page import main as _main
+    sys.exit(_main())

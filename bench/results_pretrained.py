@@ -15,21 +15,24 @@ ORACLE = "lite0-in1k"
 LOSSES = ("ce", "focal", "tcp", "ss")
 
 
-def extract(root: Path) -> dict | None:
-    """The extract of ``<root>/pretrained/report`` (None where the run has no such grid)."""
+def extract(root: Path, note: str | None = None) -> dict | None:
+    """The extract of ``<root>/pretrained/report`` (None where the run has no such grid);
+    ``note``: what that grid's files do not record (how it was invoked)."""
     path = root / "pretrained" / "report" / "report.json"
     if not path.exists():
         return None
-    s = R.extract(path)
+    s = R.extract(path, note)
     return {k: s[k] for k in ("sources", "report", "machine", "fits", "splits", "sweeps")}
 
 
 def check_same_classifiers(summary: dict, p: dict) -> None:
     """Refuse (results_page.Refused) a grid whose shared classifiers are not the page's: the
-    section sets its rows against the page's, so vit and resnet must be the same fits, read
-    from the same caches (a ``demo --pretrained-only`` after ``demo --full``, or one run of
-    both).  Compared: each shared classifier's MCP row, every metric, on every split both
-    evaluate -- what its predictions decide, not its file names.  (Not the held-out fits:
+    section sets its rows against the page's, so vit and resnet must be the same fits scoring
+    the same rows (a ``demo --pretrained-only`` after ``demo --full``, or one run of both).
+    Compared, per shared classifier and split: the MCP row's cache identity (weights and data
+    by content), its accuracy exactly, and its other metrics within ``_ROUNDING`` -- a cache
+    extracted again on another GPU model holds the same predictions with logits rounded
+    otherwise, which moves a ranking metric in its last shown digit.  (Not the held-out fits:
     their rows are the runs' common held-out rows, which another grid may carve otherwise.)"""
     bad = []
     for split in _evaluated(p):
@@ -37,13 +40,31 @@ def check_same_classifiers(summary: dict, p: dict) -> None:
         for c in R._classifiers(split) if mine is not None else ():
             ours, theirs = (R._one(sp, kind="baseline", classifier=c, loss="mcp")
                             for sp in (mine, split))
-            if ours is not None and theirs is not None and ours["standard"] != theirs["standard"]:
+            if ours is not None and theirs is not None and not _same_mcp(
+                    _by_metric(ours, mine), _by_metric(theirs, split),
+                    ours.get("identity"), theirs.get("identity")):
                 bad.append(f"{c} MCP on {split['split']}")
     if bad:
         raise R.Refused("the pretrained grid's classifiers differ from this report's run ("
                         + "; ".join(bad) + "): run `cli.py demo --full --pretrained-only` in "
                         "the artifacts folder of the report's run (it reuses its fits and "
                         "caches), or `demo --full --pretrained-oracle` for both grids at once")
+
+
+_ROUNDING = (0.02, 0.002)    # |a - b| <= max(absolute, relative * |a|), in display units
+
+
+def _by_metric(row: dict, split: dict) -> dict:
+    return {m: v[0] if isinstance(v, list) else v
+            for m, v in zip(split["columns"]["standard"], row["standard"], strict=True)}
+
+
+def _same_mcp(ours: dict, theirs: dict, our_id: dict | None, their_id: dict | None) -> bool:
+    if our_id != their_id or ours.keys() != theirs.keys() or ours.get("acc") != theirs.get("acc"):
+        return False
+    return all((a is None) == (b is None) and (
+        a is None or abs(a - b) <= max(_ROUNDING[0], _ROUNDING[1] * abs(a)))
+        for a, b in ((ours[m], theirs[m]) for m in ours))
 
 
 def _learned(split: dict, classifier: str) -> list[dict]:
@@ -66,6 +87,23 @@ def _evaluated(p: dict) -> list[dict]:
     return [sp for sp in p["splits"] if sp["role"] != "other"]
 
 
+def _ranked(split: dict, classifier: str) -> bool:
+    """Whether the split has correct and incorrect predictions of ``classifier`` to rank (an
+    attack that leaves no correct prediction leaves AUC undefined and every AURC at 1)."""
+    mcp = R._one(split, kind="baseline", classifier=classifier, loss="mcp")
+    return R._mean(mcp, "auc") is not None
+
+
+def _unranked(split: dict) -> str:
+    gone = []
+    for c in R._classifiers(split):
+        mcp = R._one(split, kind="baseline", classifier=c, loss="mcp")
+        if not _ranked(split, c):
+            gone.append(f"{c}, {R.fmt(R._c(mcp, 'acc'), 'acc')}% accurate")
+    return (f"; not ranked, no correct and incorrect predictions to separate: {'; '.join(gone)}"
+            if gone else "")
+
+
 def block_source(s: dict) -> str:
     """Which invocation made the grid: the page's own (one demo.json), or a `--pretrained-only`
     run of its own (its demo.json beside its report), with its report's hash and machine."""
@@ -75,15 +113,19 @@ def block_source(s: dict) -> str:
     rep, demo = p["sources"]["report"], p["sources"]["demo"]
     text = (f"The section's runs come from `{rep['path']}` (sha256 `{rep['sha256'][:16]}…`, "
             f"created {rep['created']}); ")
+    note = (f"\n\nNote (given when this page was generated): {p['sources']['note']}"
+            if p["sources"].get("note") else "")
     if demo is None:
-        return text + "the same invocation made them as the page's other sections."
+        return text + "the same invocation made them as the page's other sections." + note
     cfg = demo["config"]
     return text + (
         f"they were made by `{demo['command']}`, finished {demo['finished']} in "
         f"{demo['minutes']} min on " + R._machine_text(p.get("machine") or {}, demo["machine"])
         + f", seeds {R._list(demo['seeds'])}, losses {', '.join(cfg.get('losses', []))}, from "
-        "the very classifier fits and caches of the page's run (their MCP rows agree on every "
-        "split, or this page would not have been generated).")
+        "the page's classifier fits scoring the page's rows: the same weights and data by "
+        "their caches' identities, and their MCP rows agree on every split (accuracy exactly, "
+        "the other metrics within a GPU's rounding), or this page would not have been "
+        "generated. The section's MCP rows are its own report's." + note)
 
 
 def block_answer(s: dict) -> str:
@@ -96,11 +138,12 @@ def block_answer(s: dict) -> str:
     for split in _evaluated(p):
         scratch = R._split(s, split["role"])
         sides = {c: R._tally([_mcp_side(split, r) for r in _learned(split, c)])
-                 for c in R._classifiers(split)}
+                 for c in R._classifiers(split) if _ranked(split, c)}
         total = sum(sides.values(), R.Counter())
         text = (f"- **{R._split_name(split)}**: pretrained-oracle scorers against MCP on AURC: "
                 f"{R._count_text(total)} (" + "; ".join(
-                    f"{c}: {R._count_text(t)}" for c, t in sides.items() if t) + ")")
+                    f"{c}: {R._count_text(t)}" for c, t in sides.items() if t)
+                + _unranked(split) + ")")
         if scratch is not None:
             old = R._tally([R._side(R._versus_of(scratch, r, mcp=True), "aurc")
                             for r in R._rows(scratch, kind="oracle")])
@@ -137,20 +180,21 @@ def block_table(s: dict) -> str:
     lines = []
     for split in _evaluated(p):
         lines += [f"**{R._split_name(split)}**", ""]
-        head = ["C", "scorer", "AUC %", "AURC ×10³", "ΔAURC vs MCP", "ΔAURC vs strongest "
-                "post-hoc"]
+        head = ["C", "scorer", "AUC %", "AURC ×10³", "ΔAUC vs MCP", "ΔAURC ×10³ vs MCP",
+                "ΔAUGRC ×10³ vs MCP", "ΔAURC ×10³ vs the strongest post-hoc score"]
         rows = []
         for c in R._classifiers(split):
             strongest = next((v["other"] for v in split["versus"] if v["strongest"]
                               and v["learned"]["classifier"] == c), None)
             mcp = R._one(split, kind="baseline", classifier=c, loss="mcp")
             rows.append([f"`{c}`", "MCP", R.fmt(R._c(mcp, "auc"), "auc", ci=True),
-                         R.fmt(R._c(mcp, "aurc"), "aurc", ci=True), "", ""])
+                         R.fmt(R._c(mcp, "aurc"), "aurc", ci=True), "", "", "", ""])
             for r in _learned(split, c):
+                vs = R._versus_of(split, r, mcp=True)
                 rows.append([f"`{c}`", f"{r['display_loss']}",
                              R.fmt(R._c(r, "auc"), "auc", ci=True),
                              R.fmt(R._c(r, "aurc"), "aurc", ci=True),
-                             R.fmt_delta(R._versus_of(split, r, mcp=True), "aurc"),
+                             *(R.fmt_delta(vs, m) for m in ("auc", "aurc", "augrc")),
                              R.fmt_delta(R._versus_of(split, r, mcp=False), "aurc")
                              + (f" ({strongest})" if strongest else "")])
         lines += [*R._table(head, rows), ""]
@@ -166,18 +210,20 @@ def block_losses(s: dict) -> str:
     lines, tally = [], R.Counter()
     for split in _evaluated(p):
         best = []
-        for c in R._classifiers(split):
+        for c in [c for c in R._classifiers(split) if _ranked(split, c)]:
             learned = [r for r in _learned(split, c) if R._mean(r, "aurc") is not None]
             if learned:
                 b = min(learned, key=lambda r: R._mean(r, "aurc"))
-                best.append(f"{c}: {b['display_loss']} ({_family(b)})")
+                best.append(f"{c}: {b['display_loss']}" + ("" if _family(b) == "head-only"
+                                                              else " (fine-tuned)"))
             for other in R.PER_SAMPLE:
                 cmp = R._cmp(split, R._oc(ORACLE, c), "SS", other)
                 for m in ("auc", "aurc"):
                     side = R._side(cmp, m)
                     if side:
                         tally[(split["role"], m, side)] += 1
-        lines.append(f"- {R._split_name(split)}: lowest AURC — " + "; ".join(best) + ".")
+        lines.append(f"- {R._split_name(split)}: lowest AURC — " + "; ".join(best)
+                     + _unranked(split) + ".")
     lines += ["", "SS (fine-tuned, the paper's slopes) against CE, focal and TCP of the same "
               "pretrained oracle, paired differences:", ""]
     for role in ("test", "shifted", "adversarial"):
@@ -186,6 +232,31 @@ def block_losses(s: dict) -> str:
             if t:
                 lines.append(f"- {role}, {m.upper()}: SS {R._count_text(t)}.")
     return "\n".join(lines)
+
+
+def block_versus_scratch(s: dict) -> str:
+    """Per split, classifier and loss (fine-tuned, the paper's slopes): the from-scratch oracle
+    of the classifier's own backbone (the page's ⟨C, C⟩) and the pretrained oracle, each as its
+    paired AURC difference from the same classifier's MCP."""
+    p = s.get("pretrained")
+    if p is None:
+        return "No pretrained-oracle grid in this run."
+    head = ["split", "C", "loss", "from scratch ⟨C, C⟩: ΔAURC ×10³ vs MCP",
+            f"pretrained ⟨{ORACLE}, C⟩: ΔAURC ×10³ vs MCP"]
+    rows = []
+    for split in _evaluated(p):
+        scratch = R._split(s, split["role"])
+        for c in R._classifiers(scratch) if scratch is not None else ():
+            for loss in LOSSES:
+                old = R._one(scratch, kind="oracle", oracle=c, classifier=c, loss=loss, variant="")
+                new = R._one(split, kind="oracle", oracle=ORACLE, classifier=c, loss=loss,
+                             variant="")
+                if old is None or new is None or not _ranked(split, c):
+                    continue
+                rows.append([R._short_split(split), f"`{c}`", new["display_loss"],
+                             R.fmt_delta(R._versus_of(scratch, old, mcp=True), "aurc"),
+                             R.fmt_delta(R._versus_of(split, new, mcp=True), "aurc")])
+    return "\n".join(R._table(head, rows)) if rows else "No classifier in both grids."
 
 
 def block_sweeps(s: dict) -> str:
@@ -201,6 +272,15 @@ def block_sweeps(s: dict) -> str:
     return "\n".join(R._table(head, rows))
 
 
+def block_full_tables(s: dict) -> str:
+    p = s.get("pretrained")
+    if p is None:
+        return "No pretrained-oracle grid in this run."
+    return R.full_tables(p["splits"], heading="### Pretrained oracles, split")
+
+
 BLOCKS = {"pretrained-source": block_source, "pretrained-answer": block_answer,
           "pretrained-classifiers": block_classifiers, "pretrained-table": block_table,
-          "pretrained-losses": block_losses, "pretrained-sweeps": block_sweeps}
+          "pretrained-losses": block_losses, "pretrained-sweeps": block_sweeps,
+          "pretrained-versus-scratch": block_versus_scratch,
+          "pretrained-full-tables": block_full_tables}

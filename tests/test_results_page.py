@@ -124,7 +124,8 @@ def test_the_extract_is_its_reports(summary):
     if not given and R.sha256(report) != summary["sources"]["report"]["sha256"]:
         pytest.skip(f"{report} is another run's report (its sha256 differs from the one "
                     "docs/results/summary.json names)")
-    fresh = json.loads(R.summary_text(R.extract(report, summary["sources"].get("note"))))
+    grid_note = (summary.get("pretrained") or {}).get("sources", {}).get("note")
+    fresh = json.loads(R.summary_text(R.extract(report, summary["sources"].get("note"), grid_note)))
     assert fresh["sources"]["report"]["sha256"] == summary["sources"]["report"]["sha256"], \
         (f"{report} is not the report docs/results/summary.json was extracted from (sha256 "
          f"differs); if it is the new run, run python bench/results_page.py --report "
@@ -164,3 +165,58 @@ def test_a_page_without_a_blocks_markers_is_refused(summary, page):
     broken = page.replace(R.BEGIN.format("summary"), "")
     with pytest.raises(R.Refused, match="summary"):
         R.rewrite(broken, R.render(summary))
+
+
+def test_the_pretrained_grid_must_be_the_pages_classifiers_by_identity(summary):
+    """The pretrained section is set against the page's rows: its vit and resnet must be the
+    same weights scoring the same rows (the caches' identities), equally accurate, and their
+    MCP metrics equal within a GPU's rounding of the extraction, no more."""
+    from bench.results_pretrained import check_same_classifiers
+    assert summary.get("pretrained"), "the committed page has a pretrained-oracle grid"
+
+    def grid_with(change):
+        grid = copy.deepcopy(summary["pretrained"])
+        split = next(sp for sp in grid["splits"] if sp["role"] == "test")
+        row = R._one(split, kind="baseline", classifier="vit", loss="mcp")
+        change(row, split["columns"]["standard"])
+        return grid
+
+    def shift_auc(by):
+        def change(row, columns):
+            i = columns.index("auc")
+            value = row["standard"][i]
+            row["standard"][i] = [value[0] + by, value[1]] if isinstance(value, list) \
+                else value + by
+        return change
+
+    check_same_classifiers(summary, grid_with(lambda row, columns: None))
+    check_same_classifiers(summary, grid_with(shift_auc(0.01)))           # rounding: accepted
+    with pytest.raises(R.Refused, match="vit MCP on test"):
+        check_same_classifiers(summary, grid_with(shift_auc(1.0)))
+    with pytest.raises(R.Refused, match="vit MCP on test"):
+        check_same_classifiers(summary, grid_with(
+            lambda row, columns: row["identity"].update(weights_sha256="0" * 64)))
+
+
+def test_a_split_without_correct_predictions_is_not_ranked(summary):
+    """A classifier the attack leaves no correct prediction (AUC undefined, every AURC 1) is
+    named as not ranked, not counted as 'no clear difference'."""
+    from bench import results_pretrained as P
+    s = copy.deepcopy(summary)
+    s = json.loads(R.summary_text(s))
+    for split in s["pretrained"]["splits"]:
+        for row in split["rows"]:
+            row["_columns"] = split["columns"]
+    adversarial = next(sp for sp in s["pretrained"]["splits"] if sp["role"] == "adversarial")
+    mcp = R._one(adversarial, kind="baseline", classifier="vit", loss="mcp")
+    mcp["standard"][adversarial["columns"]["standard"].index("auc")] = None   # as if 0% right
+    unranked = [c for c in R._classifiers(adversarial) if not P._ranked(adversarial, c)]
+    assert "vit" in unranked
+    text = P.block_answer(s)
+    adversarial_line = text.split("**adversarial")[1]
+    named = adversarial_line.split("not ranked, no correct and incorrect predictions to "
+                                   "separate: ")[1]
+    for c in unranked:
+        assert f"{c}, " in named and f"{c}: better in" not in adversarial_line
+    ranked = [c for c in R._classifiers(adversarial) if c not in unranked]
+    assert ranked and all(f"{c}: better in" in adversarial_line for c in ranked)
