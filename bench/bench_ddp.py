@@ -4,6 +4,7 @@
     python bench/bench_ddp.py --gpus 2                    # ResNet-50 and ViT-B/16@384
     python bench/bench_ddp.py --gpus 4 --models resnet --images 32000
     python bench/bench_ddp.py --gpus 2 --eager            # + the eager DDP step beside the graph
+    python bench/bench_ddp.py --gpus 2 --decode gpu --extract-only   # JPEGs decoded on each GPU
 
 Per model (oracle and classifier of the same architecture, as <RSN,RSN> / <ViT,ViT>; random init,
 so no hub is needed: speed does not depend on the weights), on --images ImageNet-shaped JPEGs
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,11 +75,13 @@ def model_options(data: Path) -> list[str]:
     return ["--random-init", "--model-kwargs", json.dumps({"num_classes": len(classes)})]
 
 
-def extract(model: str, data: Path, out: Path, gpus: int, opts: list, work: Path) -> dict:
-    """``opts``: the options every command of the benchmark shares (models, --compile)."""
+def extract(model: str, data: Path, out: Path, gpus: int, opts: list, decode: str,
+            work: Path) -> dict:
+    """``opts``: the options every command of the benchmark shares (models, --compile);
+    ``decode``: extract's --decode (the training commands read the cache, not JPEGs)."""
     cmd = [*launcher(gpus, 29600 + gpus), "extract", "--classifier", model, *opts,
            "--data", data, "--out", out, "--split", "train", "--split", "val", "--flip-view",
-           "--precision", "bf16", "--no-progress"]
+           "--decode", decode, "--precision", "bf16", "--no-progress"]
     wall = call(cmd, work / f"extract-{model}-{gpus}.log")
     summary = ClassifierCache.open(out / model / "train").manifest["summary"]
     # extract's manifests before steady_rows existed held rank 0's steady rate alone
@@ -104,18 +108,44 @@ def train(model: str, data: Path, cache: Path, run: Path, gpus: int, batch: int,
 
 def bench_model(model: str, data: Path, a, work: Path) -> dict:
     opts = [*model_options(data), *(["--compile"] if a.compile else [])]
-    one = extract(model, data, work / "cache1", 1, opts, work)
-    many = extract(model, data, work / f"cache{a.gpus}", a.gpus, opts, work)
-    points = [(1, 40, "auto"), (a.gpus, 40 * a.gpus, "auto"), (a.gpus, 40, "auto")]
-    if a.eager:
+    one = extract(model, data, work / f"cache1-{a.decode}", 1, opts, a.decode, work)
+    many = extract(model, data, work / f"cache{a.gpus}-{a.decode}", a.gpus, opts, a.decode, work)
+    points = [] if a.extract_only else [(1, 40, "auto"), (a.gpus, 40 * a.gpus, "auto"),
+                                        (a.gpus, 40, "auto")]
+    if a.eager and points:
         points += [(a.gpus, 40 * a.gpus, "off"), (a.gpus, 40, "off")]
-    runs = [train(model, data, work / "cache1", work / f"run-{model}-{g}-{b}-{m}", g, b, m,
-                  opts, work) for g, b, m in points]
-    base = runs[0]["img_per_s"]
+    runs = [train(model, data, work / f"cache1-{a.decode}", work / f"run-{model}-{g}-{b}-{m}",
+                  g, b, m, opts, work) for g, b, m in points]
+    base = runs[0]["img_per_s"] if runs else None
     for r in runs:
         r["vs_one_gpu"] = round(r["img_per_s"] / base, 2) if base and r["img_per_s"] else None
     return {"extract": {"one": one, "many": many, "ratio": round(
         many["steady_img_per_s"] / one["steady_img_per_s"], 2)}, "train": runs}
+
+
+def generated(data: Path, images: int) -> Path:
+    """``images`` training JPEGs (and 1/40 as many for val) in ``data``, generated once per
+    --workdir: a second benchmark there (another --decode) reads the same files."""
+    from bench.make_jpegs import generate
+    done = data / "generated.json"
+    if done.exists() and json.loads(done.read_text()).get("train") == images:
+        return data
+    shutil.rmtree(data, ignore_errors=True)
+    info = generate(data, images, max(200, images // 40), classes=10, seed=0,
+                    procs=max(1, (os.cpu_count() or 2) - 1))
+    done.write_text(json.dumps(info))
+    return data
+
+
+def command(argv: list[str]) -> str:
+    """The command line that reproduces the figures: without where it wrote them."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip or arg.split("=")[0] in ("--json", "--workdir"):
+            skip = not skip and "=" not in arg
+            continue
+        kept.append(arg)
+    return " ".join(["python bench/bench_ddp.py", *kept])
 
 
 def main() -> None:
@@ -128,6 +158,11 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="an ImageFolder root instead")
     ap.add_argument("--compile", action="store_true", help="--compile for extract and train")
     ap.add_argument("--eager", action="store_true", help="also the eager DDP step")
+    ap.add_argument("--decode", default="cpu", choices=("cpu", "gpu", "mixed", "hw", "hw-mixed"),
+                    help="extract's --decode: where the JPEGs are decoded (gpu: on each "
+                    "process's own device, so the host's cores stop bounding the extraction)")
+    ap.add_argument("--extract-only", action="store_true", help="extraction alone, no "
+                    "training points")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
@@ -136,17 +171,14 @@ def main() -> None:
         sys.exit(f"bench_ddp: --gpus {a.gpus} but {torch.cuda.device_count()} CUDA device(s)")
     work = a.workdir or Path(tempfile.mkdtemp(prefix="bench_ddp_"))
     work.mkdir(parents=True, exist_ok=True)
-    data = a.data
-    if data is None:
-        from bench.make_jpegs import generate
-        data = work / "jpegs"
-        generate(data, a.images, max(200, a.images // 40), classes=10, seed=0,
-                 procs=max(1, (os.cpu_count() or 2) - 1))
+    data = a.data or generated(work / "jpegs", a.images)
     report = {"device": torch.cuda.get_device_name(0), "gpus": a.gpus, "torch": torch.__version__,
               "date": time.strftime("%Y-%m-%d"), "images": a.images, "compile": a.compile,
-              "models": {}}
+              "decode": a.decode, "cpus": os.cpu_count(),
+              "command": command(sys.argv[1:]), "models": {}}
     print(f"bench_ddp: {a.gpus}x {report['device']}, torch {torch.__version__}, "
-          f"{a.images:,} training JPEGs, bf16{', --compile' if a.compile else ''}")
+          f"{a.images:,} training JPEGs, --decode {a.decode}, bf16"
+          f"{', --compile' if a.compile else ''}")
     for model in a.models.split(","):
         res = report["models"][model] = bench_model(model, data, a, work)
         ex = res["extract"]

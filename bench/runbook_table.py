@@ -96,17 +96,20 @@ def ddp_sentence(runs: list[dict]) -> str:
     said = []
     for b in runs:
         for model, res in b["models"].items():
-            one, *many = res["train"]
-            parts = [f"{r['gpus']} GPUs × {r['per_gpu_batch']} (global {r['global_batch']}, "
-                     f"{r['step_path'].replace('_', ' ')}) {r['img_per_s']:,.0f} img/s = "
-                     f"{r['vs_one_gpu']:.2f}×" for r in many]
             ex = res["extract"]
             steady = all(ex[k].get("steady_scope") == "all processes" for k in ("one", "many"))
-            extract = (f"extract train+val --flip-view {ex['ratio']:.2f}× one GPU" if steady else
+            extract = (f"extract train+val --flip-view ({b.get('decode', 'cpu').upper()} decode) "
+                       f"{ex['ratio']:.2f}× one GPU" if steady else
                        f"extract's rate across processes {NM} (that run recorded rank 0's)")
-            said.append(f"{model} oracle on {b['gpus']}× {b['device']} ({b['date']}): one GPU × "
-                        f"{one['per_gpu_batch']} {one['img_per_s']:,.0f} img/s; "
-                        + "; ".join(parts) + f"; {extract}")
+            parts = []
+            if res["train"]:
+                one, *many = res["train"]
+                parts = [f"one GPU × {one['per_gpu_batch']} {one['img_per_s']:,.0f} img/s"] + [
+                    f"{r['gpus']} GPUs × {r['per_gpu_batch']} (global {r['global_batch']}, "
+                    f"{r['step_path'].replace('_', ' ')}) {r['img_per_s']:,.0f} img/s = "
+                    f"{r['vs_one_gpu']:.2f}×" for r in many]
+            said.append(f"{model} oracle on {b['gpus']}× {b['device']} ({b['date']}): "
+                        + "; ".join([*parts, extract]))
     if not said:
         return f"Several GPUs through `bench/bench_ddp.py`: {NM}."
     return ("Several GPUs, measured by `bench/bench_ddp.py` (training img/s, median of the logged "

@@ -111,14 +111,15 @@ def ddp() -> str:
                              f"{r['vs_one_gpu']:.2f}×"])
             ex = res["extract"]
             one, many = ex["one"], ex["many"]
+            decode = f"{d.get('decode', 'cpu').upper()} decode"
             rows.append([model, "extract train --flip-view, from the split's start (loader "
                          "start-up included)", f"{one['gpus']} / {many['gpus']} processes",
-                         "CPU decode", f"{n0(one['img_per_s'])} / {n0(many['img_per_s'])}",
+                         decode, f"{n0(one['img_per_s'])} / {n0(many['img_per_s'])}",
                          f"{many['img_per_s'] / one['img_per_s']:.2f}×"])
             steady = all(ex[k].get("steady_scope") == "all processes" for k in ("one", "many"))
             if steady:
                 rows.append([model, "extract, steady rate across processes",
-                             f"{one['gpus']} / {many['gpus']} processes", "CPU decode",
+                             f"{one['gpus']} / {many['gpus']} processes", decode,
                              f"{n0(one['steady_img_per_s'])} / {n0(many['steady_img_per_s'])}",
                              f"{ex['ratio']:.2f}×"])
         out += [f"{d['gpus']}× {d['device']} of one host, torch {d['torch']}, {d['date']}: "
