@@ -7,9 +7,12 @@ renders these blocks with the rest; the from-scratch rows they are set against a
 """
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
-from bench import results_page as R
+from bench import results_format as R
+from bench.results_blocks import full_tables
+from bench.results_extract import extract as extract_report
 
 ORACLE = "lite0-in1k"
 LOSSES = ("ce", "focal", "tcp", "ss")
@@ -21,7 +24,7 @@ def extract(root: Path, note: str | None = None) -> dict | None:
     path = root / "pretrained" / "report" / "report.json"
     if not path.exists():
         return None
-    s = R.extract(path, note)
+    s = extract_report(path, note)
     return {k: s[k] for k in ("sources", "report", "machine", "fits", "splits", "sweeps")}
 
 
@@ -139,7 +142,7 @@ def block_answer(s: dict) -> str:
         scratch = R._split(s, split["role"])
         sides = {c: R._tally([_mcp_side(split, r) for r in _learned(split, c)])
                  for c in R._classifiers(split) if _ranked(split, c)}
-        total = sum(sides.values(), R.Counter())
+        total = sum(sides.values(), Counter())
         text = (f"- **{R._split_name(split)}**: pretrained-oracle scorers against MCP on AURC: "
                 f"{R._count_text(total)} (" + "; ".join(
                     f"{c}: {R._count_text(t)}" for c, t in sides.items() if t)
@@ -207,7 +210,7 @@ def block_losses(s: dict) -> str:
     p = s.get("pretrained")
     if p is None:
         return "No pretrained-oracle grid in this run."
-    lines, tally = [], R.Counter()
+    lines, tally = [], Counter()
     for split in _evaluated(p):
         best = []
         for c in [c for c in R._classifiers(split) if _ranked(split, c)]:
@@ -228,7 +231,7 @@ def block_losses(s: dict) -> str:
               "pretrained oracle, paired differences:", ""]
     for role in ("test", "shifted", "adversarial"):
         for m in ("auc", "aurc"):
-            t = R.Counter({k[2]: v for k, v in tally.items() if k[:2] == (role, m)})
+            t = Counter({k[2]: v for k, v in tally.items() if k[:2] == (role, m)})
             if t:
                 lines.append(f"- {role}, {m.upper()}: SS {R._count_text(t)}.")
     return "\n".join(lines)
@@ -276,7 +279,7 @@ def block_full_tables(s: dict) -> str:
     p = s.get("pretrained")
     if p is None:
         return "No pretrained-oracle grid in this run."
-    return R.full_tables(p["splits"], heading="### Pretrained oracles, split")
+    return full_tables(p["splits"], heading="### Pretrained oracles, split")
 
 
 BLOCKS = {"pretrained-source": block_source, "pretrained-answer": block_answer,
