@@ -138,11 +138,14 @@ def generated(data: Path, images: int) -> Path:
 
 
 def command(argv: list[str]) -> str:
-    """The command line that reproduces the figures: without where it wrote them."""
-    kept, skip = [], False
-    for arg in argv:
-        if skip or arg.split("=")[0] in ("--json", "--workdir"):
-            skip = not skip and "=" not in arg
+    """The command line that reproduces the figures: without where it wrote them (--json,
+    --workdir, given as ``--opt value`` or ``--opt=value``)."""
+    kept, args = [], iter(argv)
+    for arg in args:
+        name = arg.split("=")[0]
+        if name in ("--json", "--workdir"):
+            if "=" not in arg:
+                next(args, None)        # its value
             continue
         kept.append(arg)
     return " ".join(["python bench/bench_ddp.py", *kept])

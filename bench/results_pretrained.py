@@ -41,8 +41,7 @@ def check_same_classifiers(summary: dict, p: dict) -> None:
     for split in _evaluated(p):
         mine = R._split(summary, split["role"])
         for c in R._classifiers(split) if mine is not None else ():
-            ours, theirs = (R._one(sp, kind="baseline", classifier=c, loss="mcp")
-                            for sp in (mine, split))
+            ours, theirs = _mcp(mine, c), _mcp(split, c)
             if ours is not None and theirs is not None and not _same_mcp(
                     _by_metric(ours, mine), _by_metric(theirs, split),
                     ours.get("identity"), theirs.get("identity")):
@@ -90,19 +89,19 @@ def _evaluated(p: dict) -> list[dict]:
     return [sp for sp in p["splits"] if sp["role"] != "other"]
 
 
+def _mcp(split: dict, classifier: str) -> dict | None:
+    return R._one(split, kind="baseline", classifier=classifier, loss="mcp")
+
+
 def _ranked(split: dict, classifier: str) -> bool:
     """Whether the split has correct and incorrect predictions of ``classifier`` to rank (an
     attack that leaves no correct prediction leaves AUC undefined and every AURC at 1)."""
-    mcp = R._one(split, kind="baseline", classifier=classifier, loss="mcp")
-    return R._mean(mcp, "auc") is not None
+    return R._mean(_mcp(split, classifier), "auc") is not None
 
 
 def _unranked(split: dict) -> str:
-    gone = []
-    for c in R._classifiers(split):
-        mcp = R._one(split, kind="baseline", classifier=c, loss="mcp")
-        if not _ranked(split, c):
-            gone.append(f"{c}, {R.fmt(R._c(mcp, 'acc'), 'acc')}% accurate")
+    gone = [f"{c}, {R.fmt(R._c(_mcp(split, c), 'acc'), 'acc')}% accurate"
+            for c in R._classifiers(split) if not _ranked(split, c)]
     return (f"; not ranked, no correct and incorrect predictions to separate: {'; '.join(gone)}"
             if gone else "")
 
@@ -163,8 +162,7 @@ def block_classifiers(s: dict) -> str:
     splits = _evaluated(p)
     head += [R._short_split(sp) for sp in splits]
     for c in R._classifiers(splits[0]):
-        cells = [R.fmt(R._c(R._one(sp, kind="baseline", classifier=c, loss="mcp"), "acc"),
-                       "acc", ci=True) for sp in splits]
+        cells = [R.fmt(R._c(_mcp(sp, c), "acc"), "acc", ci=True) for sp in splits]
         rows.append([f"`{c}`", *cells])
     fit = (s["pretrained"].get("fits") or {}).get("lite0") or {}
     lines = ["Accuracy (%) of each classifier on the rows the oracles are scored on, "
@@ -189,7 +187,7 @@ def block_table(s: dict) -> str:
         for c in R._classifiers(split):
             strongest = next((v["other"] for v in split["versus"] if v["strongest"]
                               and v["learned"]["classifier"] == c), None)
-            mcp = R._one(split, kind="baseline", classifier=c, loss="mcp")
+            mcp = _mcp(split, c)
             rows.append([f"`{c}`", "MCP", R.fmt(R._c(mcp, "auc"), "auc", ci=True),
                          R.fmt(R._c(mcp, "aurc"), "aurc", ci=True), "", "", "", ""])
             for r in _learned(split, c):
