@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -278,7 +279,9 @@ def main(argv=None) -> int:
         s["done"] = s.get("done", []) + s["steps"]
         (out / SETTINGS).write_text(json.dumps(s, indent=2))
     measured = plan.steps([r for r in records if r["rc"] == 0], s) if records else []
-    result = {"status": "complete" if rc == 0 else "failed", "environment": environment(device),
+    result = {"status": "complete" if rc == 0 else "failed",
+              "command": shlex.join(["python", "bench/rehearse_imagenet.py", *sys.argv[1:]]),
+              "environment": environment(device),
               "settings": s, "generation": info, "disk_estimate_bytes": need,
               "sources": {"rss": "bench/proctree.py: the command's process tree, every 0.1 s "
                           "(RSS summed: an upper bound; PSS summed: shared pages once)",

@@ -62,12 +62,16 @@ def memory(m: dict) -> str:
     return f"≤ {gb(m['rss_peak_bytes'])}"
 
 
-def rehearsal_rows(r: dict | None) -> list[str]:
+def rehearsal_rows(r: dict | None, measured_only: bool = False) -> list[str]:
+    """The table's rows of rehearsal ``r``, every step of STEPS (``measured_only``: those it
+    measured)."""
     measured = {(m["step"], m["model"]): m for m in (r or {}).get("steps", [])}
     rows = []
     for step, per_model in STEPS:
         for model in (("vit", "resnet") if per_model else ("",)):
             m = measured.get((step, model))
+            if m is None and measured_only:
+                continue
             if m is None:
                 rows.append(f"| {step} | {model or '—'} | {NM} | {NM} | {NM} | {NM} | {NM} |")
                 continue
@@ -139,17 +143,25 @@ def sentences(r: dict | None, t: dict | None, d: dict | None,
     if d and d["grid"]["total_h"] is not None:
         out.append(f"Several GPUs, measured with LAUNCH=\"{d['settings']['launch']}\": the grid "
                    f"projects to **{d['grid']['total_h']:.1f} h** ({d['environment']['gpus']} GPUs).")
+    elif d:
+        out.append(f"The rehearsal under LAUNCH=\"{d['settings']['launch']}\" ran the steps "
+                   f"{', '.join(d['settings']['done'])} (the second table); the grid under it: "
+                   f"{NM}.")
     else:
         out.append(f"The rehearsal under `--launch \"torchrun ...\"`: {NM}.")
     out.append(ddp_sentence(ddp or []))
     return out
 
 
+TABLE_HEAD = (
+    "| step | model | measured rows/s | at ImageNet scale, per command | peak host memory GB "
+    "(rehearsal: PSS summed over the command's processes; ≤: RSS summed, shared pages once per "
+    "process, an upper bound) | peak GPU GB (rehearsal) | disk at ImageNet GB, per command |\n"
+    "|---|---|---|---|---|---|---|")
+
+
 def render(r: dict | None, t: dict | None, d: dict | None, ddp: list[dict] | None = None) -> str:
-    head = ("| step | model | measured rows/s | at ImageNet scale, per command | peak host memory GB "
-            "(rehearsal: PSS summed over the command's processes; ≤: RSS summed, shared pages once per process, an upper bound) | peak GPU GB "
-            "(rehearsal) | disk at ImageNet GB, per command |\n"
-            "|---|---|---|---|---|---|---|")
+    head = TABLE_HEAD
     if r:
         e, s = r["environment"], r["settings"]
         source = (f"Measured by `bench/rehearse_imagenet.py` on {e['device_name']} ({e['cpus']} CPU "
@@ -159,7 +171,25 @@ def render(r: dict | None, t: dict | None, d: dict | None, ddp: list[dict] | Non
     else:
         source = f"The runbook's rehearsal on a GPU: {NM} yet."
     body = "\n".join([head, *rehearsal_rows(r), *train_rows(t)])
-    return "\n".join([BEGIN, source, "", body, "", " ".join(sentences(r, t, d, ddp)), END])
+    return "\n".join([BEGIN, source, "", body, "", " ".join(sentences(r, t, d, ddp)),
+                      *launched(d, r), END])
+
+
+def launched(d: dict | None, r: dict | None) -> list[str]:
+    """The torchrun rehearsal's own table (the steps it ran), after the sentences."""
+    if d is None or d["grid"]["total_h"] is not None:
+        return []
+    e, s = d["environment"], d["settings"]
+    other = r is not None and r["environment"]["device_name"] != e["device_name"]
+    return ["", f"Under LAUNCH={s['launch']}: `bench/rehearse_imagenet.py` on {e['gpus']}× "
+            f"{e['device_name']} ({e['cpus']} CPU cores, torch {e['torch']}, {e['date']}), "
+            f"{s['train']:,} train / {s['val']:,} val JPEGs, the steps {', '.join(s['done'])}"
+            + (f": `{d['command']}`" if d.get("command") else "") + "."
+            + (f" The one-process table above ran on {r['environment']['device_name']}: the two "
+               "tables compare two kinds of GPU, so no speed-up is read from them "
+               "(`bench/bench_ddp.py` measures one GPU against several on one host)."
+               if other else ""), "",
+            TABLE_HEAD, *rehearsal_rows(d, measured_only=True)]
 
 
 def replace(text: str, block: str, where: Path) -> str:
