@@ -18,7 +18,8 @@ project's format (``cache/``: 1,281,167 training rows with both views' fp16 feat
              same run with ``--cuda-graph off`` (the eager step) is measured too, with the ratio and
              a check that both chose the same best heads (``--no-eager``: skip it).  With
              ``--compile`` (train-oracle --head-only --compile) the twin is the same step
-             uncompiled, the baseline that flag is measured against.
+             uncompiled, the baseline that flag is measured against; with ``--per-replay N
+             --baseline step-a-replay``, graphs of up to N steps against one step a replay.
   grid       a 10 x 10 alpha+ / alpha- grid = 100 heads trained as one bank (features loaded once)
              plus scoring every head on the val rows.
 
@@ -60,13 +61,14 @@ from cache.runs import RunDir  # noqa: E402
 from pipeline.core.losses import resolve_loss  # noqa: E402
 from pipeline.oracle.headonly.bank import BankOptim, score, train_heads  # noqa: E402
 from pipeline.oracle.headonly.features import load_table  # noqa: E402
-from pipeline.oracle.headonly.graph import head_step_path  # noqa: E402
+from pipeline.oracle.headonly.graph import STEPS_PER_REPLAY, head_step_path  # noqa: E402
 from pipeline.oracle.loop.log import StepLog  # noqa: E402
 from pipeline.oracle.loop.fit import LoopSettings  # noqa: E402
 from pipeline.oracle.nets.model import Head  # noqa: E402
 from pipeline.oracle.settings.sampler import StepSchedule, carve_rows  # noqa: E402
 
 N_TRAIN, N_VAL = 1_281_167, 50_000
+LOG_EVERY = 10                  # train-oracle's --log-every
 # bench_train's fast path at the paper's batch 40, one H200 (docs/PERFORMANCE.md, 2026-11-26):
 # ViT-B/16@224 1,679 img/s, ResNet-50 1,524 img/s.
 FINETUNE_IMG_S = {768: 1679.0, 2048: 1524.0}
@@ -113,9 +115,12 @@ def optim(total: int) -> BankOptim:
 
 def one_pass(train_dir: Path, val_dir: Path, device, batch: int, epochs: int,
              alphas: list[tuple[float, float]], cuda_graph: str = "auto",
-             compiled: bool = False) -> dict:
+             compiled: bool = False, per_replay: int = STEPS_PER_REPLAY,
+             log_every: int = LOG_EVERY, sessions: list | None = None) -> dict:
     """Open + load + train a bank of len(alphas) SS heads + score val; seconds per phase, the
-    step path that ran (``--cuda-graph``) and the best heads' scores."""
+    step path that ran (``--cuda-graph``, up to ``per_replay`` steps a graph replay, the loop
+    syncing every ``log_every`` steps) and the best heads' scores.  ``sessions``: the trained
+    session is appended to it (bench/head_profile.py replays its graphs)."""
     step_path = head_step_path(device, cuda_graph, compiled=compiled)
     t0 = time.perf_counter()
     train = ClassifierCache.open(train_dir)
@@ -128,12 +133,15 @@ def one_pass(train_dir: Path, val_dir: Path, device, batch: int, epochs: int,
     losses = [resolve_loss("ss", {"alpha_pos": a, "alpha_neg": b}, (1.0, 3.0), None)
               for a, b in alphas]
     total = schedule.total_steps
-    settings = LoopSettings(total, batch, 10, max(1, total // 4), None, None, False, "bench")
+    settings = LoopSettings(total, batch, log_every, max(1, total // 4), None, None, False,
+                            "bench")
     no_log = StepLog(RunDir(train_dir), None, enabled=False)
     state, session = train_heads(table, schedule, losses, optim(total), val_rows, 0.0, settings,
-                                 [no_log] * len(losses), step_path)
+                                 [no_log] * len(losses), step_path, per_replay=per_replay)
     _sync(device)
     t_train = time.perf_counter()
+    if sessions is not None:
+        sessions.append(session)
     val = ClassifierCache.open(val_dir)
     vt = val.load(["correct", "p_true"])
     vtable = load_table(val, SimpleNamespace(cache=val), vt, False, device)
@@ -150,7 +158,7 @@ def one_pass(train_dir: Path, val_dir: Path, device, batch: int, epochs: int,
             "validation_s": round(session.timing(len(alphas))["val_s"], 3),
             "best_val_aupr_error": max(h.best_score or 0 for h in state.heads),
             "best": [(h.best_step, h.best_score) for h in state.heads],
-            "step_path": step_path}
+            "step_path": step_path, "per_replay": per_replay, "log_every": log_every}
 
 
 def path_text(run: dict) -> str:
@@ -249,8 +257,14 @@ def main() -> None:
                     help="the step path measured (as train-oracle's option)")
     ap.add_argument("--compile", action="store_true", help="train-oracle --head-only --compile: "
                     "the head's forward and the loss compiled (its twin: the same step uncompiled)")
-    ap.add_argument("--no-eager", action="store_true", help="skip the baseline twin "
-                    "(--cuda-graph off; with --compile, the same step uncompiled)")
+    ap.add_argument("--per-replay", type=int, default=STEPS_PER_REPLAY,
+                    help="steps a graph replay runs at most (1: a replay a step)")
+    ap.add_argument("--log-every", type=int, default=LOG_EVERY,
+                    help="train-oracle's --log-every: the loop syncs every N steps")
+    ap.add_argument("--baseline", default=None, choices=("eager", "uncompiled", "step-a-replay"),
+                    help="the twin each run is measured against: the eager step (default), the "
+                    "same step uncompiled (default with --compile), or one step a graph replay")
+    ap.add_argument("--no-eager", action="store_true", help="skip the baseline twin")
     ap.add_argument("--workdir", default=None, help="where the synthetic caches go (default tmp)")
     ap.add_argument("--finetune-img-s", default=None, help="D:img/s,... of a full fine-tune at "
                     "the same batch (default: bench_train's H200 figures)")
@@ -287,12 +301,17 @@ def main() -> None:
             paths = (work / f"d{dim}" / "train", work / f"d{dim}" / "val", device, args.batch, 1)
             alphas = [(float(a), float(b)) for a in np.linspace(0.5, 5, grid)
                       for b in np.linspace(1, 10, grid)]
-            one = one_pass(*paths, [(1.0, 3.0)], args.cuda_graph, args.compile)
-            twin = not args.no_eager and (args.compile or one["step_path"]["mode"] == "cuda_graph")
-            # the baseline: --compile against the same step uncompiled, a graph against eager
-            base, label = ((args.cuda_graph, "uncompiled step") if args.compile
-                           else ("off", "eager step (--cuda-graph off)"))
-            one_base = one_pass(*paths, [(1.0, 3.0)], base) if twin else None
+            step = {"cuda_graph": args.cuda_graph, "compiled": args.compile,
+                    "per_replay": args.per_replay, "log_every": args.log_every}
+            one = one_pass(*paths, [(1.0, 3.0)], **step)
+            baseline = args.baseline or ("uncompiled" if args.compile else "eager")
+            twin = not args.no_eager and (baseline != "eager"
+                                          or one["step_path"]["mode"] == "cuda_graph")
+            base_step, label = {
+                "eager": ({**step, "cuda_graph": "off"}, "eager step (--cuda-graph off)"),
+                "uncompiled": ({**step, "compiled": False}, "uncompiled step"),
+                "step-a-replay": ({**step, "per_replay": 1}, "one step a graph replay")}[baseline]
+            one_base = one_pass(*paths, [(1.0, 3.0)], **base_step) if twin else None
             ref = n / ft[dim] if dim in ft else None
             print(f"  one run (load {one['load_s']:.1f}s + {one['steps']:,} steps "
                   f"{one['train_s']:.1f}s + score val {one['score_val_s']:.2f}s): "
@@ -300,8 +319,8 @@ def main() -> None:
                   + (f"; full fine-tune of the point ~{ref:,.0f}s at {ft[dim]:,.0f} img/s "
                      f"(bench_train): {ref / one['total_s']:,.0f}x" if ref else "")
                   + with_baseline(one, one_base, "train_s", label))
-            many = one_pass(*paths, alphas, args.cuda_graph, args.compile)
-            many_base = one_pass(*paths, alphas, base) if twin else None
+            many = one_pass(*paths, alphas, **step)
+            many_base = one_pass(*paths, alphas, **base_step) if twin else None
             print(f"  {grid}x{grid} alpha grid ({len(alphas)} heads, one bank): "
                   f"{many['total_s']:.1f}s end to end (train {many['train_s']:.1f}s incl. "
                   f"validation {many['validation_s']:.1f}s); step: {path_text(many)}"
@@ -309,6 +328,7 @@ def main() -> None:
             # "eager": the baseline twin's runs, whichever "baseline" names
             report["dims"][dim] = {"one_run": one, "grid": many, "finetune_s": ref,
                                    "eager": {"one_run": one_base, "grid": many_base},
+                                   "baseline_kind": baseline if twin else None,
                                    "baseline": label if twin else None}
     finally:
         if not args.workdir:

@@ -31,7 +31,8 @@ if str(ROOT) not in sys.path:
 from bench import runbook_table  # noqa: E402
 from bench.table_format import RESULTS, Stale, load, n0, source, table  # noqa: E402
 from bench.tables_train import (ddp, head_only_compiled, head_only_gpu,  # noqa: E402
-                                head_profile, sdpa, train_memory, train_step, vit_roofline)
+                                head_profile, head_replay, sdpa, train_memory, train_step,
+                                vit_roofline)
 
 DOCS = [ROOT / "docs" / "PERFORMANCE.md", ROOT / "docs" / "IMAGENET.md"]
 SCRIPT = "bench/doc_tables.py"
@@ -149,7 +150,7 @@ BLOCKS = {
     "extract-gpu": extract_gpu, "decode-hw": decode_hw, "train-step": train_step,
     "train-memory": train_memory, "sdpa": sdpa, "ddp": ddp, "head-only-gpu": head_only_gpu,
     "head-only-compiled": head_only_compiled,
-    "vit-roofline": vit_roofline, "head-profile": head_profile,
+    "vit-roofline": vit_roofline, "head-profile": head_profile, "head-replay": head_replay,
     "report-cpu": report_cpu, "report-memory": report_memory, "inference": inference,
     "demo-cpu": demo_cpu, "rehearsal-memory": rehearsal_memory,
 }

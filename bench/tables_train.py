@@ -215,3 +215,49 @@ def head_profile() -> str:
         f"pass without it. Rows: " + "; ".join(notes) + ".", "",
         table(["date", "heads", "step", "kernels per step", "GPU busy µs per step",
                "wall µs per step (profiled)", "wall µs per step"], rows)])
+
+
+def head_replay() -> str:
+    """The head-only graphs replayed back to back against the loop's wall time per step
+    (bench/head_profile.py's bare replays), the loop's syncs, and bench_head's runs at several
+    steps a replay against one."""
+    from bench.bench_head import best_heads_compared
+
+    rows, notes = [], []
+    for name in ("head-replay-1-1xH100.json", "head-replay-32-1xH100.json",
+                 "head-replay-32-compiled-1xH100.json", "head-replay-32-bank100-1xH100.json",
+                 "head-sync-10-1xH100.json", "head-sync-100-1xH100.json"):
+        d = load(name)
+        bare = d.get("bare_replay_us_per_step") or {}
+        rows.append([d["call"], f"{d['heads']}", "compiled" if d["compiled"] else "graph",
+                     f"{d['per_replay']}", f"{d['log_every']}",
+                     f"**{d['unprofiled_us_per_step']:.0f}**",
+                     " / ".join(f"{v:.0f}" for v in bare.values()) or "not timed",
+                     f"{d['gpu_busy_us_per_step']:.0f}", f"{d['kernels_per_step']:.0f}"])
+        notes.append(f"`{d['command']}`")
+    b = load("head-only-replay-1xH100.json")
+    runs = []
+    for dim, res in b["dims"].items():
+        for key, label in (("one_run", "one run"), ("grid", "α grid, one bank")):
+            run, base = res[key], res["eager"][key]
+            runs.append([f"{int(dim):,}", f"{label} ({run['heads']} head{'s' * (run['heads'] > 1)})",
+                         f"{base['train_s']:.1f}", f"{run['train_s']:.1f}",
+                         f"**{base['train_s'] / run['train_s']:.2f}×**",
+                         best_heads_compared(run, base)])
+    first = load("head-replay-1-1xH100.json")
+    longest = next(iter(b["dims"].values()))["one_run"]["per_replay"]
+    return "\n".join([
+        f"D {first['dim']}, batch {first['batch']}, {first['steps']:,} steps of one epoch, one "
+        f"{device_name(first)} per call (the call column: rows of one call ran on one machine). "
+        "The loop's time per step: a pass without the profiler, its training time (the "
+        "graphs' capture and 4 validations included) over its steps; then each of the "
+        "trained bank's graphs replayed back to back for 3,000 steps (no loop, no sync), in "
+        "µs a step for 1, 2, 4, ... steps a replay; GPU busy and kernels under torch.profiler. "
+        "Rows: " + "; ".join(notes) + ".", "",
+        table(["call", "heads", "step", "steps a replay, at most", "sync every", "loop µs per step",
+               "graphs back to back, µs per step", "GPU busy µs per step", "kernels per step"],
+              rows), "",
+        f"ImageNet-sized, as the head-only table above: up to {longest} steps a replay against "
+        f"one step a replay in one run; one {source(b)}", "",
+        table(["D", "what", "train s, a step a replay", f"train s, up to {longest}", "speed-up",
+               "best heads"], runs)])

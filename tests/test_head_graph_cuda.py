@@ -1,6 +1,7 @@
 """The head-only step captured in one CUDA graph (pipeline/oracle/headonly/graph.py) against the
 eager step: bit for bit (every log entry, counts, best step and score, best and final heads) for the
-linear and the ConfidNet head, with flips, 2 epochs, momentum, weight decay and cycled momentum;
+linear and the ConfidNet head, with flips, 2 epochs, momentum, weight decay and cycled momentum,
+one step a replay and several;
 the candidates for SGD's ``p -= lr b`` with the lr on the device, against torch's own update; the
 CLI's step_path and identical outputs with --cuda-graph off.
 Skipped without a GPU (CI); on a GPU box: ``python -m pytest -q tests/test_head_graph_cuda.py``."""
@@ -23,12 +24,14 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 CUDA = torch.device("cuda")
 
 
-@pytest.mark.parametrize("loss,arch", [("ss", "linear"), ("tcp", "linear"), ("ss", "confidnet"),
-                                       ("tcp", "confidnet")])
-def test_the_graphed_step_equals_the_eager_step_bit_for_bit(loss, arch):
+@pytest.mark.parametrize("loss,arch,per_replay", [
+    ("ss", "linear", 1), ("tcp", "linear", 1), ("ss", "confidnet", 1), ("tcp", "confidnet", 1),
+    ("ss", "linear", 4), ("tcp", "confidnet", 32)])
+def test_the_graphed_step_equals_the_eager_step_bit_for_bit(loss, arch, per_replay):
+    """One step a replay, and several (up to the loop's next sync and the epoch's end)."""
     table = feature_table(CUDA)
     eager = run_bank(table, loss, arch, "eager", epochs=2)
-    graph = run_bank(table, loss, arch, "graph", epochs=2)
+    graph = run_bank(table, loss, arch, "graph", epochs=2, per_replay=per_replay)
     assert_identical(eager, graph)
     losses = [e["loss"] for e in eager["logs"][0] if "loss" in e]
     assert losses[0] != losses[-1]

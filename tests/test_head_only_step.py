@@ -57,21 +57,23 @@ def bank_setup(loss: str, arch: str, epochs: int = 3):
     return schedule, losses, opt, settings
 
 
-def run_bank(table: FeatureTable, loss: str, arch: str, step: str, epochs: int = 3) -> dict:
+def run_bank(table: FeatureTable, loss: str, arch: str, step: str, epochs: int = 3,
+             per_replay: int = 1) -> dict:
     """One bank through the loop: ``step`` 'eager' (today's FeatureSession), 'body' (HeadStep
-    without a graph) or 'graph' (GraphedHeadStep, a CUDA graph); the epoch buffer filled in
-    chunks of CHUNK steps."""
+    without a graph) or 'graph' (GraphedHeadStep, CUDA graphs running up to ``per_replay`` steps
+    a replay); the epoch buffer filled in chunks of CHUNK steps."""
     schedule, losses, opt, settings = bank_setup(loss, arch, epochs)
     logs = [Log() for _ in losses]
     head, sgd, sched = make_bank(table, schedule, losses, opt)
     args = (table, schedule, head, losses, onecycle_values(opt, schedule.total_steps),
             opt.weight_decay, LOG_EVERY, 0.0)
     path = {"mode": "cuda_graph", "requested": "on"}
+    graphed = {"chunk": CHUNK, "record": path, "next_sync": settings.next_sync,
+               "per_replay": per_replay}
     fast = {"eager": lambda: None, "body": lambda: HeadStep(*args, chunk=CHUNK),
             "compiled": lambda: HeadStep(*args, chunk=CHUNK, compiled=True),
-            "compiled graph": lambda: GraphedHeadStep(*args, chunk=CHUNK, record=path,
-                                                      compiled=True),
-            "graph": lambda: GraphedHeadStep(*args, chunk=CHUNK, record=path)}[step]()
+            "compiled graph": lambda: GraphedHeadStep(*args, **graphed, compiled=True),
+            "graph": lambda: GraphedHeadStep(*args, **graphed)}[step]()
     session = FeatureSession(table, schedule, losses, head, sgd, sched, VAL, 0.0, fast)
     state = LoopState.for_heads(len(losses))
     fit(session, state, settings, logs)
@@ -128,6 +130,52 @@ def assert_close_runs(a: dict, b: dict) -> None:
             assert torch.allclose(x[k], y[k], rtol=1e-4, atol=1e-6), k
     counts = [np.abs(x.counts - y.counts).max() for x, y in zip(a["state"], b["state"])]
     assert max(counts) <= 2          # a z within rounding of the threshold may flip a count
+
+
+@pytest.mark.parametrize("log_every,val_every,per_replay", [(7, 101, 4), (10, 76, 32),
+                                                            (1, 50, 8), (64, 1000, 32)])
+def test_multi_step_replays_end_at_every_sync_and_epoch_start(log_every, val_every, per_replay):
+    """The replay plan of ``GraphedHeadStep`` (no device needed to plan): the steps of each
+    replay are consecutive, none crosses a sync of the loop or the start of an epoch, the
+    window never overflows, and replays are as long as the graphs allow."""
+    schedule = StepSchedule(np.arange(100, ROWS), BATCH, 3, 0, True)     # 68 steps an epoch
+    total, per_epoch = schedule.total_steps, schedule.steps_per_epoch
+    settings = LoopSettings(total, BATCH, log_every, val_every, None, None, False, "t")
+    syncs = {t for t in range(1, total + 1) if settings.syncs(t)}
+    table = feature_table(torch.device("cpu"))
+    head, *_ = make_bank(table, schedule, [resolve_loss("ss", {}, (1.0, 3.0), None)],
+                         BankOptim(0, True, 0.05, 0.9, 0.0, 0.3, False))
+    step = GraphedHeadStep(table, schedule, head, [resolve_loss("ss", {}, (1.0, 3.0), None)],
+                           ([0.1] * (total + 1), [0.9] * (total + 1)), 0.0,
+                           min(log_every, total), 0.0, record={}, next_sync=settings.next_sync,
+                           per_replay=per_replay)
+    assert step.sizes == [1 << i for i in range(min(per_replay, log_every).bit_length())]
+    done, replays = 0, []
+    while done < total:
+        k = step._replay_size(done)
+        assert k in step.sizes
+        last = done + k                 # steps done after this replay
+        assert not any(t in syncs for t in range(done + 1, last))       # only its last may sync
+        assert done // per_epoch == (last - 1) // per_epoch              # within one epoch
+        assert k == max(s for s in step.sizes
+                        if s <= min(settings.next_sync(done), (done // per_epoch + 1) * per_epoch)
+                        - done)
+        replays.append(k)
+        done = last
+    assert done == total and len(replays) < total or per_replay == 1 or log_every == 1
+    one = GraphedHeadStep(table, schedule, head, [resolve_loss("ss", {}, (1.0, 3.0), None)],
+                          ([0.1] * (total + 1), [0.9] * (total + 1)), 0.0, log_every, 0.0,
+                          record={})
+    assert one.sizes == [1] and one._replay_size(0) == 1     # no next_sync: a step a replay
+
+
+def test_the_loops_sync_points():
+    s = LoopSettings(100, 8, 10, 25, None, None, False, "t")
+    assert [t for t in range(1, 101) if s.syncs(t)] == \
+        [10, 20, 25, 30, 40, 50, 60, 70, 75, 80, 90, 100]
+    assert [s.next_sync(d) for d in (0, 9, 10, 20, 24, 25, 99)] == [10, 10, 20, 25, 25, 30, 100]
+    c = LoopSettings(30, 8, 7, None, 12, 16, False, "t")
+    assert [t for t in range(1, 31) if c.syncs(t)] == [7, 12, 14, 16, 21, 24, 28, 30]
 
 
 def test_compiled_with_a_users_loss_is_refused():

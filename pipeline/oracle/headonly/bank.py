@@ -27,7 +27,8 @@ import torch
 from pipeline.core import dist
 from pipeline.core.losses import LossConfig
 from pipeline.oracle.headonly.features import FeatureTable
-from pipeline.oracle.headonly.graph import GraphedHeadStep, HeadStep, epoch_batches
+from pipeline.oracle.headonly.graph import (STEPS_PER_REPLAY, GraphedHeadStep, HeadStep,
+                                            epoch_batches)
 from pipeline.oracle.loop.fit import LoopSettings, LoopState, fit
 from pipeline.oracle.loop.log import step_counts
 from pipeline.oracle.loop.schedule import sgd_onecycle
@@ -197,15 +198,16 @@ def onecycle_values(opt: BankOptim, total: int) -> tuple[list[float], list[float
 
 def train_heads(table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
                 opt: BankOptim, val_rows: np.ndarray, tnr_logit: float, settings: LoopSettings,
-                logs: list, step_path: dict | None = None,
-                loss_fn: Callable | None = None) -> tuple[LoopState, FeatureSession]:
+                logs: list, step_path: dict | None = None, loss_fn: Callable | None = None,
+                per_replay: int = STEPS_PER_REPLAY) -> tuple[LoopState, FeatureSession]:
     """One head per entry of ``losses`` (``make_bank``), trained through the loop; returns the
     loop's state (per head: counts, best step and score, divergence) and the session (best heads,
     final heads, timing).  ``step_path`` (``headgraph.head_step_path``; None: eager): the step
     captured in a CUDA graph where its mode is ``cuda_graph`` (updated if the capture falls
     back; never with ``loss_fn``, a user's loss: ``head_step_path`` says eager), with the
-    head's forward and the loss compiled where it says ``compiled``.  ``logs``: one
-    per head (``pipeline.oracle.loop.log``)."""
+    head's forward and the loss compiled where it says ``compiled``, a replay running up to
+    ``per_replay`` steps (``headonly.graph``; 1: a replay a step).  ``logs``: one per head
+    (``pipeline.oracle.loop.log``)."""
     head, sgd, sched = make_bank(table, schedule, losses, opt)
     fast, path = None, step_path or {"mode": "eager"}
     if path["mode"] == "cuda_graph" or path.get("compiled"):
@@ -215,7 +217,8 @@ def train_heads(table: FeatureTable, schedule: StepSchedule, losses: list[LossCo
                 opt.weight_decay, min(settings.log_every, settings.total), tnr_logit)
         compiled = bool(path.get("compiled"))
         # compiled without a graph (a CPU, --cuda-graph off): the graph's body, run as it is
-        fast = (GraphedHeadStep(*args, record=step_path, compiled=compiled)
+        fast = (GraphedHeadStep(*args, record=step_path, compiled=compiled,
+                                next_sync=settings.next_sync, per_replay=per_replay)
                 if path["mode"] == "cuda_graph" else HeadStep(*args, compiled=compiled))
     session = FeatureSession(table, schedule, losses, head, sgd, sched, val_rows, tnr_logit, fast,
                              loss_fn)

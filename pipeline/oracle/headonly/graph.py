@@ -26,6 +26,17 @@ momentum buffers start as -0.0: ``-0 m + g`` is ``g`` exactly, signed zeros incl
 step copies g).  A graphed run equals the eager run in its losses, counts, best and final heads
 (tests/test_head_graph_cuda.py).
 
+Several steps per replay (``per_replay``, default 1).  The graph can be captured for 1, 2, 4, ...
+``per_replay`` steps in a row (the same body, one after another); a replay then runs as many steps
+as fit before the loop's next sync (``LoopSettings.next_sync``) and the end of the epoch (the host
+resets the epoch's position at its first step), and the steps in between return their rows of the
+window without touching the device.  The kernels are the single-step graph's, in the same order,
+on the same values: bit for bit the same run.  Measured on an H100 (docs/PERFORMANCE.md, "The
+head-only step's graphs replayed back to back"), a graph's own pace is the GPU's busy time at
+every length, and the loop's extra time per step is the host's (the loop returns to it every step
+and syncs every ``--log-every`` steps): longer replays buy nothing there, so one step a replay is
+the default.
+
 Compiled (``--compile``): the head's forward and the loss are torch.compile'd (inductor fuses
 their element-wise ops, forward and backward, into a few kernels; the update and the window's
 bookkeeping stay as above), captured in the graph on a CUDA device or run as the body without
@@ -48,12 +59,14 @@ from torch.optim.optimizer import _default_to_fused_or_foreach
 from cache.runs import RunError
 from pipeline.core.losses import LossConfig
 from pipeline.oracle.headonly.features import FeatureTable
-from pipeline.oracle.loop.capture import (GRAPH_MODES, WARMUP_STEPS, device_unsupported,
+from pipeline.oracle.loop.capture import (GRAPH_MODES, WARMUP_STEPS, capture, device_unsupported,
                                           fell_back, momentum_buffers, not_capturable, restore,
                                           sgd_step, snapshot, warm_up_and_capture)
 from pipeline.oracle.loop.log import step_counts
 from pipeline.oracle.nets.losses import CUSTOM_EAGER, HeadLoss
 from pipeline.oracle.settings.sampler import Ahead, StepSchedule, batches
+
+STEPS_PER_REPLAY = 1        # steps a replay runs at most (module docstring: longer ones measured)
 
 
 def head_step_path(device: torch.device, mode: str, custom_loss: bool = False,
@@ -188,13 +201,14 @@ class HeadStep:
             self.rows[at:at + len(positions)].copy_(torch.from_numpy(positions))
             self.ready = first + len(positions)
 
-    def _enter(self, step: int) -> None:
-        if step >= self.ready:
-            self._fill(step)
+    def _enter(self, step: int, steps: int = 1) -> None:
+        """Ready the device for ``steps`` steps from ``step`` (one epoch's)."""
+        if step + steps > self.ready:
+            self._fill(step + steps - 1)
         if step % self.schedule.steps_per_epoch == 0:
             self.pos.zero_()            # a new epoch
-        if self.count == self.window:
-            raise RuntimeError(f"step {step + 1}: more than {self.window} steps between two "
+        if self.count + steps > self.window:
+            raise RuntimeError(f"step {step + steps}: more than {self.window} steps between two "
                                "drains (the loop syncs every --log-every steps)")
 
     def _out(self, step: int) -> torch.Tensor:
@@ -208,29 +222,39 @@ class HeadStep:
 
 
 class GraphedHeadStep(HeadStep):
-    """``HeadStep``'s body captured in one CUDA graph at ``prepare``, replayed by ``step``.
+    """``HeadStep``'s body captured in CUDA graphs at ``prepare``, replayed by ``step``.
     ``record``: run.json's ``step_path`` as chosen; ``path``: as it stands (a capture under
-    ``auto`` that falls back replaces it)."""
+    ``auto`` that falls back replaces it).  ``next_sync`` (the loop's
+    ``LoopSettings.next_sync``): where the loop syncs next, so that a replay may run the steps
+    up to it, at most ``per_replay``; without it, one step a replay."""
 
     def __init__(self, *args, record: dict,
-                 say: Callable[[str], None] = lambda m: print(m, file=sys.stderr), **kwargs):
+                 say: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+                 next_sync: Callable[[int], int] | None = None,
+                 per_replay: int = STEPS_PER_REPLAY, **kwargs):
         super().__init__(*args, **kwargs)
-        self.path, self.say = record, say
-        self.graph: torch.cuda.CUDAGraph | None = None
+        self.path, self.say, self.next_sync = record, say, next_sync
+        longest = min(per_replay, self.window) if next_sync is not None else 1
+        self.sizes = [1 << i for i in range(longest.bit_length())]   # 1, 2, 4, ... <= longest
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.pending = 0            # steps a replay ran that the loop has not asked for yet
 
     def prepare(self, step: int) -> bool:
         super().prepare(step)
+        self.pending = 0
         dev = self.table.x.device
         saved = snapshot(self.params + (self.bufs or []) + [
             self.counters, self.losses, self.z, self.idx], dev)
         try:
-            self.graph, _ = warm_up_and_capture(self.body, self._no_grads, dev)
+            self.graphs = {1: warm_up_and_capture(self.body, self._no_grads, dev)[0]}
+            for k in self.sizes[1:]:    # capturing runs nothing: no warm-up to put back
+                self.graphs[k] = capture(lambda k=k: self._bodies(k), self._no_grads, dev)[0]
         except torch.cuda.OutOfMemoryError:
-            self.graph = None
+            self.graphs = {}
             restore(saved, dev)
             raise                       # as in eager mode
         except Exception as err:        # an op that syncs or cannot be captured
-            self.graph = None
+            self.graphs = {}
             restore(saved, dev)
             self._no_grads()
             if self.path["requested"] == "on":
@@ -244,6 +268,31 @@ class GraphedHeadStep(HeadStep):
         return True
 
     def step(self, step: int) -> torch.Tensor:
-        self._enter(step)
-        self.graph.replay()
+        if not self.pending:
+            k = self._replay_size(step)
+            self._enter(step, k)
+            self.graphs[k].replay()
+            self.pending = k
+        self.pending -= 1
         return self._out(step)
+
+    def drain(self) -> torch.Tensor:
+        if self.pending:
+            raise RuntimeError(f"a drain with {self.pending} step(s) of a replay not yet taken "
+                               "(the loop synced where LoopSettings.next_sync did not say)")
+        return super().drain()
+
+    def _replay_size(self, step: int) -> int:
+        """The longest graph whose steps end by the loop's next sync and within the epoch."""
+        if self.next_sync is None:
+            return 1
+        per_epoch = self.schedule.steps_per_epoch
+        room = min(self.next_sync(step) - step, per_epoch - step % per_epoch)
+        return max(k for k in self.sizes if k <= room)
+
+    def _bodies(self, k: int) -> None:
+        """``k`` steps in a row, as ``step`` runs them one by one."""
+        for i in range(k):
+            if i:
+                self._no_grads()
+            self.body()

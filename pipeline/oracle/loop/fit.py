@@ -97,6 +97,30 @@ class LoopSettings:
     progress: bool
     desc: str
 
+    def validates(self, step: int) -> bool:
+        """Whether the loop validates after its ``step``-th step."""
+        return self.val_every is not None and (step % self.val_every == 0 or step == self.total)
+
+    def checkpoints(self, step: int) -> bool:
+        """Whether the loop writes ``last.pt`` after its ``step``-th step."""
+        return self.ckpt_every is not None and (
+            step % self.ckpt_every == 0 or step == self.total or step == self.stop_at_step)
+
+    def syncs(self, step: int) -> bool:
+        """Whether the loop waits for the device after its ``step``-th step: every ``log_every``
+        steps, before a validation or a checkpoint, at the end (a stop signal adds one where
+        checkpoints are kept, ``fit``)."""
+        return (step % self.log_every == 0 or step == self.total or self.validates(step)
+                or self.checkpoints(step))
+
+    def next_sync(self, done: int) -> int:
+        """The first step after ``done`` steps at which the loop syncs (signals aside): a session
+        may run the steps up to it without returning to the host in between."""
+        step = done + 1
+        while not self.syncs(step):
+            step += 1
+        return step
+
 
 class Session(Protocol):
     """What a loop drives (see the module docstring)."""
@@ -153,12 +177,9 @@ def fit(session: Session, state: LoopState, s: LoopSettings, logs: list[StepLog]
                 window.append(session.step(state.step))
                 state.step += 1
                 step = state.step
-                val_now = s.val_every is not None and (step % s.val_every == 0 or step == s.total)
-                ckpt_now = s.ckpt_every is not None and (
-                    step % s.ckpt_every == 0 or step == s.total or step == s.stop_at_step)
-                if not (step % s.log_every == 0 or val_now or ckpt_now or step == s.total
-                        or (requested() and not info.enabled)):
+                if not (s.syncs(step) or (requested() and not info.enabled)):
                     continue
+                val_now, ckpt_now = s.validates(step), s.checkpoints(step)
                 t0 = _sync(session, state, window, logs, bar, t0, s)
                 window = []
                 if val_now:
