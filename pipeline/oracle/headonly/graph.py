@@ -31,11 +31,10 @@ Several steps per replay (``per_replay``, default 1).  The graph can be captured
 as fit before the loop's next sync (``LoopSettings.next_sync``) and the end of the epoch (the host
 resets the epoch's position at its first step), and the steps in between return their rows of the
 window without touching the device.  The kernels are the single-step graph's, in the same order,
-on the same values: bit for bit the same run.  Measured on an H100 (docs/PERFORMANCE.md, "The
-head-only step's graphs replayed back to back"), a graph's own pace is the GPU's busy time at
-every length, and the loop's extra time per step is the host's (the loop returns to it every step
-and syncs every ``--log-every`` steps): longer replays buy nothing there, so one step a replay is
-the default.
+on the same values: bit for bit the same run.  Measured on an H100 (docs/PERFORMANCE.md,
+"Head-only runs and sweeps"), a graph's own pace is the GPU's busy time at every length, and the
+loop's extra time per step is the host's (the loop returns to it every step and syncs every
+``--log-every`` steps): longer replays buy nothing there, so one step a replay is the default.
 
 Compiled (``--compile``): the head's forward and the loss are torch.compile'd (inductor fuses
 their element-wise ops, forward and backward, into a few kernels; the update and the window's
