@@ -161,6 +161,31 @@ def one_pass(train_dir: Path, val_dir: Path, device, batch: int, epochs: int,
             "step_path": step_path, "per_replay": per_replay, "log_every": log_every}
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def step_options(ap: argparse.ArgumentParser) -> None:
+    """The step measured, as ``one_pass`` takes it (this bench's and head_profile.py's)."""
+    ap.add_argument("--cuda-graph", default="auto", choices=("auto", "on", "off"),
+                    help="the step path measured (as train-oracle's option)")
+    ap.add_argument("--compile", action="store_true", help="train-oracle --head-only --compile: "
+                    "the head's forward and the loss compiled")
+    ap.add_argument("--per-replay", type=positive, default=STEPS_PER_REPLAY,
+                    help="steps a graph replay runs at most (1: a replay a step)")
+    ap.add_argument("--log-every", type=positive, default=LOG_EVERY,
+                    help="train-oracle's --log-every: the loop syncs every N steps")
+
+
+def step_of(args: argparse.Namespace) -> dict:
+    """``one_pass``'s keyword arguments for the step ``step_options`` declared."""
+    return {"cuda_graph": args.cuda_graph, "compiled": args.compile,
+            "per_replay": args.per_replay, "log_every": args.log_every}
+
+
 def path_text(run: dict) -> str:
     path = run["step_path"]
     return path["mode"] + (f" ({path['reason']})" if "reason" in path else "")
@@ -253,14 +278,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=40, help="the paper's batch")
     ap.add_argument("--grid", type=int, default=10, help="alpha values per axis (grid = N x N)")
     ap.add_argument("--device", default=None)
-    ap.add_argument("--cuda-graph", default="auto", choices=("auto", "on", "off"),
-                    help="the step path measured (as train-oracle's option)")
-    ap.add_argument("--compile", action="store_true", help="train-oracle --head-only --compile: "
-                    "the head's forward and the loss compiled (its twin: the same step uncompiled)")
-    ap.add_argument("--per-replay", type=int, default=STEPS_PER_REPLAY,
-                    help="steps a graph replay runs at most (1: a replay a step)")
-    ap.add_argument("--log-every", type=int, default=LOG_EVERY,
-                    help="train-oracle's --log-every: the loop syncs every N steps")
+    step_options(ap)
     ap.add_argument("--baseline", default=None, choices=("eager", "uncompiled", "step-a-replay"),
                     help="the twin each run is measured against: the eager step (default), the "
                     "same step uncompiled (default with --compile), or one step a graph replay")
@@ -301,8 +319,7 @@ def main() -> None:
             paths = (work / f"d{dim}" / "train", work / f"d{dim}" / "val", device, args.batch, 1)
             alphas = [(float(a), float(b)) for a in np.linspace(0.5, 5, grid)
                       for b in np.linspace(1, 10, grid)]
-            step = {"cuda_graph": args.cuda_graph, "compiled": args.compile,
-                    "per_replay": args.per_replay, "log_every": args.log_every}
+            step = step_of(args)
             one = one_pass(*paths, [(1.0, 3.0)], **step)
             baseline = args.baseline or ("uncompiled" if args.compile else "eager")
             twin = not args.no_eager and (baseline != "eager"

@@ -30,8 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_head import LOG_EVERY, one_pass, write_feature_cache  # noqa: E402
-from pipeline.oracle.headonly.graph import STEPS_PER_REPLAY  # noqa: E402
+from bench.bench_head import one_pass, step_of, step_options, write_feature_cache  # noqa: E402
 
 
 def profile_pass(train: Path, val: Path, device, batch: int, heads: int, step: dict,
@@ -100,13 +99,7 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--batch", type=int, default=40)
     ap.add_argument("--heads", type=int, default=1, help="SS heads in the bank (a grid: 100)")
-    ap.add_argument("--cuda-graph", default="auto", choices=("auto", "on", "off"))
-    ap.add_argument("--compile", action="store_true", help="train-oracle --head-only --compile: "
-                    "the head's forward and the loss compiled")
-    ap.add_argument("--per-replay", type=int, default=STEPS_PER_REPLAY,
-                    help="steps a graph replay runs at most (1: a replay a step)")
-    ap.add_argument("--log-every", type=int, default=LOG_EVERY,
-                    help="train-oracle's --log-every: the loop syncs every N steps")
+    step_options(ap)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
@@ -117,9 +110,7 @@ def main() -> None:
         train, val = Path(tmp) / "train", Path(tmp) / "val"
         write_feature_cache(train, a.rows, a.dim, seed=0)
         write_feature_cache(val, 5_000, a.dim, seed=1)
-        step = {"cuda_graph": a.cuda_graph, "compiled": a.compile,
-                "per_replay": a.per_replay, "log_every": a.log_every}
-        out = profile_pass(train, val, device, a.batch, a.heads, step, a.top)
+        out = profile_pass(train, val, device, a.batch, a.heads, step_of(a), a.top)
     print(f"head_profile: {torch.cuda.get_device_name(0)}, D {a.dim}, batch {a.batch}, "
           f"{a.heads} head(s), {out['step_path']}{', compiled' * a.compile}, up to "
           f"{a.per_replay} step(s) a replay, a sync every {a.log_every}: "

@@ -161,7 +161,6 @@ TABLE_HEAD = (
 
 
 def render(r: dict | None, t: dict | None, d: dict | None, ddp: list[dict] | None = None) -> str:
-    head = TABLE_HEAD
     if r:
         e, s = r["environment"], r["settings"]
         source = (f"Measured by `bench/rehearse_imagenet.py` on {e['device_name']} ({e['cpus']} CPU "
@@ -170,7 +169,7 @@ def render(r: dict | None, t: dict | None, d: dict | None, ddp: list[dict] | Non
                   + (f": `{r['command']}`." if r.get("command") else "."))
     else:
         source = f"The runbook's rehearsal on a GPU: {NM} yet."
-    body = "\n".join([head, *rehearsal_rows(r), *train_rows(t)])
+    body = "\n".join([TABLE_HEAD, *rehearsal_rows(r), *train_rows(t)])
     return "\n".join([BEGIN, source, "", body, "", " ".join(sentences(r, t, d, ddp)),
                       *launched(d, r), END])
 

@@ -148,20 +148,26 @@ def head_only_gpu() -> str:
               rows)])
 
 
-def head_only_compiled() -> str:
-    """``--compile`` against the same graphed step uncompiled, in one bench_head run."""
+def twin_rows(d: dict) -> list[tuple[list[str], dict]]:
+    """bench_head.py's runs against their baseline twins (one run, the grid, per D): the row
+    (D, what, baseline train s, train s, speed-up, best heads) and the run."""
     from bench.bench_head import best_heads_compared
 
-    d = load("head-only-compiled-1xH100.json")
-    rows = []
+    out = []
     for dim, res in d["dims"].items():
         for key, label in (("one_run", "one run"), ("grid", "α grid, one bank")):
             run, base = res[key], res["eager"][key]
             heads = f"{run['heads']} head{'s' * (run['heads'] > 1)}"
-            rows.append([f"{int(dim):,}", f"{label} ({heads})",
-                         f"{base['train_s']:.1f}", f"{run['train_s']:.1f}",
-                         f"**{base['train_s'] / run['train_s']:.2f}×**",
-                         f"{run['total_s']:.1f}", best_heads_compared(run, base)])
+            out.append(([f"{int(dim):,}", f"{label} ({heads})", f"{base['train_s']:.1f}",
+                         f"{run['train_s']:.1f}", f"**{base['train_s'] / run['train_s']:.2f}×**",
+                         best_heads_compared(run, base)], run))
+    return out
+
+
+def head_only_compiled() -> str:
+    """``--compile`` against the same graphed step uncompiled, in one bench_head run."""
+    d = load("head-only-compiled-1xH100.json")
+    rows = [row[:5] + [f"{run['total_s']:.1f}", row[5]] for row, run in twin_rows(d)]
     return "\n".join([
         f"The same rows and protocol, `--compile` against the same graphed step uncompiled in "
         f"one run (train s includes compiling); one {source(d)}", "",
@@ -221,8 +227,6 @@ def head_replay() -> str:
     """The head-only graphs replayed back to back against the loop's wall time per step
     (bench/head_profile.py's bare replays), the loop's syncs, and bench_head's runs at several
     steps a replay against one."""
-    from bench.bench_head import best_heads_compared
-
     rows, notes = [], []
     for name in ("head-replay-1-1xH100.json", "head-replay-32-1xH100.json",
                  "head-replay-32-compiled-1xH100.json", "head-replay-32-bank100-1xH100.json",
@@ -236,14 +240,7 @@ def head_replay() -> str:
                      f"{d['gpu_busy_us_per_step']:.0f}", f"{d['kernels_per_step']:.0f}"])
         notes.append(f"`{d['command']}`")
     b = load("head-only-replay-1xH100.json")
-    runs = []
-    for dim, res in b["dims"].items():
-        for key, label in (("one_run", "one run"), ("grid", "α grid, one bank")):
-            run, base = res[key], res["eager"][key]
-            runs.append([f"{int(dim):,}", f"{label} ({run['heads']} head{'s' * (run['heads'] > 1)})",
-                         f"{base['train_s']:.1f}", f"{run['train_s']:.1f}",
-                         f"**{base['train_s'] / run['train_s']:.2f}×**",
-                         best_heads_compared(run, base)])
+    runs = [row for row, _ in twin_rows(b)]
     first = load("head-replay-1-1xH100.json")
     longest = next(iter(b["dims"].values()))["one_run"]["per_replay"]
     return "\n".join([

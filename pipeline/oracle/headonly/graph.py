@@ -232,6 +232,8 @@ class GraphedHeadStep(HeadStep):
                  next_sync: Callable[[int], int] | None = None,
                  per_replay: int = STEPS_PER_REPLAY, **kwargs):
         super().__init__(*args, **kwargs)
+        if per_replay < 1:
+            raise ValueError(f"per_replay={per_replay}: expected 1 or more steps a replay")
         self.path, self.say, self.next_sync = record, say, next_sync
         longest = min(per_replay, self.window) if next_sync is not None else 1
         self.sizes = [1 << i for i in range(longest.bit_length())]   # 1, 2, 4, ... <= longest
@@ -283,7 +285,7 @@ class GraphedHeadStep(HeadStep):
 
     def _replay_size(self, step: int) -> int:
         """The longest graph whose steps end by the loop's next sync and within the epoch."""
-        if self.next_sync is None:
+        if len(self.sizes) == 1:       # one step a replay: no need to ask the loop
             return 1
         per_epoch = self.schedule.steps_per_epoch
         room = min(self.next_sync(step) - step, per_epoch - step % per_epoch)
