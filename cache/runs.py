@@ -231,8 +231,12 @@ class RunDir:
 
     def append_log(self, *entries: Mapping[str, Any]) -> None:
         """One line per entry, in one append."""
+        self.append_log_text("".join(log_line(e) + "\n" for e in entries))
+
+    def append_log_text(self, text: str) -> None:
+        """Append lines ``log_line`` made (a writer that collects them first: one append)."""
         with open(self.log_file, "a") as fh:
-            fh.write("".join(json.dumps(finite(dict(e)), sort_keys=True) + "\n" for e in entries))
+            fh.write(text)
 
     # -- outputs and their timing ----------------------------------------------------------------
     def output_digest(self, run: RunFile, output: Path) -> dict | None:
@@ -296,6 +300,17 @@ def read_log(path: Path) -> list[tuple[str, dict]]:
                   "a write cut short by a crash or a full disk); the run resumes from its "
                   "last checkpoint", file=sys.stderr, flush=True)
     return out
+
+
+def log_line(entry: Mapping[str, Any]) -> str:
+    """One log.jsonl line of ``entry``: strict JSON (``finite``), keys sorted.  The per-step entry
+    ``{"step": int, "loss": float}`` -- a sweep's bank writes one per step and head, millions in
+    an ImageNet-sized sweep -- is formatted directly, as ``json.dumps`` formats it (a float as its
+    ``repr``, NaN/inf as null) in a tenth of its time."""
+    if len(entry) == 2 and type(entry.get("loss")) is float and type(entry.get("step")) is int:
+        loss = entry["loss"]
+        return f'{{"loss": {repr(loss) if math.isfinite(loss) else "null"}, "step": {entry["step"]}}}'
+    return json.dumps(finite(dict(entry)), sort_keys=True)
 
 
 def finite(value: Any) -> Any:

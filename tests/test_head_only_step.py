@@ -35,6 +35,9 @@ class Log:
     def write(self, *entries: dict) -> None:
         self.entries += [{k: v for k, v in e.items() if k != "img_per_s"} for e in entries]
 
+    def flush(self) -> None:
+        """Nothing to flush: the entries stay in memory for the test."""
+
     def close(self) -> None:
         """Nothing to close: the entries stay in memory for the test."""
 

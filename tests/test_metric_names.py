@@ -18,7 +18,7 @@ def test_the_logged_keys_are_those_the_outputs_always_held():
 
 
 def test_validation_writes_every_logged_metric_under_its_catalog_key():
-    from pipeline.oracle.loop.fit import validation_metrics
+    from pipeline.oracle.loop.validation import validation_metrics
 
     z = np.linspace(-2, 2, 40)
     correct = np.arange(40) % 3 != 0

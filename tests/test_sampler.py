@@ -70,7 +70,7 @@ def test_targets_follow_the_view_shown():
 def test_validation_score_is_the_standard_aupr_error():
     from sklearn.metrics import average_precision_score, roc_auc_score
 
-    from pipeline.oracle.loop.fit import validation_metrics as val_metrics
+    from pipeline.oracle.loop.validation import validation_metrics as val_metrics
 
     rng = np.random.default_rng(0)
     o = rng.random(500) < 0.8

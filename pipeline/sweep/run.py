@@ -30,7 +30,7 @@ from pipeline.core.presets import ss_slopes
 from pipeline.oracle.finetune.train import train
 from pipeline.oracle.headonly.features import FeatureMemo
 from pipeline.oracle.headonly.train import train_head_only
-from pipeline.oracle.loop.fit import validation_metrics
+from pipeline.oracle.loop.validation import validation_metrics
 from pipeline.oracle.settings.config import TrainConfig
 from pipeline.sweep.grid import FLAGS, SweepError, choose, plan_stages, stage_points
 from pipeline.sweep.report import write_all

@@ -27,14 +27,13 @@ import torch
 from pipeline.core import dist
 from pipeline.core.losses import LossConfig
 from pipeline.oracle.headonly.features import FeatureTable
-from pipeline.oracle.headonly.graph import (STEPS_PER_REPLAY, GraphedHeadStep, HeadStep,
-                                            epoch_batches)
+from pipeline.oracle.headonly.graph import STEPS_PER_REPLAY, GraphedHeadStep, HeadStep
 from pipeline.oracle.loop.fit import LoopSettings, LoopState, fit
 from pipeline.oracle.loop.log import step_counts
 from pipeline.oracle.loop.schedule import sgd_onecycle
 from pipeline.oracle.nets.heads import make_head
 from pipeline.oracle.nets.losses import make_loss
-from pipeline.oracle.settings.sampler import StepSchedule
+from pipeline.oracle.settings.sampler import StepSchedule, batches
 
 
 @torch.no_grad()
@@ -46,6 +45,16 @@ def score(table: FeatureTable, rows: np.ndarray, head: torch.nn.Module,
     if not out:
         return np.zeros((0, head.heads), np.float32)
     return torch.cat(out).cpu().numpy()
+
+
+def epoch_batches(schedule: StepSchedule, step: int, device: torch.device
+                  ) -> tuple[int, torch.Tensor, torch.Tensor | None]:
+    """(first step, rows, flips) of ``step``'s epoch, on the device at once (the eager step)."""
+    first = step - step % schedule.steps_per_epoch
+    rows, flips = batches(schedule, range(first, min(schedule.total_steps,
+                                                     first + schedule.steps_per_epoch)))
+    return (first, torch.as_tensor(rows, device=device),
+            None if flips is None else torch.as_tensor(flips, device=device))
 
 
 class FeatureSession:

@@ -12,7 +12,11 @@ flipped row's flipped copy), filled by the host in chunks computed ahead on a ba
 (``sampler.Ahead``), read at ``pos`` (the position in the epoch, reset by the host at each new epoch);
 the run's lr and momentum of every step, read at ``at`` (the global step); the counters advanced
 inside the graph.  Each step's losses, z and rows go into window buffers at ``win``: ``step``
-returns its row of losses, and ``drain`` counts TP/P/TN/N over the window with the eager drain's own function, so the loop sees what the eager session gives it.
+returns its row of losses, and ``drain`` counts TP/P/TN/N over the window with the eager drain's
+own function, so the loop sees what the eager session gives it.  The drain is a graph too, one
+replay instead of a dozen eager ops at every sync: it counts the whole window buffer with its
+rows past ``win`` masked out (counts are sums of 0s and 1s, exact in float32 to 2**24, so the
+mask changes no bit).
 
 The lr and momentum are those torch.optim.SGD reads under the run's OneCycleLR: the host steps a
 throw-away OneCycleLR of the same settings once before training (``bank.onecycle_values``), and the
@@ -26,15 +30,13 @@ momentum buffers start as -0.0: ``-0 m + g`` is ``g`` exactly, signed zeros incl
 step copies g).  A graphed run equals the eager run in its losses, counts, best and final heads
 (tests/test_head_graph_cuda.py).
 
-Several steps per replay (``per_replay``, default 1).  The graph can be captured for 1, 2, 4, ...
-``per_replay`` steps in a row (the same body, one after another); a replay then runs as many steps
-as fit before the loop's next sync (``LoopSettings.next_sync``) and the end of the epoch (the host
-resets the epoch's position at its first step), and the steps in between return their rows of the
-window without touching the device.  The kernels are the single-step graph's, in the same order,
-on the same values: bit for bit the same run.  Measured on an H100 (docs/PERFORMANCE.md,
-"Head-only runs and sweeps"), a graph's own pace is the GPU's busy time at every length, and the
-loop's extra time per step is the host's (the loop returns to it every step and syncs every
-``--log-every`` steps): longer replays buy nothing there, so one step a replay is the default.
+Several steps per replay (``per_replay``, default 1): graphs of 1, 2, 4, ... ``per_replay`` steps
+in a row; a replay runs as many steps as fit before the loop's next sync
+(``LoopSettings.next_sync``) and the epoch's end, the steps in between returning their rows of the
+window without touching the device.  The same kernels on the same values: bit for bit the same
+run.  Measured on an H100 (docs/PERFORMANCE.md, "Head-only runs and sweeps"), a graph's own pace
+is the GPU's busy time at every length and the loop's extra time is the host's, so longer replays
+buy nothing there: one step a replay is the default.
 
 Compiled (``--compile``): the head's forward and the loss are torch.compile'd (inductor fuses
 their element-wise ops, forward and backward, into a few kernels; the update and the window's
@@ -63,7 +65,7 @@ from pipeline.oracle.loop.capture import (GRAPH_MODES, WARMUP_STEPS, capture, de
                                           sgd_step, snapshot, warm_up_and_capture)
 from pipeline.oracle.loop.log import step_counts
 from pipeline.oracle.nets.losses import CUSTOM_EAGER, HeadLoss
-from pipeline.oracle.settings.sampler import Ahead, StepSchedule, batches
+from pipeline.oracle.settings.sampler import Ahead, StepSchedule
 
 STEPS_PER_REPLAY = 1        # steps a replay runs at most (module docstring: longer ones measured)
 
@@ -87,16 +89,6 @@ def head_step_path(device: torch.device, mode: str, custom_loss: bool = False,
     if mode == "on":
         raise not_capturable(why)
     return {"mode": "eager", "requested": mode, "reason": why, **tag}
-
-
-def epoch_batches(schedule: StepSchedule, step: int, device: torch.device
-                  ) -> tuple[int, torch.Tensor, torch.Tensor | None]:
-    """(first step, rows, flips) of ``step``'s epoch, on the device at once (the eager step)."""
-    first = step - step % schedule.steps_per_epoch
-    rows, flips = batches(schedule, range(first, min(schedule.total_steps,
-                                                     first + schedule.steps_per_epoch)))
-    return (first, torch.as_tensor(rows, device=device),
-            None if flips is None else torch.as_tensor(flips, device=device))
 
 
 class HeadStep:
@@ -135,6 +127,8 @@ class HeadStep:
         self.losses = torch.zeros(rows, p, device=dev)
         self.z = torch.zeros(rows, b, p, device=dev)
         self.idx = torch.zeros(rows, b, dtype=torch.long, device=dev)
+        self.slots = torch.arange(rows, device=dev)[:, None]      # window rows, against ``win``
+        self.tally = torch.zeros(4, p, device=dev)
         self.rows = torch.zeros(max(schedule.steps_per_epoch, WARMUP_STEPS), b, dtype=torch.long,
                                 device=dev)
         self.chunk, self.ahead, self.ready = chunk, None, 0
@@ -162,13 +156,20 @@ class HeadStep:
         return self._out(step)
 
     def drain(self) -> torch.Tensor:
-        """TP, P, TN, N of the window's steps (4, P), counted as the eager drain counts them."""
-        n, p = self.count, self.losses.shape[1]
-        o = self.table.correct[self.idx[:n].reshape(-1)]
-        counts = step_counts(self.z[:n].reshape(-1, p), o, self.tnr_logit)
-        self.win.zero_()
+        """TP, P, TN, N of the window's steps (4, P), counted as the eager drain counts them; the
+        window restarts.  The tensor is the step's own: the next drain rewrites it."""
+        self.count_window()
         self.count = 0
-        return counts
+        return self.tally
+
+    def count_window(self) -> None:
+        """The window's counts into ``tally``, the window restarted: device state only (the rows
+        past ``win`` masked out), so that a graph can hold it."""
+        p, b = self.losses.shape[1], self.schedule.batch_size
+        keep = (self.slots < self.win).expand(-1, b).reshape(-1)
+        o = self.table.correct[self.idx.reshape(-1)]
+        self.tally.copy_(step_counts(self.z.reshape(-1, p), o, self.tnr_logit, keep))
+        self.win.zero_()
 
     def lr(self) -> float:
         return self.lrs[self.done]
@@ -238,6 +239,7 @@ class GraphedHeadStep(HeadStep):
         longest = min(per_replay, self.window) if next_sync is not None else 1
         self.sizes = [1 << i for i in range(longest.bit_length())]   # 1, 2, 4, ... <= longest
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.drain_graph: torch.cuda.CUDAGraph | None = None
         self.pending = 0            # steps a replay ran that the loop has not asked for yet
 
     def prepare(self, step: int) -> bool:
@@ -250,12 +252,13 @@ class GraphedHeadStep(HeadStep):
             self.graphs = {1: warm_up_and_capture(self.body, self._no_grads, dev)[0]}
             for k in self.sizes[1:]:    # capturing runs nothing: no warm-up to put back
                 self.graphs[k] = capture(lambda k=k: self._bodies(k), self._no_grads, dev)[0]
+            self.drain_graph = capture(self.count_window, lambda: None, dev)[0]
         except torch.cuda.OutOfMemoryError:
-            self.graphs = {}
+            self.graphs, self.drain_graph = {}, None
             restore(saved, dev)
             raise                       # as in eager mode
         except Exception as err:        # an op that syncs or cannot be captured
-            self.graphs = {}
+            self.graphs, self.drain_graph = {}, None
             restore(saved, dev)
             self._no_grads()
             if self.path["requested"] == "on":
@@ -281,7 +284,9 @@ class GraphedHeadStep(HeadStep):
         if self.pending:
             raise RuntimeError(f"a drain with {self.pending} step(s) of a replay not yet taken "
                                "(the loop synced where LoopSettings.next_sync did not say)")
-        return super().drain()
+        self.drain_graph.replay()
+        self.count = 0
+        return self.tally
 
     def _replay_size(self, step: int) -> int:
         """The longest graph whose steps end by the loop's next sync and within the epoch."""

@@ -1,5 +1,6 @@
 """What every oracle run shares, fine-tuned or head-only: fit.py (the one training loop: sync
-points, NaN check, validation, best checkpoints, stopping), log.py (log.jsonl and the running
+points, NaN check, validation, best checkpoints, stopping), validation.py (the held-out metrics
+that choose each head's best), log.py (log.jsonl and the running
 counts), schedule.py (SGD + OneCycle, built one way, and the loop's settings), outputs.py (how a
 run ends: its scores written per split), rundir.py (the run directory claimed, its extras
 written), capture.py (what both CUDA-graphed steps share)."""

@@ -8,17 +8,20 @@ features.  The loop decides the rest, the same way for both: when to sync, the N
 entries, validation and the best checkpoint of each head, mid-run checkpoints, stopping.
 
 Sync points (every ``log_every`` steps, before a validation or checkpoint, at the end) are the
-only places the host waits for the device: the window's losses are checked for NaN/inf there,
-logged, and shown in the progress bar.  A checkpoint is written only after such a check, so
-``last.pt`` never holds weights updated by a non-finite loss.  A fine-tuned run stops at a
-non-finite loss (``TrainingDiverged``); a head of a bank is marked diverged and the others go on.
+only places the host hears from the device: the window's losses, counts and gradient sums are
+copied to the host there without waiting, and the host settles the window before -- checks its
+losses for NaN/inf, logs them, shows them in the progress bar -- while the device runs the next
+steps (a head-only step is shorter than a sync's host work: a wait at every sync left the GPU
+idle).  Before a validation, a checkpoint, a stop and at the end the host waits and settles
+every window, so a checkpoint is written only after its steps' check: ``last.pt`` never holds
+weights updated by a non-finite loss.  A fine-tuned run stops at a non-finite loss
+(``TrainingDiverged``, naming its step), at most one window after it; a head of a bank is marked
+diverged at the step it diverged and the others go on.
 """
 from __future__ import annotations
 
 import math
-import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol
@@ -29,10 +32,10 @@ from tqdm import tqdm
 
 from cache.runs import RunError
 from pipeline.core import dist
-from pipeline.core import metrics as M
 from pipeline.core.catalog import CHECKPOINT_METRIC, log_name
 from pipeline.core.stop import StopSignals
 from pipeline.oracle.loop.log import StepLog
+from pipeline.oracle.loop.validation import metrics_of_heads
 
 GRAD_NORM_DEFINITION = (
     "mean over training samples of ||dL/dx_out_i||_2: x_out_i = sample i's pooled backbone "
@@ -139,27 +142,6 @@ class Session(Protocol):
     def finish(self) -> None: ...
 
 
-def validation_metrics(z: np.ndarray, correct: np.ndarray, loss: float, tnr_logit: float) -> dict:
-    """The held-out validation of an oracle during training (checkpoint choice, sweeps):
-    AUPR-Error in the standard definition (errors are the positives, ranked by -score),
-    AUPR-Success, AUC, TPR/TNR.  Scored on the head's output z, which ranks exactly like
-    sigmoid(z) without float32 saturation ties; TPR at z > 0, TNR at z < ``tnr_logit``.
-    Undefined (one class) -> NaN."""
-    def safe(fn, *args, **kw):
-        try:
-            return float(fn(*args, **kw))
-        except M.UndefinedMetric:
-            return float("nan")
-
-    o = correct.astype(bool)
-    # the keys are the catalog's names as the logs write them (pipeline.core.catalog.log_name)
-    return {"rows": int(len(o)), log_name("acc"): float(o.mean()), "loss": loss,
-            log_name("aupr_err"): safe(M.aupr_error, z, o, definition="standard"),
-            log_name("aupr_succ"): safe(M.aupr_success, z, o), log_name("auc"): safe(M.auc, z, o),
-            log_name("tpr"): safe(M.tpr, z, o, threshold=0.0),
-            log_name("tnr"): safe(M.tnr, z, o, threshold=tnr_logit)}
-
-
 def fit(session: Session, state: LoopState, s: LoopSettings, logs: list[StepLog]) -> str:
     """Train from ``state.step`` to the end ('trained'), to --stop-at-step ('stopped'), to a
     SIGINT/SIGTERM ('interrupted', only where checkpoints are kept) or until every head of a bank
@@ -168,9 +150,16 @@ def fit(session: Session, state: LoopState, s: LoopSettings, logs: list[StepLog]
     bar = tqdm(total=s.total, initial=state.step, unit="step", desc=s.desc,
                disable=not (s.progress and info.is_main), dynamic_ncols=True)
     window: list[torch.Tensor] = []
+    pending: _Window | None = None      # a window collected, not yet settled
     t0 = time.perf_counter()
     with StopSignals() if s.ckpt_every is not None else nullcontext() as stop:
         requested = lambda: stop is not None and stop.requested  # noqa: E731
+
+        def settle() -> None:
+            nonlocal pending, t0
+            if pending is not None:
+                t0, pending = _settle(session, state, pending, logs, bar, t0, s), None
+
         session.start(state.step)
         try:
             while state.step < s.total:
@@ -180,56 +169,98 @@ def fit(session: Session, state: LoopState, s: LoopSettings, logs: list[StepLog]
                 if not (s.syncs(step) or (requested() and not info.enabled)):
                     continue
                 val_now, ckpt_now = s.validates(step), s.checkpoints(step)
-                t0 = _sync(session, state, window, logs, bar, t0, s)
+                collected = _collect(session, window, step)
                 window = []
+                settle()                # the window before: on the host by now
+                pending = collected
+                if val_now or ckpt_now or requested() or step in (s.total, s.stop_at_step):
+                    settle()            # the loop acts on this one now
                 if val_now:
                     _validate(session, state, logs)
                 signalled = not dist.all_ok(info, not requested())
                 if ckpt_now or signalled:
+                    settle()
+                    for log in logs:     # the checkpoint's steps are in its log first
+                        log.flush()
                     session.save_last(step, state)
                     state.last_ckpt_step = step
                 if (signalled or step == s.stop_at_step) and step < s.total:
                     return "interrupted" if signalled else "stopped"
                 if all(h.diverged_at is not None for h in state.heads):
+                    settle()
                     return "diverged"
         finally:
             bar.close()
+            for log in logs:
+                log.flush()
             session.finish()
     return "trained"
 
 
-def _sync(session: Session, state: LoopState, window: list, logs: list[StepLog], bar,
-          t0: float, s: LoopSettings) -> float:
-    """Check the window's global losses (steps, P) for NaN/inf, then log them; returns the new
-    t0."""
+@dataclass
+class _Window:
+    """The results of the steps since the last sync, on their way to the host (``_collect``)."""
+    first: int                      # its first step (1-based)
+    steps: int
+    losses: torch.Tensor            # (steps, P) global losses, host
+    counts: torch.Tensor            # (4, P) global TP, P, TN, N
+    grads: torch.Tensor | None      # (2,) global gradient-norm sums, or None
+    lr: float                       # the lr after the window's last step
+    ready: torch.cuda.Event | None  # recorded after the copies (None: on the host already)
+
+
+def _collect(session: Session, window: list, step: int) -> _Window:
+    """The window's global losses, counts and gradient sums, copied to the host without waiting:
+    the device goes on with the next window's steps while the host settles the one before."""
     info = session.info
-    losses = dist.global_mean(info, torch.stack(window)).cpu().numpy().astype(np.float64)
+    losses = dist.global_mean(info, torch.stack(window))
     counts, grads = session.drain()
-    counts = dist.global_sum(info, counts).cpu().numpy().astype(np.float64)
-    g_sum = g_n = None
+    parts = [losses, dist.global_sum(info, counts)]
     if grads is not None:
-        g_sum, g_n = dist.global_sum(info, grads).cpu().numpy().astype(np.float64)
+        parts.append(dist.global_sum(info, grads))
+    # copy=True: a session's drain may return a buffer its next drain rewrites (the CPU too)
+    host = [t.to("cpu", non_blocking=True, copy=True) for t in parts]
+    ready = None
+    if losses.device.type == "cuda":
+        ready = torch.cuda.Event()
+        ready.record()
+    return _Window(step - len(window) + 1, len(window), host[0], host[1], host[2] if grads is not None else None,
+                   session.lr(), ready)
+
+
+def _settle(session: Session, state: LoopState, w: _Window, logs: list[StepLog], bar,
+            t0: float, s: LoopSettings) -> float:
+    """Check a collected window's losses (steps, P) for NaN/inf, count and log them; returns
+    the new t0."""
+    if w.ready is not None:
+        w.ready.synchronize()
+    losses = w.losses.numpy().astype(np.float64)
+    counts = w.counts.numpy().astype(np.float64)
+    g_sum = g_n = None
+    if w.grads is not None:
+        g_sum, g_n = w.grads.numpy().astype(np.float64)
         state.grads += (g_sum, g_n)
-    first = state.step - len(window) + 1
+    first = w.first
     for p, head in enumerate(state.heads):
         head.counts += counts[:, p]
-        bad = np.flatnonzero(~np.isfinite(losses[:, p]))
-        if len(bad) and head.diverged_at is None:
-            _diverge(session, state, head, first + int(bad[0]), float(losses[bad[0], p]))
+    finite = np.isfinite(losses)
+    for p in np.flatnonzero(~finite.all(axis=0)):      # a bank's heads checked at once
+        head, bad = state.heads[p], int(np.argmin(finite[:, p]))
+        if head.diverged_at is None:
+            _diverge(session, state, head, first + bad, float(losses[bad, p]))
     now = time.perf_counter()
-    img_s = len(window) * s.batch_size / max(now - t0, 1e-9)
-    lr = session.lr()
+    img_s = w.steps * s.batch_size / max(now - t0, 1e-9)
     for p, (head, log) in enumerate(zip(state.heads, logs)):
         if not log.writes:
             continue
         tp, pos, tn, neg = head.counts
         tpr, tnr = (tp / pos if pos else math.nan), (tn / neg if neg else math.nan)
-        entries = [{"step": first + i, "loss": float(v)} for i, v in enumerate(losses[:, p])]
-        entries[-1].update(lr=lr, img_per_s=round(img_s, 1), tpr=tpr, tnr=tnr)
-        if grads is not None:
+        entries = [{"step": first + i, "loss": v} for i, v in enumerate(losses[:, p].tolist())]
+        entries[-1].update(lr=w.lr, img_per_s=round(img_s, 1), tpr=tpr, tnr=tnr)
+        if w.grads is not None:
             entries[-1]["grad_norm"] = float(g_sum / g_n) if g_n else None
-        log.write(*entries)     # one append per window and head (a bank: P logs per window)
-    bar.update(len(window))
+        log.write(*entries)     # a bank: P logs per window
+    bar.update(w.steps)
     tp, pos, tn, neg = state.heads[0].counts
     bar.set_postfix(loss=f"{losses[:, 0].mean():.4f}", img_s=f"{img_s:.0f}",
                     tpr=f"{tp / pos if pos else math.nan:.3f}",
@@ -250,7 +281,7 @@ def _validate(session: Session, state: LoopState, logs: list[StepLog]) -> None:
             _diverge(session, state, head, state.step, float(z[bad, p][0]))
             continue
         live.append(p)
-    scored = _metrics_of_heads(z, session.val_correct, loss, session.tnr_logit, live)
+    scored = metrics_of_heads(z, session.val_correct, loss, session.tnr_logit, live)
     for p, metrics in zip(live, scored):
         head = state.heads[p]
         logs[p].write({"step": state.step, "val": metrics})
@@ -258,18 +289,6 @@ def _validate(session: Session, state: LoopState, logs: list[StepLog]) -> None:
         if math.isfinite(score) and (head.best_score is None or score > head.best_score):
             head.best_score, head.best_step = score, state.step
             session.keep_best(p, state.step, score)
-
-
-def _metrics_of_heads(z: np.ndarray, correct: np.ndarray, loss: np.ndarray, tnr_logit: float,
-                      heads: list[int]) -> list[dict]:
-    """``validation_metrics`` of each head in ``heads`` (z: (n, P)), in that order.  A bank's
-    heads are scored in threads (the metrics' sorts release the GIL): a 100-head sweep spent
-    more time here than in its training steps."""
-    one = lambda p: validation_metrics(z[:, p], correct, float(loss[p]), tnr_logit)  # noqa: E731
-    if len(heads) < 2:
-        return [one(p) for p in heads]
-    with ThreadPoolExecutor(min(len(heads), os.cpu_count() or 1)) as pool:
-        return list(pool.map(one, heads))
 
 
 def _diverge(session: Session, state: LoopState, head: HeadState, step: int,
