@@ -191,13 +191,19 @@ def test_flip_without_flipped_features_is_refused_and_no_flip_trains(tree, tmp_p
 def test_non_finite_features_are_refused_naming_the_row(tree, tmp_path):
     import shutil
 
+    from cache.integrity import column_hash
+    from cache.schema import from_attr, to_attr
+    from cache.shards import HASHES
+
     root, data = tree
     shutil.copytree(root / "cache", tmp_path / "c")
     shard = sorted((tmp_path / "c" / CLASSIFIER / "train").glob("shard-*.h5"))[0]
-    with h5py.File(shard, "r+") as fh:
+    with h5py.File(shard, "r+") as fh:     # as an extraction that overflowed writes it
         feats = fh["features"][...]
         feats[7, 3] = np.nan
         fh["features"][...] = feats
+        hashes = from_attr(fh.attrs[HASHES])
+        fh.attrs[HASHES] = to_attr({**hashes, "features": column_hash(feats)})
         start = json.loads(fh.attrs["start"])
     res = run_cli(head_args(root, data, "--features-cache", tmp_path / "c",
                             "--runs-root", tmp_path / "r"), expect=1)
