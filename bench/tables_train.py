@@ -131,7 +131,7 @@ def ddp() -> str:
 
 
 def head_only_gpu() -> str:
-    d = load("head-only-1xH100.json")
+    d = load("head-only-1xH200.json")
     rows = []
     for dim, res in d["dims"].items():
         for key, label in (("one_run", "one run"), ("grid", "α grid, one bank")):
@@ -228,9 +228,9 @@ def head_replay() -> str:
     (bench/head_profile.py's bare replays), the loop's syncs, and bench_head's runs at several
     steps a replay against one."""
     rows, notes = [], []
-    for name in ("head-replay-1-1xH100.json", "head-replay-32-1xH100.json",
-                 "head-replay-32-compiled-1xH100.json", "head-replay-32-bank100-1xH100.json",
-                 "head-sync-10-1xH100.json", "head-sync-100-1xH100.json"):
+    for name in ("head-replay-1-1xH200.json", "head-sync-100-1xH200.json",
+                 "head-replay-32-1xH200.json", "head-replay-1-bank100-1xH200.json",
+                 "head-replay-32-bank100-1xH200.json"):
         d = load(name)
         bare = d.get("bare_replay_us_per_step") or {}
         rows.append([d["call"], f"{d['heads']}", "compiled" if d["compiled"] else "graph",
@@ -239,9 +239,9 @@ def head_replay() -> str:
                      " / ".join(f"{v:.0f}" for v in bare.values()) or "not timed",
                      f"{d['gpu_busy_us_per_step']:.0f}", f"{d['kernels_per_step']:.0f}"])
         notes.append(f"`{d['command']}`")
-    b = load("head-only-replay-1xH100.json")
+    b = load("head-only-replay-1xH200.json")
     runs = [row for row, _ in twin_rows(b)]
-    first = load("head-replay-1-1xH100.json")
+    first = load("head-replay-1-1xH200.json")
     longest = next(iter(b["dims"].values()))["one_run"]["per_replay"]
     return "\n".join([
         f"D {first['dim']}, batch {first['batch']}, {first['steps']:,} steps of one epoch, one "
