@@ -27,6 +27,33 @@ def test_validation_writes_every_logged_metric_under_its_catalog_key():
     assert got[log_name("acc")] == correct.mean()
 
 
+def test_validation_ranks_once_and_gives_each_metrics_own_value():
+    """validation_metrics sorts the scores once for all its metrics: each value equals the
+    metric's own function on the raw arrays, ties and one-class splits (NaN) included."""
+    import math
+
+    from pipeline.core import metrics as M
+    from pipeline.oracle.loop.validation import validation_metrics
+
+    def own(fn, z, o, **kw):
+        try:
+            return fn(z, o, **kw)
+        except M.UndefinedMetric:
+            return math.nan
+
+    rng = np.random.default_rng(0)
+    for n, share in ((5_000, 0.7), (60, 0.5), (9, 0.0), (9, 1.0)):
+        z = np.round(rng.standard_normal(n), 1).astype(np.float32)     # many ties
+        o = rng.random(n) < share
+        got = validation_metrics(z, o, 0.5, -0.3)
+        want = {"aupr_err": own(M.aupr_error, z, o, definition="standard"),
+                "aupr_succ": own(M.aupr_success, z, o), "auc": own(M.auc, z, o),
+                "tpr": own(M.tpr, z, o, threshold=0.0), "tnr": own(M.tnr, z, o, threshold=-0.3)}
+        for name, value in want.items():
+            assert got[log_name(name)] == value or math.isnan(got[log_name(name)]) and \
+                math.isnan(value), (n, share, name)
+
+
 def test_sweep_criteria_and_table_read_the_logged_keys():
     from pipeline.sweep.grid import CRITERIA, score_of
     from pipeline.sweep.report import table_rows

@@ -25,12 +25,13 @@ def validation_metrics(z: np.ndarray, correct: np.ndarray, loss: float, tnr_logi
             return float("nan")
 
     o = correct.astype(bool)
+    r = M.rank(z, o)        # sorted once: each metric reads the one ranking (5x fewer sorts)
     # the keys are the catalog's names as the logs write them (pipeline.core.catalog.log_name)
     return {"rows": int(len(o)), log_name("acc"): float(o.mean()), "loss": loss,
-            log_name("aupr_err"): safe(M.aupr_error, z, o, definition="standard"),
-            log_name("aupr_succ"): safe(M.aupr_success, z, o), log_name("auc"): safe(M.auc, z, o),
-            log_name("tpr"): safe(M.tpr, z, o, threshold=0.0),
-            log_name("tnr"): safe(M.tnr, z, o, threshold=tnr_logit)}
+            log_name("aupr_err"): safe(M.aupr_error, r, definition="standard"),
+            log_name("aupr_succ"): safe(M.aupr_success, r), log_name("auc"): safe(M.auc, r),
+            log_name("tpr"): safe(M.tpr, r, threshold=0.0),
+            log_name("tnr"): safe(M.tnr, r, threshold=tnr_logit)}
 
 
 def metrics_of_heads(z: np.ndarray, correct: np.ndarray, loss: np.ndarray, tnr_logit: float,
