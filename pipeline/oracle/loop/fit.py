@@ -173,8 +173,11 @@ def fit(session: Session, state: LoopState, s: LoopSettings, logs: list[StepLog]
                 window = []
                 settle()                # the window before: on the host by now
                 pending = collected
-                if val_now or ckpt_now or requested() or step in (s.total, s.stop_at_step):
-                    settle()            # the loop acts on this one now
+                # the loop acts on this window now (a signal under torchrun: once all ranks
+                # know, below, so that every rank checks the same windows before all_ok)
+                local_stop = requested() and not info.enabled
+                if val_now or ckpt_now or local_stop or step in (s.total, s.stop_at_step):
+                    settle()
                 if val_now:
                     _validate(session, state, logs)
                 signalled = not dist.all_ok(info, not requested())
