@@ -229,12 +229,8 @@ class RunDir:
         self.path.mkdir(parents=True, exist_ok=True)
         self.log_file.write_text("".join(l + "\n" for l in lines))
 
-    def append_log(self, *entries: Mapping[str, Any]) -> None:
-        """One line per entry, in one append."""
-        self.append_log_text("".join(log_line(e) + "\n" for e in entries))
-
-    def append_log_text(self, text: str) -> None:
-        """Append lines ``log_line`` made (a writer that collects them first: one append)."""
+    def append_log(self, text: str) -> None:
+        """Append lines ``log_line`` made, in one append."""
         with open(self.log_file, "a") as fh:
             fh.write(text)
 

@@ -173,8 +173,9 @@ def load_table(cache: ClassifierCache, split: Split, targets: Mapping[str, np.nd
     by global row like the feature cache.  Loaded once: read straight from the shards into one
     host buffer (by threads, verified: ``cache.shards.read_column_into``), copied to the device; a
     second call with the same cache and ``memo`` (a sweep's stages) reuses it.  The buffer is not
-    pinned: pinning ImageNet's 3.9 GB costs more than the faster copy saves, once per process.  ``stacked``: also the statistics of the logits of C's
-    cache ``split`` (the same rows and views; ``check_logits`` says they exist)."""
+    pinned: pinning ImageNet's 3.9 GB costs more than the faster copy saves, once per process.
+    ``stacked``: also the statistics of the logits of C's cache ``split`` (the same rows and
+    views; ``check_logits`` says they exist)."""
     memo = memo if memo is not None else FeatureMemo()
     key = (str(cache.path.resolve()), json.dumps(cache.manifest["shards"], sort_keys=True),
            with_flip, str(device), str(split.cache.path.resolve()), stacked)

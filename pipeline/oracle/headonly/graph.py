@@ -252,7 +252,7 @@ class GraphedHeadStep(HeadStep):
             self.graphs = {1: warm_up_and_capture(self.body, self._no_grads, dev)[0]}
             for k in self.sizes[1:]:    # capturing runs nothing: no warm-up to put back
                 self.graphs[k] = capture(lambda k=k: self._bodies(k), self._no_grads, dev)[0]
-            self.drain_graph = capture(self.count_window, lambda: None, dev)[0]
+            self.drain_graph = capture(super().count_window, lambda: None, dev)[0]
         except torch.cuda.OutOfMemoryError:
             self.graphs, self.drain_graph = {}, None
             restore(saved, dev)
@@ -280,13 +280,12 @@ class GraphedHeadStep(HeadStep):
         self.pending -= 1
         return self._out(step)
 
-    def drain(self) -> torch.Tensor:
+    def count_window(self) -> None:
+        """The drain's graph (``HeadStep.count_window`` captured at ``prepare``)."""
         if self.pending:
             raise RuntimeError(f"a drain with {self.pending} step(s) of a replay not yet taken "
                                "(the loop synced where LoopSettings.next_sync did not say)")
         self.drain_graph.replay()
-        self.count = 0
-        return self.tally
 
     def _replay_size(self, step: int) -> int:
         """The longest graph whose steps end by the loop's next sync and within the epoch."""

@@ -204,7 +204,6 @@ def fit(session: Session, state: LoopState, s: LoopSettings, logs: list[StepLog]
 class _Window:
     """The results of the steps since the last sync, on their way to the host (``_collect``)."""
     first: int                      # its first step (1-based)
-    steps: int
     losses: torch.Tensor            # (steps, P) global losses, host
     counts: torch.Tensor            # (4, P) global TP, P, TN, N
     grads: torch.Tensor | None      # (2,) global gradient-norm sums, or None
@@ -222,13 +221,12 @@ def _collect(session: Session, window: list, step: int) -> _Window:
     if grads is not None:
         parts.append(dist.global_sum(info, grads))
     # copy=True: a session's drain may return a buffer its next drain rewrites (the CPU too)
-    host = [t.to("cpu", non_blocking=True, copy=True) for t in parts]
+    host = [t.to("cpu", non_blocking=True, copy=True) for t in parts] + [None]
     ready = None
     if losses.device.type == "cuda":
         ready = torch.cuda.Event()
         ready.record()
-    return _Window(step - len(window) + 1, len(window), host[0], host[1], host[2] if grads is not None else None,
-                   session.lr(), ready)
+    return _Window(step - len(window) + 1, *host[:3], session.lr(), ready)
 
 
 def _settle(session: Session, state: LoopState, w: _Window, logs: list[StepLog], bar,
@@ -252,7 +250,8 @@ def _settle(session: Session, state: LoopState, w: _Window, logs: list[StepLog],
         if head.diverged_at is None:
             _diverge(session, state, head, first + bad, float(losses[bad, p]))
     now = time.perf_counter()
-    img_s = w.steps * s.batch_size / max(now - t0, 1e-9)
+    steps = len(losses)
+    img_s = steps * s.batch_size / max(now - t0, 1e-9)
     for p, (head, log) in enumerate(zip(state.heads, logs)):
         if not log.writes:
             continue
@@ -263,7 +262,7 @@ def _settle(session: Session, state: LoopState, w: _Window, logs: list[StepLog],
         if w.grads is not None:
             entries[-1]["grad_norm"] = float(g_sum / g_n) if g_n else None
         log.write(*entries)     # a bank: P logs per window
-    bar.update(w.steps)
+    bar.update(steps)
     tp, pos, tn, neg = state.heads[0].counts
     bar.set_postfix(loss=f"{losses[:, 0].mean():.4f}", img_s=f"{img_s:.0f}",
                     tpr=f"{tp / pos if pos else math.nan:.3f}",

@@ -58,7 +58,7 @@ class StepLog:
     def flush(self) -> None:
         """The entries written so far into log.jsonl (one append)."""
         if self.lines:
-            self.run.append_log_text("".join(self.lines))
+            self.run.append_log("".join(self.lines))
             self.lines = []
         self.since = time.monotonic()
 
