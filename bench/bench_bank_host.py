@@ -34,7 +34,7 @@ from pipeline.core.losses import resolve_loss  # noqa: E402
 from pipeline.oracle.headonly.bank import train_heads  # noqa: E402
 from pipeline.oracle.headonly.features import load_table  # noqa: E402
 from pipeline.oracle.loop.log import StepLog  # noqa: E402
-from pipeline.oracle.loop.fit import LoopSettings  # noqa: E402
+from pipeline.oracle.loop.state import LoopSettings  # noqa: E402
 from pipeline.oracle.settings.sampler import StepSchedule, carve_rows  # noqa: E402
 
 

@@ -63,7 +63,7 @@ from pipeline.oracle.headonly.bank import BankOptim, score, train_heads  # noqa:
 from pipeline.oracle.headonly.features import load_table  # noqa: E402
 from pipeline.oracle.headonly.graph import STEPS_PER_REPLAY, head_step_path  # noqa: E402
 from pipeline.oracle.loop.log import StepLog  # noqa: E402
-from pipeline.oracle.loop.fit import LoopSettings  # noqa: E402
+from pipeline.oracle.loop.state import LoopSettings  # noqa: E402
 from pipeline.oracle.nets.model import Head  # noqa: E402
 from pipeline.oracle.settings.sampler import StepSchedule, carve_rows  # noqa: E402
 

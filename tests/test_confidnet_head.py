@@ -91,7 +91,7 @@ def test_a_bank_of_two_confidnet_heads_equals_two_single_runs(tmp_path):
     from pipeline.oracle.headonly.bank import BankOptim, train_heads
     from pipeline.oracle.headonly.features import FeatureTable
     from pipeline.oracle.loop.log import StepLog
-    from pipeline.oracle.loop.fit import LoopSettings
+    from pipeline.oracle.loop.state import LoopSettings
     from pipeline.oracle.settings.sampler import StepSchedule
 
     g = torch.Generator().manual_seed(1)

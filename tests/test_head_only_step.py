@@ -16,7 +16,8 @@ from pipeline.oracle.headonly.bank import (BankOptim, FeatureSession, make_bank,
                                   bank_optimizer)
 from pipeline.oracle.headonly.features import FeatureTable
 from pipeline.oracle.headonly.graph import GraphedHeadStep, HeadStep, momentum_buffers, sgd_step
-from pipeline.oracle.loop.fit import LoopSettings, LoopState, fit
+from pipeline.oracle.loop.fit import fit
+from pipeline.oracle.loop.state import LoopSettings, LoopState
 from pipeline.oracle.settings.sampler import StepSchedule
 
 ROWS, DIM, BATCH, LOG_EVERY = 1200, 16, 16, 7
@@ -71,8 +72,7 @@ def run_bank(table: FeatureTable, loss: str, arch: str, step: str, epochs: int =
     args = (table, schedule, head, losses, onecycle_values(opt, schedule.total_steps),
             opt.weight_decay, LOG_EVERY, 0.0)
     path = {"mode": "cuda_graph", "requested": "on"}
-    graphed = {"chunk": CHUNK, "record": path, "next_sync": settings.next_sync,
-               "per_replay": per_replay}
+    graphed = {"chunk": CHUNK, "record": path, "per_replay": per_replay}
     fast = {"eager": lambda: None, "body": lambda: HeadStep(*args, chunk=CHUNK),
             "compiled": lambda: HeadStep(*args, chunk=CHUNK, compiled=True),
             "compiled graph": lambda: GraphedHeadStep(*args, **graphed, compiled=True),
@@ -150,12 +150,11 @@ def test_multi_step_replays_end_at_every_sync_and_epoch_start(log_every, val_eve
                          BankOptim(0, True, 0.05, 0.9, 0.0, 0.3, False))
     step = GraphedHeadStep(table, schedule, head, [resolve_loss("ss", {}, (1.0, 3.0), None)],
                            ([0.1] * (total + 1), [0.9] * (total + 1)), 0.0,
-                           min(log_every, total), 0.0, record={}, next_sync=settings.next_sync,
-                           per_replay=per_replay)
+                           min(log_every, total), 0.0, record={}, per_replay=per_replay)
     assert step.sizes == [1 << i for i in range(min(per_replay, log_every).bit_length())]
     done, replays = 0, []
     while done < total:
-        k = step._replay_size(done)
+        k = step._replay_size(done, settings.next_sync(done))
         assert k in step.sizes
         last = done + k                 # steps done after this replay
         assert not any(t in syncs for t in range(done + 1, last))       # only its last may sync
@@ -166,10 +165,6 @@ def test_multi_step_replays_end_at_every_sync_and_epoch_start(log_every, val_eve
         replays.append(k)
         done = last
     assert done == total and len(replays) < total or per_replay == 1 or log_every == 1
-    one = GraphedHeadStep(table, schedule, head, [resolve_loss("ss", {}, (1.0, 3.0), None)],
-                          ([0.1] * (total + 1), [0.9] * (total + 1)), 0.0, log_every, 0.0,
-                          record={})
-    assert one.sizes == [1] and one._replay_size(0) == 1     # no next_sync: a step a replay
 
 
 def test_the_loops_sync_points():
@@ -179,6 +174,12 @@ def test_the_loops_sync_points():
     assert [s.next_sync(d) for d in (0, 9, 10, 20, 24, 25, 99)] == [10, 10, 20, 25, 25, 30, 100]
     c = LoopSettings(30, 8, 7, None, 12, 16, False, "t")
     assert [t for t in range(1, 31) if c.syncs(t)] == [7, 12, 14, 16, 21, 24, 28, 30]
+    for total, log, val, ckpt, stop in [(100, 10, 25, None, None), (30, 7, None, 12, 16),
+                                        (97, 1000, 13, 40, 55), (50, 3, 50, None, 20),
+                                        (61, 61, None, None, None), (40, 9, None, 11, 40)]:
+        t = LoopSettings(total, 8, log, val, ckpt, stop, False, "t")
+        for done in range(total):       # the first sync after ``done``, as ``syncs`` defines it
+            assert t.next_sync(done) == next(u for u in range(done + 1, total + 1) if t.syncs(u))
 
 
 def test_compiled_with_a_users_loss_is_refused():

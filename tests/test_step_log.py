@@ -12,7 +12,8 @@ import torch
 
 from cache.runs import RunDir, finite, log_line
 from pipeline.core.dist import DistInfo
-from pipeline.oracle.loop.fit import LoopSettings, LoopState, fit
+from pipeline.oracle.loop.fit import fit
+from pipeline.oracle.loop.state import LoopSettings, LoopState
 from pipeline.oracle.loop.log import StepLog
 
 
@@ -64,9 +65,9 @@ class _Session:
     def drain(self): return torch.zeros(4, 1), None
     def lr(self): return float(self.done)         # the lr "after" the steps done so far
 
-    def step(self, step):
-        self.done = step + 1
-        return torch.tensor([1.0 / (step + 1)])
+    def steps(self, done, last):
+        self.done = done + 1
+        return torch.tensor([[1.0 / (done + 1)]])
     def keep_best(self, head, step, score): pass
     def diverged(self, value, step, state): pass
     def finish(self): pass
@@ -92,8 +93,8 @@ def test_a_checkpoint_is_written_after_its_steps_are_in_the_log(tmp_path):
 class _Bank(_Session):
     """Three heads: the second's loss is NaN from step 8 on, the third's inf at step 13 only."""
 
-    def step(self, step):
-        return torch.tensor([0.5, math.nan if step >= 7 else 0.5, math.inf if step == 12 else 0.5])
+    def steps(self, done, last):
+        return torch.tensor([[0.5, math.nan if done >= 7 else 0.5, math.inf if done == 12 else 0.5]])
 
     def drain(self):
         return torch.zeros(4, 3), None
@@ -108,3 +109,33 @@ def test_each_head_of_a_bank_diverges_at_its_first_non_finite_loss(tmp_path):
     assert state.heads[1].diverged_at == 8 and math.isnan(state.heads[1].diverged_value)
     assert (state.heads[2].diverged_at, state.heads[2].diverged_value) == (13, math.inf)
     assert state.heads[0].diverged_at is None
+
+
+class _Chunks(_Session):
+    """Up to three steps a call, as a graphed head-only session runs several steps a replay."""
+
+    def __init__(self, run: RunDir, settings: LoopSettings):
+        super().__init__(run)
+        self.settings, self.calls = settings, []
+
+    def steps(self, done, last):
+        assert last == self.settings.next_sync(done)      # the loop's next sync, never beyond
+        k = min(3, last - done)
+        self.calls.append(k)
+        self.done = done + k
+        return torch.tensor([[1.0 / (s + 1)] for s in range(done, done + k)])
+
+
+def test_steps_run_several_at_a_time_log_and_checkpoint_as_one_at_a_time(tmp_path):
+    settings = LoopSettings(total=23, batch_size=4, log_every=4, val_every=None, ckpt_every=10,
+                            stop_at_step=None, progress=False, desc="t")
+    logs = {}
+    for name, make in (("one", _Session), ("chunks", lambda r: _Chunks(r, settings))):
+        run = RunDir(tmp_path / name)
+        session = make(run)
+        assert fit(session, LoopState(), settings, [StepLog(run, None, True)]) == "trained"
+        entries = [{k: v for k, v in e.items() if k != "img_per_s"} for e in run.log_entries()]
+        logs[name] = (entries, session.saved)
+    assert logs["chunks"] == logs["one"]
+    assert [e["step"] for e in logs["one"][0]] == list(range(1, 24))
+    assert session.calls[:3] == [3, 1, 3] and len(session.calls) < 23

@@ -87,6 +87,6 @@ def __getattr__(name: str):
     # TrainingDiverged is defined beside the training loop, which loads torch: imported when
     # asked for (``except errors.TrainingDiverged`` evaluates it only once an error propagates)
     if name == "TrainingDiverged":
-        from pipeline.oracle.loop.fit import TrainingDiverged
+        from pipeline.oracle.loop.state import TrainingDiverged
         return TrainingDiverged
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,7 +23,7 @@ from pipeline.core.losses import HEAD_ARCHS, HEADS, LossConfig, head_of, resolve
 from pipeline.core.options import check_device
 from pipeline.core.presets import EMBEDDED_ORACLE, SS_ALPHAS
 from pipeline.oracle.headonly.arrays import HeadSettings, split_rows, train_on_arrays
-from pipeline.oracle.loop.fit import TrainingDiverged
+from pipeline.oracle.loop.state import TrainingDiverged
 from pipeline.oracle.nets.losses import CUSTOM_PREFIX
 from pipeline.oracle.settings.config import LOSS_OPTIONS
 from trust_oracles.errors import received

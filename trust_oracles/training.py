@@ -33,7 +33,7 @@ from pipeline.core.losses import LOSSES, LossOptionError
 from pipeline.oracle.command import check_head_only_options, train_oracle
 from pipeline.oracle.finetune.train import train as train_finetuned
 from pipeline.oracle.headonly.train import train_head_only
-from pipeline.oracle.loop.fit import TrainingDiverged
+from pipeline.oracle.loop.state import TrainingDiverged
 from pipeline.oracle.settings.config import TrainConfig, config_from_params
 from trust_oracles.errors import InputError, received
 from trust_oracles.heads import HeadOracle, train_head

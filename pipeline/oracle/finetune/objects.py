@@ -24,7 +24,7 @@ from pipeline.data.images import GpuNormalize, ImageRows, transform_for
 from pipeline.data.loader import make_loader
 from pipeline.oracle.finetune.step import (TargetTable, TrainObjects, restore_training_state,
                                            save_training_state)
-from pipeline.oracle.loop.fit import LoopState, TrainingDiverged
+from pipeline.oracle.loop.state import LoopState, TrainingDiverged
 from pipeline.oracle.loop.outputs import oracle_z
 from pipeline.oracle.loop.schedule import sgd_onecycle
 from pipeline.oracle.nets.checkpoint import load_checkpoint, save_checkpoint, unwrap
@@ -98,7 +98,7 @@ def resume_state(run: RunDir, objs: TrainObjects, group: str) -> LoopState:
 
 
 class ImageSession:
-    """The loop's session for a fine-tuned oracle (``pipeline.oracle.loop.fit.Session``)."""
+    """The loop's session for a fine-tuned oracle (``pipeline.oracle.loop.state.Session``)."""
 
     def __init__(self, prep: Prepared, objs: TrainObjects, data_cfg: DataConfig,
                  step_fn: Callable):
@@ -127,12 +127,13 @@ class ImageSession:
         self.counts = torch.zeros(4, 1, device=self.objs.device)
         self.grads = torch.zeros(2, device=self.objs.device)
 
-    def step(self, step: int) -> torch.Tensor:
-        loss, counts, grads = self.step_fn(self.objs, self.batches, step, self.prep.schedule,
+    def steps(self, done: int, last: int) -> torch.Tensor:
+        """One optimizer step (whatever ``last``); its (1, 1) loss."""
+        loss, counts, grads = self.step_fn(self.objs, self.batches, done, self.prep.schedule,
                                            self.slices, self.table)
         self.counts += counts
         self.grads += grads
-        return loss
+        return loss[None]
 
     def drain(self) -> tuple[torch.Tensor, torch.Tensor]:
         out = (self.counts, self.grads)

@@ -21,7 +21,8 @@ from pipeline.oracle.finetune.graph import choose_step
 from pipeline.oracle.finetune.objects import (ImageSession, build_objects, distribute, resume_state,
                                               save_best)
 from pipeline.oracle.loop.capture import current_path
-from pipeline.oracle.loop.fit import LoopState, TrainingDiverged, fit
+from pipeline.oracle.loop.fit import fit
+from pipeline.oracle.loop.state import LoopState, TrainingDiverged
 from pipeline.oracle.loop.log import StepLog
 from pipeline.oracle.loop.outputs import finish_run, image_scorer
 from pipeline.oracle.loop.schedule import loop_settings, schedule_of

@@ -25,7 +25,7 @@ from pipeline.core.losses import LossConfig
 from pipeline.oracle.headonly.bank import BankOptim, train_heads
 from pipeline.oracle.headonly.features import FeatureTable
 from pipeline.oracle.headonly.graph import head_step_path
-from pipeline.oracle.loop.fit import LoopSettings, LoopState
+from pipeline.oracle.loop.state import LoopSettings, LoopState
 from pipeline.oracle.loop.log import MemoryLog
 from pipeline.oracle.loop.schedule import schedule_info
 from pipeline.oracle.nets.heads import head_from_checkpoint

@@ -28,7 +28,8 @@ from pipeline.core import dist
 from pipeline.core.losses import LossConfig
 from pipeline.oracle.headonly.features import FeatureTable
 from pipeline.oracle.headonly.graph import STEPS_PER_REPLAY, GraphedHeadStep, HeadStep
-from pipeline.oracle.loop.fit import LoopSettings, LoopState, fit
+from pipeline.oracle.loop.fit import fit
+from pipeline.oracle.loop.state import LoopSettings, LoopState
 from pipeline.oracle.loop.log import step_counts
 from pipeline.oracle.loop.schedule import sgd_onecycle
 from pipeline.oracle.nets.heads import make_head
@@ -58,7 +59,7 @@ def epoch_batches(schedule: StepSchedule, step: int, device: torch.device
 
 
 class FeatureSession:
-    """The loop's session for a bank of head-only heads (``pipeline.oracle.loop.fit.Session``).
+    """The loop's session for a bank of head-only heads (``pipeline.oracle.loop.state.Session``).
     ``head``: a head of P outputs (``pipeline.oracle.nets.heads``) initialised for the runs' seed,
     on the table's device.  ``fast``: the same step on static state
     (``pipeline.oracle.headonly.graph``, a CUDA graph), used from ``start`` on unless its capture
@@ -93,15 +94,16 @@ class FeatureSession:
             self.fast.close()
             self.fast = None            # its capture fell back (auto): the eager step
 
-    def step(self, step: int) -> torch.Tensor:
+    def steps(self, done: int, last: int) -> torch.Tensor:
+        """(k, P) losses of the next k steps: those of one graph replay (``fast``), else one."""
         if self.table.x.device.type == "cpu" and torch.get_num_threads() != 1:
             torch.set_num_threads(1)
         if self.fast is not None:
-            return self.fast.step(step)
-        if self.epoch is None or not 0 <= step - self.epoch[0] < len(self.epoch[1]):
-            self.epoch = epoch_batches(self.schedule, step, self.table.x.device)
+            return self.fast.steps(done, last)
+        if self.epoch is None or not 0 <= done - self.epoch[0] < len(self.epoch[1]):
+            self.epoch = epoch_batches(self.schedule, done, self.table.x.device)
         first, rows, flips = self.epoch
-        i = step - first
+        i = done - first
         idx = self.table.index(rows[i], None if flips is None else flips[i])
         z = self.head(self.table.inputs(idx))
         per_head = self.loss.batch_mean(z, self.table.correct[idx], self.table.p_true[idx])
@@ -110,7 +112,7 @@ class FeatureSession:
         self.optimizer.step()
         self.scheduler.step()
         self.window.append((z.detach(), idx))
-        return per_head.detach()
+        return per_head.detach()[None]
 
     def drain(self) -> tuple[torch.Tensor, None]:
         """TP, P, TN, N of the steps since the last drain (4, P), counted once per window."""
@@ -227,7 +229,7 @@ def train_heads(table: FeatureTable, schedule: StepSchedule, losses: list[LossCo
         compiled = bool(path.get("compiled"))
         # compiled without a graph (a CPU, --cuda-graph off): the graph's body, run as it is
         fast = (GraphedHeadStep(*args, record=step_path, compiled=compiled,
-                                next_sync=settings.next_sync, per_replay=per_replay)
+                                per_replay=per_replay)
                 if path["mode"] == "cuda_graph" else HeadStep(*args, compiled=compiled))
     session = FeatureSession(table, schedule, losses, head, sgd, sched, val_rows, tnr_logit, fast,
                              loss_fn)

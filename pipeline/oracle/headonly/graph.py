@@ -11,8 +11,8 @@ epoch's rows (steps, B) as the table's positions of the views shown (``FeatureTa
 flipped row's flipped copy), filled by the host in chunks computed ahead on a background thread
 (``sampler.Ahead``), read at ``pos`` (the position in the epoch, reset by the host at each new epoch);
 the run's lr and momentum of every step, read at ``at`` (the global step); the counters advanced
-inside the graph.  Each step's losses, z and rows go into window buffers at ``win``: ``step``
-returns its row of losses, and ``drain`` counts TP/P/TN/N over the window with the eager drain's
+inside the graph.  Each step's losses, z and rows go into window buffers at ``win``: ``steps``
+returns their rows of losses, and ``drain`` counts TP/P/TN/N over the window with the eager drain's
 own function, so the loop sees what the eager session gives it.  The drain is a graph too, one
 replay instead of a dozen eager ops at every sync: it counts the whole window buffer with its
 rows past ``win`` masked out (counts are sums of 0s and 1s, exact in float32 to 2**24, so the
@@ -30,13 +30,13 @@ momentum buffers start as -0.0: ``-0 m + g`` is ``g`` exactly, signed zeros incl
 step copies g).  A graphed run equals the eager run in its losses, counts, best and final heads
 (tests/test_head_graph_cuda.py).
 
-Several steps per replay (``per_replay``, default 1): graphs of 1, 2, 4, ... ``per_replay`` steps
-in a row; a replay runs as many steps as fit before the loop's next sync
-(``LoopSettings.next_sync``) and the epoch's end, the steps in between returning their rows of the
-window without touching the device.  The same kernels on the same values: bit for bit the same
-run.  Measured on an H100 (docs/PERFORMANCE.md, "Head-only runs and sweeps"), a graph's own pace
-is the GPU's busy time at every length and the loop's extra time is the host's, so longer replays
-buy nothing there: one step a replay is the default.
+Several steps per replay (``per_replay``): graphs of 1, 2, 4, ... ``per_replay`` steps in a
+row; a replay runs as many steps as fit before the loop's next sync (``LoopSettings.next_sync``,
+which the loop passes to ``steps``) and the epoch's end, and the loop takes their losses at
+once.  The same kernels on the same values: bit for bit the same run.  Measured on an H200
+(docs/PERFORMANCE.md, "Head-only runs and sweeps"), a graph's own pace is the GPU's busy time at
+every length and the loop's extra time is the host's work at its syncs, so longer replays buy
+nothing there: one step a replay is the default.
 
 Compiled (``--compile``): the head's forward and the loss are torch.compile'd (inductor fuses
 their element-wise ops, forward and backward, into a few kernels; the update and the window's
@@ -93,7 +93,7 @@ def head_step_path(device: torch.device, mode: str, custom_loss: bool = False,
 
 class HeadStep:
     """The eager step of ``bank.FeatureSession`` on static state (module docstring): the body a
-    graph captures.  Run as it is (``step``), it is that body without a graph."""
+    graph captures.  Run as it is (``steps``), it is that body without a graph."""
 
     def __init__(self, table: FeatureTable, schedule: StepSchedule, head: torch.nn.Module,
                  losses: list[LossConfig], values: tuple[list[float], list[float]],
@@ -148,12 +148,13 @@ class HeadStep:
         if self.ahead is not None:
             self.ahead.close()
 
-    def step(self, step: int) -> torch.Tensor:
-        """Step ``step`` (0-based); its (P,) losses, a row of the window."""
-        self._enter(step)
+    def steps(self, done: int, last: int) -> torch.Tensor:
+        """The step after ``done`` steps (one, whatever ``last``); its (1, P) losses, a row of
+        the window (``pipeline.oracle.loop.state.Session``)."""
+        self._enter(done)
         self._no_grads()
         self.body()
-        return self._out(step)
+        return self._out(done, 1)
 
     def drain(self) -> torch.Tensor:
         """TP, P, TN, N of the window's steps (4, P), counted as the eager drain counts them; the
@@ -211,9 +212,9 @@ class HeadStep:
             raise RuntimeError(f"step {step + steps}: more than {self.window} steps between two "
                                "drains (the loop syncs every --log-every steps)")
 
-    def _out(self, step: int) -> torch.Tensor:
-        out = self.losses[self.count]
-        self.count, self.done = self.count + 1, step + 1
+    def _out(self, done: int, k: int) -> torch.Tensor:
+        out = self.losses[self.count:self.count + k]
+        self.count, self.done = self.count + k, done + k
         return out
 
     def _no_grads(self) -> None:
@@ -222,29 +223,25 @@ class HeadStep:
 
 
 class GraphedHeadStep(HeadStep):
-    """``HeadStep``'s body captured in CUDA graphs at ``prepare``, replayed by ``step``.
-    ``record``: run.json's ``step_path`` as chosen; ``path``: as it stands (a capture under
-    ``auto`` that falls back replaces it).  ``next_sync`` (the loop's
-    ``LoopSettings.next_sync``): where the loop syncs next, so that a replay may run the steps
-    up to it, at most ``per_replay``; without it, one step a replay."""
+    """``HeadStep``'s body captured in CUDA graphs at ``prepare``, replayed by ``steps``: graphs
+    of 1, 2, 4, ... ``per_replay`` steps (at most the window), a replay running the longest that
+    ends by the loop's next sync and within the epoch.  ``record``: run.json's ``step_path`` as
+    chosen; ``path``: as it stands (a capture under ``auto`` that falls back replaces it)."""
 
     def __init__(self, *args, record: dict,
                  say: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
-                 next_sync: Callable[[int], int] | None = None,
                  per_replay: int = STEPS_PER_REPLAY, **kwargs):
         super().__init__(*args, **kwargs)
         if per_replay < 1:
             raise ValueError(f"per_replay={per_replay}: expected 1 or more steps a replay")
-        self.path, self.say, self.next_sync = record, say, next_sync
-        longest = min(per_replay, self.window) if next_sync is not None else 1
+        self.path, self.say = record, say
+        longest = min(per_replay, self.window)
         self.sizes = [1 << i for i in range(longest.bit_length())]   # 1, 2, 4, ... <= longest
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.drain_graph: torch.cuda.CUDAGraph | None = None
-        self.pending = 0            # steps a replay ran that the loop has not asked for yet
 
     def prepare(self, step: int) -> bool:
         super().prepare(step)
-        self.pending = 0
         dev = self.table.x.device
         saved = snapshot(self.params + (self.bufs or []) + [
             self.counters, self.losses, self.z, self.idx], dev)
@@ -271,32 +268,28 @@ class GraphedHeadStep(HeadStep):
         restore(saved, dev)
         return True
 
-    def step(self, step: int) -> torch.Tensor:
-        if not self.pending:
-            k = self._replay_size(step)
-            self._enter(step, k)
-            self.graphs[k].replay()
-            self.pending = k
-        self.pending -= 1
-        return self._out(step)
+    def steps(self, done: int, last: int) -> torch.Tensor:
+        """One replay: the steps after ``done`` up to the ``last``-th at most; their (k, P)
+        losses, rows of the window."""
+        k = self._replay_size(done, last)
+        self._enter(done, k)
+        self.graphs[k].replay()
+        return self._out(done, k)
 
     def count_window(self) -> None:
         """The drain's graph (``HeadStep.count_window`` captured at ``prepare``)."""
-        if self.pending:
-            raise RuntimeError(f"a drain with {self.pending} step(s) of a replay not yet taken "
-                               "(the loop synced where LoopSettings.next_sync did not say)")
         self.drain_graph.replay()
 
-    def _replay_size(self, step: int) -> int:
-        """The longest graph whose steps end by the loop's next sync and within the epoch."""
-        if len(self.sizes) == 1:       # one step a replay: no need to ask the loop
-            return 1
+    def _replay_size(self, done: int, last: int) -> int:
+        """The longest graph whose steps end by the ``last``-th and within the epoch."""
         per_epoch = self.schedule.steps_per_epoch
-        room = min(self.next_sync(step) - step, per_epoch - step % per_epoch)
+        room = min(last - done, per_epoch - done % per_epoch)
+        if room < 1:
+            raise ValueError(f"steps after {done} up to {last}: expected last > done")
         return max(k for k in self.sizes if k <= room)
 
     def _bodies(self, k: int) -> None:
-        """``k`` steps in a row, as ``step`` runs them one by one."""
+        """``k`` steps in a row, as ``HeadStep.steps`` runs them one by one."""
         for i in range(k):
             if i:
                 self._no_grads()

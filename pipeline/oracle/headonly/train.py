@@ -28,7 +28,7 @@ from pipeline.oracle.headonly.features import (FeatureMemo, check_logits, check_
                                                open_features, oracle_backbone)
 from pipeline.oracle.headonly.graph import head_step_path
 from pipeline.oracle.loop.capture import current_path
-from pipeline.oracle.loop.fit import HeadState, TrainingDiverged
+from pipeline.oracle.loop.state import HeadState, TrainingDiverged
 from pipeline.oracle.loop.log import StepLog
 from pipeline.oracle.loop.outputs import Scorer, finish_run, scored_rows, write_z_outputs
 from pipeline.oracle.loop.schedule import loop_settings, schedule_of

@@ -8,7 +8,7 @@ from typing import Iterable, Mapping
 import torch
 
 from cache.runs import RunError
-from pipeline.oracle.loop.fit import LoopSettings
+from pipeline.oracle.loop.state import LoopSettings
 from pipeline.oracle.settings.prepare import Prepared
 
 MAX_WARMUP_FRACTION = 0.3      # OneCycleLR's own default pct_start
