@@ -9,7 +9,7 @@ project's format (``cache/``: 1,281,167 training rows with both views' fp16 feat
 50,000 val rows; the correctness is a noisy linear function of the features, so the head learns):
 
   one run    end to end, loading included: open the caches, targets and both views' features
-             into (pinned) memory and onto the device, one epoch of head-only SS at the paper's
+             onto the device (``--shard-rows`` rows a shard, as extract writes them), one epoch of head-only SS at the paper's
              protocol (batch 40, SGD + OneCycle, held-out validation 4x), then scoring the 50,000
              val rows.  Printed beside it: a full fine-tune of the same point, one epoch at
              bench_train's img/s at batch 40 (``--finetune-img-s``, docs/PERFORMANCE.md), and the
@@ -43,6 +43,7 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -59,10 +60,12 @@ from cache.schema import KIND_CLASSIFIER, SCHEMA_VERSION  # noqa: E402
 from cache.shards import shard_entry, shard_path, shard_ranges, write_shard  # noqa: E402
 from cache.runs import RunDir  # noqa: E402
 from pipeline.core.losses import resolve_loss  # noqa: E402
+from pipeline.extract.run import ExtractConfig  # noqa: E402
 from pipeline.oracle.headonly.bank import BankOptim, score, train_heads  # noqa: E402
 from pipeline.oracle.headonly.features import load_table  # noqa: E402
 from pipeline.oracle.headonly.graph import STEPS_PER_REPLAY, head_step_path  # noqa: E402
 from pipeline.oracle.loop.log import StepLog  # noqa: E402
+import pipeline.oracle.loop.fit as fit_module  # noqa: E402
 from pipeline.oracle.loop.state import LoopSettings  # noqa: E402
 from pipeline.oracle.nets.model import Head  # noqa: E402
 from pipeline.oracle.settings.sampler import StepSchedule, carve_rows  # noqa: E402
@@ -74,7 +77,8 @@ LOG_EVERY = 10                  # train-oracle's --log-every
 FINETUNE_IMG_S = {768: 1679.0, 2048: 1524.0}
 
 
-def write_feature_cache(path: Path, n: int, dim: int, seed: int, shard: int = 100_000) -> None:
+def write_feature_cache(path: Path, n: int, dim: int, seed: int,
+                        shard: int = ExtractConfig.shard_size) -> None:
     """A complete classifier cache with features (both views) and targets, shard by shard.
     o = [x . u + noise > 0]: a head can learn it, so validation and SS's slopes mean something.
     Each shard recorded in the manifest as extract records it (``shard_entry``: size, hash, column
@@ -104,6 +108,16 @@ def write_feature_cache(path: Path, n: int, dim: int, seed: int, shard: int = 10
                "features_flip"]
     write_json_atomic(path / MANIFEST_FILE, {"identity": identity, "columns": columns,
                                                "shards": shards, "summary": {}})
+
+
+def written(path: Path, n: int, shard: int) -> bool:
+    """Whether ``path`` holds a cache ``write_feature_cache`` wrote with ``n`` rows and ``shard``
+    rows a shard (its features follow from the directory's D and the fixed seeds)."""
+    try:
+        identity = json.loads((path / MANIFEST_FILE).read_text())["identity"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return identity.get("num_rows") == n and identity.get("shard_size") == shard
 
 
 def optim(total: int) -> BankOptim:
@@ -136,8 +150,10 @@ def one_pass(train_dir: Path, val_dir: Path, device, batch: int, epochs: int,
     settings = LoopSettings(total, batch, log_every, max(1, total // 4), None, None, False,
                             "bench")
     no_log = StepLog(RunDir(train_dir), None, enabled=False)
-    state, session = train_heads(table, schedule, losses, optim(total), val_rows, 0.0, settings,
-                                 [no_log] * len(losses), step_path, per_replay=per_replay)
+    with metrics_timer() as metrics_s:
+        state, session = train_heads(table, schedule, losses, optim(total), val_rows, 0.0,
+                                     settings, [no_log] * len(losses), step_path,
+                                     per_replay=per_replay)
     _sync(device)
     t_train = time.perf_counter()
     if sessions is not None:
@@ -156,9 +172,31 @@ def one_pass(train_dir: Path, val_dir: Path, device, batch: int, epochs: int,
     return {"load_s": t_load - t0, "train_s": t_train - t_load, "score_val_s": t_end - t_train,
             "total_s": t_end - t0, "steps": total, "heads": len(alphas),
             "validation_s": round(session.timing(len(alphas))["val_s"], 3),
+            "metrics_s": round(metrics_s[0], 3),
             "best_val_aupr_error": max(h.best_score or 0 for h in state.heads),
             "best": [(h.best_step, h.best_score) for h in state.heads],
             "step_path": step_path, "per_replay": per_replay, "log_every": log_every}
+
+
+@contextmanager
+def metrics_timer():
+    """Seconds the loop spends on its validations' metrics (``fit.metrics_of_heads``, on the
+    host), accumulated into the yielded list's one item: part of train_s, beside the session's
+    own validation_s (scoring the held-out rows)."""
+    spent, inner = [0.0], fit_module.metrics_of_heads
+
+    def timed(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - t
+
+    fit_module.metrics_of_heads = timed
+    try:
+        yield spent
+    finally:
+        fit_module.metrics_of_heads = inner
 
 
 def positive(text: str) -> int:
@@ -278,12 +316,16 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=40, help="the paper's batch")
     ap.add_argument("--grid", type=int, default=10, help="alpha values per axis (grid = N x N)")
     ap.add_argument("--device", default=None)
+    ap.add_argument("--shard-rows", type=positive, default=ExtractConfig.shard_size,
+                    help="rows a shard of the synthetic caches (default: extract's --shard-size)")
     step_options(ap)
     ap.add_argument("--baseline", default=None, choices=("eager", "uncompiled", "step-a-replay"),
                     help="the twin each run is measured against: the eager step (default), the "
                     "same step uncompiled (default with --compile), or one step a graph replay")
     ap.add_argument("--no-eager", action="store_true", help="skip the baseline twin")
     ap.add_argument("--workdir", default=None, help="where the synthetic caches go (default tmp)")
+    ap.add_argument("--reuse-caches", action="store_true", help="with --workdir: keep caches an "
+                    "earlier run wrote there with the same rows and shard size (else rewritten)")
     ap.add_argument("--finetune-img-s", default=None, help="D:img/s,... of a full fine-tune at "
                     "the same batch (default: bench_train's H200 figures)")
     ap.add_argument("--embedded", type=Path, default=None, help="demo artifacts (with features)")
@@ -308,12 +350,16 @@ def main() -> None:
     report = {"device": str(device), "device_name": name or "cpu", "cpus": os.cpu_count(),
               "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
               "command": shlex.join(["python", "bench/bench_head.py", *sys.argv[1:]]),
-              "rows": n, "val_rows": n_val, "batch": args.batch, "dims": {}}
+              "rows": n, "val_rows": n_val, "shard_rows": args.shard_rows, "batch": args.batch,
+              "dims": {}}
     try:
         for dim in dims:
             t0 = time.perf_counter()
-            write_feature_cache(work / f"d{dim}" / "train", n, dim, seed=1)
-            write_feature_cache(work / f"d{dim}" / "val", n_val, dim, seed=2)
+            for split, rows, seed in (("train", n, 1), ("val", n_val, 2)):
+                if not (args.reuse_caches and written(work / f"d{dim}" / split, rows,
+                                                      args.shard_rows)):
+                    write_feature_cache(work / f"d{dim}" / split, rows, dim, seed=seed,
+                                        shard=args.shard_rows)
             print(f"\nD = {dim}: caches written in {time.perf_counter() - t0:.1f}s "
                   f"({sum(p.stat().st_size for p in (work / f'd{dim}').rglob('*.h5')) / 2**30:.2f} GiB)")
             paths = (work / f"d{dim}" / "train", work / f"d{dim}" / "val", device, args.batch, 1)
@@ -340,7 +386,7 @@ def main() -> None:
             many_base = one_pass(*paths, alphas, **base_step) if twin else None
             print(f"  {grid}x{grid} alpha grid ({len(alphas)} heads, one bank): "
                   f"{many['total_s']:.1f}s end to end (train {many['train_s']:.1f}s incl. "
-                  f"validation {many['validation_s']:.1f}s); step: {path_text(many)}"
+                  f"validation {many['validation_s']:.1f}s + metrics {many['metrics_s']:.1f}s); step: {path_text(many)}"
                   + with_baseline(many, many_base, "train_s", label))
             # "eager": the baseline twin's runs, whichever "baseline" names
             report["dims"][dim] = {"one_run": one, "grid": many, "finetune_s": ref,

@@ -2,6 +2,7 @@
 
 schema.py     the schema version, columns, identity attributes, CacheError
 shards.py     HDF5 shard writer/reader: column hashes, identity and size checks, load_split
+columns.py    one column of a whole cache read by threads, verified, into an array or a sink
 manifest.py   identity.json / manifest.json, claiming a directory, finding damaged shards
 reader.py     ClassifierCache: the API later stages read a complete cache with
 outputs.py    oracle output files (one per evaluated split of a run)

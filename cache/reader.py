@@ -18,6 +18,7 @@ import numpy as np
 
 from cache.manifest import load_manifest
 from cache.schema import KIND_CLASSIFIER, SCHEMA_VERSION, CacheError, check_identity
+from cache.columns import load_columns
 from cache.shards import REPAIR, load_split, shard_problem, size_problem
 
 
@@ -108,7 +109,10 @@ class ClassifierCache:
             raise CacheError(f"cache {self.path} has no column(s) {missing} (it was extracted "
                              f"without them; it has {self.manifest['columns']}). Re-extract with "
                              "--flip-view / --features as needed.")
-        return load_split(self.path, self.manifest, columns)
+        try:
+            return load_columns(self.path, self.manifest, columns)
+        except CacheError:      # load_split's checks name what is wrong (or raise the same)
+            return load_split(self.path, self.manifest, columns)
 
     def bad_rows(self) -> list[dict]:
         return list(self.manifest.get("bad_rows", []))

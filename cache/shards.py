@@ -10,7 +10,6 @@ into RAM in the main process and never hold an HDF5 handle across a DataLoader f
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -23,7 +22,6 @@ from cache.schema import (CLASSIFIER_COLUMNS, CLASSIFIER_IDENTITY, SOURCE_STAMP,
 
 SHARD_PATTERN = "shard-{:05d}.h5"
 HASHES = "xxh3_64"   # attribute (and manifest key): {column: XXH3-64 hex of its bytes}
-READ_THREADS = 16    # read_column_into's shards read at once (page-cache copies run in parallel)
 
 
 def shard_path(cache_dir: Path, shard_id: int) -> Path:
@@ -135,15 +133,17 @@ def read_columns(path: Path, names: tuple[str, ...] | list[str] | None,
                          f"{fix}") from None
     hashes = attrs.get(HASHES) or {}
     for n in names:
-        check_column(path, n, out[n], hashes.get(n), fix)
+        if hashes.get(n) is not None:
+            check_column(path, n, column_hash(out[n]), hashes[n], fix)
     return out
 
 
-def check_column(path: Path, name: str, array: np.ndarray, expected: str | None,
+def check_column(path: Path, name: str, digest: str | None, expected: str | None,
                  fix: str) -> None:
-    """Refuse ``array``, column ``name`` read from ``path``, if it is not what its checksum
-    ``expected`` (None: a file written without one) says was written."""
-    if expected is not None and column_hash(array) != expected:
+    """Refuse column ``name`` read from ``path`` if its bytes' XXH3-64 ``digest``
+    (``column_hash``) is not what its checksum ``expected`` (None: a file written without one)
+    says was written."""
+    if expected is not None and digest != expected:
         raise CacheError(f"{path} is damaged: column {name!r} does not match its checksum "
                          f"(the file changed after it was written); {fix}")
 
@@ -239,61 +239,3 @@ def load_split(cache_dir: Path, manifest: Mapping[str, Any],
         raise CacheError(f"cache {cache_dir}: shard rows are not the indices 0..{n_rows - 1}; "
                          "the cache is corrupt — delete it and re-run `cli.py extract`")
     return out
-
-
-def read_column_into(cache_dir: Path, manifest: Mapping[str, Any], name: str,
-                     out: np.ndarray, threads: int = READ_THREADS) -> None:
-    """Fill ``out`` (N, ...) C-contiguous with column ``name`` of a complete cache, straight into
-    the rows ``[start, stop)`` of each shard (no concatenated copy: a 1.28M x 2048 feature column
-    is 5 GB).  Each shard's ``index`` must be exactly its row range, and what is read must match
-    the column's checksum.  The shards are read by ``threads`` threads as the bytes at the
-    dataset's offset in the file (the contiguous, unfiltered datasets ``write_shard`` writes):
-    h5py serialises reads under one lock, and the threads copy from the page cache several
-    times faster (docs/PERFORMANCE.md, "Head-only runs and sweeps")."""
-    n = manifest["identity"]["num_rows"]
-    if out.shape[0] != n or not out.flags.c_contiguous:
-        raise ValueError(f"read_column_into: out is {out.shape}, expected {n} C-contiguous rows")
-    jobs = [_shard_column(Path(cache_dir) / shard["file"], name, int(shard["start"]),
-                          int(shard["stop"]), out) for shard in manifest["shards"]]
-    jobs = [job for job in jobs if job is not None]
-    if jobs:
-        with ThreadPoolExecutor(max(1, min(threads, len(jobs)))) as pool:
-            list(pool.map(lambda job: job(), jobs))
-
-
-def _shard_column(path: Path, name: str, a: int, b: int, out: np.ndarray):
-    """Check shard ``path``'s rows and column ``name`` against ``out[a:b]``; returns the read of
-    its bytes into ``out[a:b]`` and their checksum test (None: no rows)."""
-    import h5py
-
-    fix = "the cache is corrupt — delete it and re-run `cli.py extract`"
-    with h5py.File(path, "r") as fh:
-        if name not in fh:
-            raise CacheError(f"{path} has no column {name!r}; it holds {sorted(fh.keys())}")
-        if not np.array_equal(fh["index"][...], np.arange(a, b)):
-            raise CacheError(f"{path}: rows are not the indices {a}..{b - 1}; {fix}")
-        ds = fh[name]
-        if ds.shape != (b - a, *out.shape[1:]) or ds.dtype != out.dtype:
-            raise CacheError(f"{path}: column {name!r} is {ds.dtype} {ds.shape}, expected "
-                             f"{out.dtype} {(b - a, *out.shape[1:])}")
-        expected = (from_attr(fh.attrs[HASHES]) if HASHES in fh.attrs else {}).get(name)
-        offset = (ds.id.get_offset() if ds.chunks is None
-                  and ds.id.get_create_plist().get_nfilters() == 0 else None)
-        if b > a and offset is None:        # another writer's layout: h5py reads it
-            ds.read_direct(out, dest_sel=np.s_[a:b])
-    if b == a:
-        return None
-
-    def read() -> None:
-        view = memoryview(out[a:b]).cast("B")
-        if offset is not None:
-            with open(path, "rb", buffering=0) as fh:
-                fh.seek(offset)
-                done = 0
-                while done < len(view):
-                    got = fh.readinto(view[done:])
-                    if not got:
-                        raise CacheError(f"{path} is damaged: column {name!r} ends early; {fix}")
-                    done += got
-        check_column(path, name, out[a:b], expected, fix)
-    return read
