@@ -140,12 +140,25 @@ def head_only_gpu() -> str:
                          f"{r['load_s']:.1f}", f"{r['train_s']:.1f}", f"{r['score_val_s']:.2f}",
                          f"**{r['total_s']:.1f}**", f"{r['steps']:,}",
                          r["step_path"]["mode"].replace("_", " ")])
+    b = load("head-only-2ecf2fc-1xH200.json")
+    versus = []
+    for dim, res in d["dims"].items():
+        for key, label in (("one_run", "one run"), ("grid", "α grid, one bank")):
+            new, old = res[key], b["dims"][dim][key]
+            versus.append([f"{int(dim):,}", label] + [
+                f"{old[k]:.1f} → {new[k]:.1f}" for k in ("load_s", "train_s")] + [
+                f"{old['total_s']:.1f} → **{new['total_s']:.1f}**",
+                f"**{old['total_s'] / new['total_s']:.2f}×**"])
     return "\n".join([
-        f"{d['rows']:,} rows × D fp16 features of both views, batch {d['batch']}, one epoch "
+        f"{d['rows']:,} rows × D fp16 features of both views in shards of "
+        f"{d['shard_rows']:,} rows (extract's default), batch {d['batch']}, one epoch "
         f"(5% held out, 4 validations), then {d['val_rows']:,} val rows scored; one "
         f"{source(d)}", "",
         table(["D", "what", "load s", "train s", "score val s", "total s", "steps", "step"],
-              rows)])
+              rows), "",
+        f"Against the tree of commit 2ecf2fc in the same call, {b['note'].split(', ', 2)[2]}: "
+        f"`{b['command']}` there.", "",
+        table(["D", "what", "load s", "train s", "total s", "speed-up"], versus)])
 
 
 def twin_rows(d: dict) -> list[tuple[list[str], dict]]:
