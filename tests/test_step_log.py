@@ -13,7 +13,7 @@ import torch
 from cache.runs import RunDir, finite, log_line
 from pipeline.core.dist import DistInfo
 from pipeline.oracle.loop.fit import fit
-from pipeline.oracle.loop.state import LoopSettings, LoopState
+from pipeline.oracle.loop.state import HeadState, LoopSettings, LoopState
 from pipeline.oracle.loop.log import StepLog
 
 
@@ -139,3 +139,13 @@ def test_steps_run_several_at_a_time_log_and_checkpoint_as_one_at_a_time(tmp_pat
     assert logs["chunks"] == logs["one"]
     assert [e["step"] for e in logs["one"][0]] == list(range(1, 24))
     assert session.calls[:3] == [3, 1, 3] and len(session.calls) < 23
+
+
+def test_a_banks_counts_are_added_at_once_as_head_by_head():
+    counts = np.arange(12, dtype=np.float64).reshape(4, 3)
+    bank, one_by_one = LoopState.for_heads(3), LoopState(heads=[HeadState() for _ in range(3)])
+    for state in (bank, one_by_one):
+        state.add_counts(counts)
+        state.add_counts(counts * 2)
+    for a, b, p in zip(bank.heads, one_by_one.heads, range(3)):
+        assert np.array_equal(a.counts, b.counts) and np.array_equal(a.counts, 3 * counts[:, p])

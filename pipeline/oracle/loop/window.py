@@ -66,8 +66,7 @@ def settle_window(session: Session, state: LoopState, w: Window, logs: list[Step
         g_sum, g_n = w.grads.numpy().astype(np.float64)
         state.grads += (g_sum, g_n)
     first = w.first
-    for p, head in enumerate(state.heads):
-        head.counts += counts[:, p]
+    state.add_counts(counts)
     finite = np.isfinite(losses)
     for p in np.flatnonzero(~finite.all(axis=0)):      # a bank's heads checked at once
         head, bad = state.heads[p], int(np.argmin(finite[:, p]))
@@ -87,6 +86,8 @@ def settle_window(session: Session, state: LoopState, w: Window, logs: list[Step
             entries[-1]["grad_norm"] = float(g_sum / g_n) if g_n else None
         log.write(*entries)     # a bank: P logs per window
     bar.update(steps)
+    if bar.disable:
+        return now
     tp, pos, tn, neg = state.heads[0].counts
     bar.set_postfix(loss=f"{losses[:, 0].mean():.4f}", img_s=f"{img_s:.0f}",
                     tpr=f"{tp / pos if pos else math.nan:.3f}",
