@@ -153,11 +153,14 @@ def _read_shard(cache_dir: Path, entry: Mapping[str, Any],
 def _locate(path: Path, a: int, b: int, entry: Mapping[str, Any],
             sinks: Mapping[str, ColumnSink]) -> dict[str, tuple]:
     """Per column: its byte offset in shard ``path``, its checksum, and, for a layout that cannot
-    be read at an offset, its bytes read through h5py (else None).  The checksum is the one the
-    manifest records for this shard, which binds the file to its place: a shard file swapped for
-    another fails it.  A manifest without one (a cache written before it recorded them) falls
-    back to the file's own checksum and its ``index`` checked against the rows ``[a, b)``.
-    Through h5py's low-level API: its File objects cost ~1 ms a shard, ImageNet has 410."""
+    be read at an offset, its bytes read through h5py (else None).  The file is the one the
+    manifest recorded at this place: its own checksums of EVERY column (one attribute) must be
+    the manifest's for this shard, so a shard file swapped for another, or copied in from
+    another cache, is refused even where the columns read coincide (a model's `valid` column);
+    the bytes read are then checked against that checksum.  A manifest without them (a cache
+    written before it recorded them) falls back to the file's own checksums and its ``index``
+    checked against the rows ``[a, b)``.  Through h5py's low-level API where it can: its File
+    objects cost ~1 ms a shard, ImageNet has 410."""
     import h5py
 
     recorded = entry.get(HASHES) or {}
@@ -167,6 +170,9 @@ def _locate(path: Path, a: int, b: int, entry: Mapping[str, Any],
     except OSError as err:
         raise CacheError(f"{path} is damaged: HDF5 cannot open it ({err}); {FIX}") from None
     try:
+        if recorded and _own_hashes(fid) != recorded:
+            raise CacheError(f"{path} is not the shard the manifest records here (its columns' "
+                             f"checksums differ); {FIX}")
         for name, sink in sinks.items():
             try:
                 ds = h5py.h5d.open(fid, name.encode())
@@ -189,6 +195,18 @@ def _locate(path: Path, a: int, b: int, entry: Mapping[str, Any],
     if any(name not in recorded for name in sinks):
         _check_rows_and_hashes(path, a, b, out)
     return {name: tuple(v) for name, v in out.items()}
+
+
+def _own_hashes(fid) -> dict | None:
+    """The shard's own ``xxh3_64`` attribute (its columns' checksums), or None."""
+    import h5py
+
+    if not h5py.h5a.exists(fid, HASHES.encode()):
+        return None
+    attr = h5py.h5a.open(fid, HASHES.encode())
+    value = np.empty(attr.shape, attr.dtype)
+    attr.read(value)
+    return from_attr(value.item())
 
 
 def _check_rows_and_hashes(path: Path, a: int, b: int, found: dict[str, list]) -> None:
