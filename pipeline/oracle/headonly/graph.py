@@ -194,12 +194,16 @@ class HeadStep:
     def _fill(self, step: int) -> None:
         """The chunks up to ``step``'s into the epoch buffer (same shape every epoch: the
         schedule drops the last partial batch).  Stream-ordered after the replays before them,
-        so a chunk of the next epoch overwrites only what was read."""
+        so a chunk of the next epoch overwrites only what was read; copied from pinned memory
+        without waiting (a copy from pageable memory would wait for every queued replay)."""
         per_epoch = self.schedule.steps_per_epoch
         while self.ready <= step:
             first, positions = self.ahead.next()
             at = first % per_epoch
-            self.rows[at:at + len(positions)].copy_(torch.from_numpy(positions))
+            host = torch.from_numpy(positions)
+            if self.rows.is_cuda:       # from pageable memory copy_ waits for the device
+                host = host.pin_memory()
+            self.rows[at:at + len(positions)].copy_(host, non_blocking=True)
             self.ready = first + len(positions)
 
     def _enter(self, step: int, steps: int = 1) -> None:
