@@ -53,10 +53,12 @@ def fit(session: Session, state: LoopState, s: LoopSettings, logs: list[StepLog]
         requested = lambda: stop is not None and stop.requested  # noqa: E731
 
         def settle(every: bool = True) -> None:
-            """Every pending window (else those on the host by now, and the oldest beyond
-            AHEAD)."""
+            """Every pending window (else the oldest beyond AHEAD, and in one process those on
+            the host by now: under torchrun every rank settles the same windows at the same
+            sync, so that a divergence stops them all there, never one rank alone)."""
             nonlocal t0
-            while pending and (every or len(pending) > AHEAD or pending[0].arrived()):
+            while pending and (every or len(pending) > AHEAD
+                               or (not info.enabled and pending[0].arrived())):
                 t0 = settle_window(session, state, pending.popleft(), logs, bar, t0,
                                    s.batch_size)
 
