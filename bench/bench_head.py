@@ -9,9 +9,9 @@ project's format (``cache/``: 1,281,167 training rows with both views' fp16 feat
 50,000 val rows; the correctness is a noisy linear function of the features, so the head learns):
 
   one run    end to end, loading included: open the caches, targets and both views' features
-             onto the device (``--shard-rows`` rows a shard, as extract writes them), one epoch of head-only SS at the paper's
-             protocol (batch 40, SGD + OneCycle, held-out validation 4x), then scoring the 50,000
-             val rows.  Printed beside it: a full fine-tune of the same point, one epoch at
+             onto the device (``--shard-rows`` rows a shard, as extract writes them), one epoch
+             of head-only SS at the paper's protocol (batch 40, SGD + OneCycle, held-out
+             validation 4x), then scoring the 50,000 val rows.  Printed beside it: a full fine-tune of the same point, one epoch at
              bench_train's img/s at batch 40 (``--finetune-img-s``, docs/PERFORMANCE.md), and the
              ratio.  The step runs as ``--cuda-graph`` says (default auto: one CUDA graph per
              step on a GPU, ``pipeline/oracle/headonly/graph.py``); where that is the graph, the
@@ -386,7 +386,8 @@ def main() -> None:
             many_base = one_pass(*paths, alphas, **base_step) if twin else None
             print(f"  {grid}x{grid} alpha grid ({len(alphas)} heads, one bank): "
                   f"{many['total_s']:.1f}s end to end (train {many['train_s']:.1f}s incl. "
-                  f"validation {many['validation_s']:.1f}s + metrics {many['metrics_s']:.1f}s); step: {path_text(many)}"
+                  f"validation {many['validation_s']:.1f}s + metrics {many['metrics_s']:.1f}s); "
+                  f"step: {path_text(many)}"
                   + with_baseline(many, many_base, "train_s", label))
             # "eager": the baseline twin's runs, whichever "baseline" names
             report["dims"][dim] = {"one_run": one, "grid": many, "finetune_s": ref,

@@ -24,16 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-import h5py
 import numpy as np
 import torch
 
 from cache.reader import ClassifierCache, cache_dir_for
 from cache.schema import (FEATURE_COLUMN, FEATURE_FLIP_COLUMN, CacheError, CacheMismatch,
                           check_identity)
-from cache.columns import read_columns_into
 from pipeline.core.models import build_model, resolve_data_config, weights_sha256
-from pipeline.oracle.headonly.staging import DeviceSink, Staging
+from pipeline.oracle.headonly.staging import read_features
 from pipeline.oracle.nets.heads import logit_stats
 from pipeline.oracle.settings.prepare import Prepared
 from pipeline.oracle.settings.targets import Split, SplitMemo, check_images
@@ -171,9 +169,10 @@ def load_table(cache: ClassifierCache, split: Split, targets: Mapping[str, np.nd
     """Features (both views when ``with_flip``) and the joined targets on ``device``.
 
     ``targets``: the ``correct``/``p_true`` (and ``*_flip``) arrays of C's cache ``split``, indexed
-    by global row like the feature cache.  Loaded once (``_read_features``); a second call with
-    the same cache and ``memo`` (a sweep's stages) reuses it.  ``stacked``: also the statistics of the logits of C's cache ``split`` (the same rows and
-    views; ``check_logits`` says they exist)."""
+    by global row like the feature cache.  Loaded once (``staging.read_features``); a second call with
+    the same cache and ``memo`` (a sweep's stages) reuses it.  ``stacked``: also the statistics
+    of the logits of C's cache ``split`` (the same rows and views; ``check_logits`` says they
+    exist)."""
     memo = memo if memo is not None else FeatureMemo()
     key = (str(cache.path.resolve()), json.dumps(cache.manifest["shards"], sort_keys=True),
            with_flip, str(device), str(split.cache.path.resolve()), stacked)
@@ -181,7 +180,7 @@ def load_table(cache: ClassifierCache, split: Split, targets: Mapping[str, np.nd
         return memo.tables[key]
     n = cache.num_rows
     views = 2 if with_flip else 1
-    x = _read_features(cache, (FEATURE_COLUMN, FEATURE_FLIP_COLUMN)[:views], device)
+    x = read_features(cache, (FEATURE_COLUMN, FEATURE_FLIP_COLUMN)[:views], device)
     _check_finite(x, n, cache.path)
     keys = (("correct", "correct_flip"), ("p_true", "p_true_flip"))
     cols = [np.concatenate([targets[k] for k in pair[:views]]).astype(np.float32) for pair in keys]
@@ -211,32 +210,6 @@ def check_logits(split: Split, need_flip: bool) -> None:
                      "--flip trains on (never mixing views). Train with --no-flip, or re-extract "
                      f"it with --flip-view added to its `cli.py extract --classifier {name}` "
                      "command (the options its manifest.json records under config)")
-
-
-def _read_features(cache: ClassifierCache, columns: tuple[str, ...],
-                   device: torch.device) -> torch.Tensor:
-    """(len(columns) N, D) float16 on ``device``: the columns one after the other, read from the
-    shards by threads and verified (``cache.columns.read_column_into``): on a CUDA device straight
-    into it through pinned staging buffers (``staging``), elsewhere in place; each shard opened
-    once for both views."""
-    n, dim = cache.num_rows, _feature_dim(cache)
-    if device.type != "cuda":
-        buf = np.empty((len(columns) * n, dim), np.float16)
-        read_columns_into(cache.path, cache.manifest,
-                          {name: buf[i * n:(i + 1) * n] for i, name in enumerate(columns)})
-        return torch.from_numpy(buf).to(device)
-    x = torch.empty((len(columns) * n, dim), dtype=torch.float16, device=device)
-    staging = Staging(device)
-    read_columns_into(cache.path, cache.manifest, {
-        name: DeviceSink(x[i * n:(i + 1) * n], staging) for i, name in enumerate(columns)})
-    staging.wait()
-    return x
-
-
-def _feature_dim(cache: ClassifierCache) -> int:
-    first = cache.path / cache.manifest["shards"][0]["file"]
-    with h5py.File(first, "r") as fh:
-        return int(fh[FEATURE_COLUMN].shape[1])
 
 
 def _check_finite(x: torch.Tensor, n: int, path: Path, chunk: int = 1 << 16) -> None:

@@ -1,23 +1,27 @@
-"""A cached feature column straight to the GPU through pinned staging buffers.
+"""A cache's feature columns onto the device (``read_features``): on a GPU straight from the shards
+through pinned staging buffers.
 
 A CUDA device copies from pageable host memory through a driver-owned staging buffer, one piece
 after another and at a fraction of the bus's speed; pinning the whole destination (ImageNet's
 3.9 GB of features, both views) costs more than the faster copy saves once per process.  Here the
-reading threads of ``cache.columns.read_column_into`` read each piece of the file into a small
+reading threads of ``cache.columns.read_columns_into`` read each piece of the file into a small
 pinned buffer of their own (two a thread: one filling while the other's copy runs) and queue its
 copy to the device on their own stream, so reading the page cache and copying to the device
 overlap and no host copy of the column is kept (``DeviceSink``; measured in docs/PERFORMANCE.md,
-"Head-only runs and sweeps").  The device's rows are valid once ``read_column_into`` has returned
-and ``DeviceSink.wait`` has run: a damaged shard raises first.
+"Head-only runs and sweeps").  The device's rows are valid once ``read_columns_into`` has
+returned and ``Staging.wait`` has run: a damaged shard raises first.
 """
 from __future__ import annotations
 
 import threading
 
+import h5py
 import numpy as np
 import torch
 
-from cache.columns import PIECE_BYTES
+from cache.columns import PIECE_BYTES, read_columns_into
+from cache.reader import ClassifierCache
+from cache.schema import FEATURE_COLUMN
 
 
 class Staging:
@@ -75,3 +79,30 @@ class DeviceSink:
         with torch.cuda.stream(t.stream):
             self.flat[at:at + len(buf)].copy_(t.host[t.turn][:len(buf)], non_blocking=True)
             t.done[t.turn].record(t.stream)
+
+
+def read_features(cache: ClassifierCache, columns: tuple[str, ...],
+                  device: torch.device) -> torch.Tensor:
+    """(len(columns) N, D) float16 on ``device``: the feature columns of ``cache`` one after the
+    other, read from the shards by threads and verified (``cache.columns.read_columns_into``): on
+    a CUDA device straight into it through pinned staging buffers (module docstring), elsewhere
+    in place; each shard opened once for both views."""
+    n, dim = cache.num_rows, feature_dim(cache)
+    if device.type != "cuda":
+        buf = np.empty((len(columns) * n, dim), np.float16)
+        read_columns_into(cache.path, cache.manifest,
+                          {name: buf[i * n:(i + 1) * n] for i, name in enumerate(columns)})
+        return torch.from_numpy(buf).to(device)
+    x = torch.empty((len(columns) * n, dim), dtype=torch.float16, device=device)
+    staging = Staging(device)
+    read_columns_into(cache.path, cache.manifest, {
+        name: DeviceSink(x[i * n:(i + 1) * n], staging) for i, name in enumerate(columns)})
+    staging.wait()
+    return x
+
+
+def feature_dim(cache: ClassifierCache) -> int:
+    """D, the width of ``cache``'s features (its first shard's)."""
+    first = cache.path / cache.manifest["shards"][0]["file"]
+    with h5py.File(first, "r") as fh:
+        return int(fh[FEATURE_COLUMN].shape[1])

@@ -23,7 +23,7 @@ AHEAD = 8
 
 @dataclass
 class Window:
-    """The results of the steps since the last sync, on their way to the host (``_collect``)."""
+    """The results of the steps since the last sync, on their way to the host (``collect``)."""
     first: int                      # its first step (1-based)
     losses: torch.Tensor            # (steps, P) global losses, host
     counts: torch.Tensor            # (4, P) global TP, P, TN, N
@@ -36,8 +36,9 @@ class Window:
 
 
 def collect(session: Session, window: list, step: int) -> Window:
-    """The window's (the ``steps`` since the last sync) global losses, counts and gradient sums, copied to the host without waiting:
-    the device goes on with the next window's steps while the host settles the one before."""
+    """The global losses, counts and gradient sums of the steps since the last sync (``window``:
+    the losses ``Session.steps`` returned), copied to the host without waiting: the device goes
+    on with the next steps while the host settles windows before."""
     info = session.info
     losses = dist.global_mean(info, torch.cat(window))
     counts, grads = session.drain()
