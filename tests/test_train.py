@@ -124,6 +124,24 @@ def test_two_process_torchrun_matches_one_process(stage1, tmp_path):
     assert np.allclose(z1, z2, atol=1e-4)
 
 
+def test_a_loss_that_becomes_nan_under_torchrun_stops_every_process_with_its_step(stage1,
+                                                                                  tmp_path):
+    """Every rank settles the same windows at the same sync (pipeline.oracle.loop.fit), so a NaN
+    stops both processes with the step's message; none is left waiting in a collective."""
+    data, cache = stage1
+    out = tmp_path / "nan2"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-port", "29519", "cli.py",
+           *map(str, train_args(data, cache, out, "--lr", 1e30, "--log-every", 1,
+                                "--val-fraction", 0))]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "the loss became nan at step 2" in proc.stdout + proc.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "failed" and "step 2" in run["error"]
+
+
 def test_processes_disagreeing_on_the_graph_mode_all_stop_with_one_message(stage1, tmp_path):
     """Two hosts' launches (torchrun's environment set by hand, as each node's torchrun would)
     with different --cuda-graph: both stop before any step, one message, nothing written."""
