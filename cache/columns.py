@@ -1,6 +1,6 @@
-"""One column of a complete classifier cache, read shard by shard by threads and verified.
+"""Whole columns of a complete classifier cache, read shard by shard by threads and verified.
 
-``read_column_into`` fills a whole column (ImageNet's 1.28M x 768 fp16 features: 2 GB a view)
+``read_columns_into`` fills whole columns (ImageNet's 1.28M x 768 fp16 features: 2 GB a view)
 without a concatenated copy and without h5py's one lock: each shard's dataset is read as the bytes
 at its offset in the file (the contiguous, unfiltered datasets ``shards.write_shard`` writes), by
 ``READ_THREADS`` threads at once, which copy from the page cache several times faster than h5py
@@ -14,7 +14,7 @@ in place; a sink may instead hand out staging buffers and move each piece on (th
 features go to the GPU through pinned buffers this way: ``pipeline.oracle.headonly.staging``),
 so the column never needs a host copy of its own.  A shard is read in pieces of at most
 ``PIECE_BYTES`` and hashed as it streams; a damaged shard raises ``CacheError`` once all of it
-was read, so a sink's contents are only valid once ``read_column_into`` returns.
+was read, so a sink's contents are only valid once ``read_columns_into`` returns.
 """
 from __future__ import annotations
 
@@ -26,14 +26,13 @@ import numpy as np
 import xxhash
 
 from cache.schema import CacheError, from_attr
-from cache.shards import HASHES, check_column
+from cache.shards import CORRUPT, HASHES, check_column
 
 READ_THREADS = 16           # shards read at once (page-cache copies run in parallel)
 BYTES_A_THREAD = 64 << 20   # fewer threads for less: h5py's calls hold one lock, and small
                             # columns cost those calls more than their copies (410 shards of
                             # ImageNet's targets read faster by one thread than by sixteen)
 PIECE_BYTES = 8 << 20       # the most a sink's buffer holds at once
-FIX = "the cache is corrupt — delete it and re-run `cli.py extract`"
 
 
 class ColumnSink(Protocol):
@@ -86,7 +85,7 @@ def read_columns_into(cache_dir: Path, manifest: Mapping[str, Any],
     ends = [0] + [x for s in manifest["shards"] for x in (int(s["start"]), int(s["stop"]))] + [n]
     if ends[::2] != ends[1::2]:         # every row in exactly one shard, in order
         raise CacheError(f"cache {cache_dir}: its manifest's shards do not cover the rows "
-                         f"0..{n - 1} in order; {FIX}")
+                         f"0..{n - 1} in order; {CORRUPT}")
     jobs = [s for s in manifest["shards"] if int(s["stop"]) > int(s["start"])]
     if not jobs or not sinks:
         return
@@ -104,25 +103,25 @@ def load_columns(cache_dir: Path, manifest: Mapping[str, Any],
     names = list(dict.fromkeys(["index", *names]))
     n, shards = manifest["identity"]["num_rows"], manifest["shards"]
     if not shards:
-        raise CacheError(f"cache {cache_dir}: its manifest lists no shards; {FIX}")
+        raise CacheError(f"cache {cache_dir}: its manifest lists no shards; {CORRUPT}")
     path = Path(cache_dir) / shards[0]["file"]
     try:
         fid = h5py.h5f.open(str(path).encode(), h5py.h5f.ACC_RDONLY)
     except OSError as err:
-        raise CacheError(f"{path} is damaged: HDF5 cannot open it ({err}); {FIX}") from None
+        raise CacheError(f"{path} is damaged: HDF5 cannot open it ({err}); {CORRUPT}") from None
     try:
         out = {}
         for name in names:
             try:
                 ds = h5py.h5d.open(fid, name.encode())
             except KeyError:
-                raise CacheError(f"{path} has no column {name!r}; {FIX}") from None
+                raise CacheError(f"{path} has no column {name!r}; {CORRUPT}") from None
             out[name] = np.empty((n, *ds.shape[1:]), ds.dtype)
     finally:
         fid.close()
     read_columns_into(cache_dir, manifest, out)
     if not np.array_equal(out["index"], np.arange(n)):
-        raise CacheError(f"cache {cache_dir}: shard rows are not the indices 0..{n - 1}; {FIX}")
+        raise CacheError(f"cache {cache_dir}: shard rows are not the indices 0..{n - 1}; {CORRUPT}")
     return out
 
 
@@ -147,7 +146,7 @@ def _read_shard(cache_dir: Path, entry: Mapping[str, Any],
                     digest.update(buf)
                 sinks[name].put(start + at, buf)
         if digest is not None:
-            check_column(path, name, digest.hexdigest(), expected, FIX)
+            check_column(path, name, digest.hexdigest(), expected, CORRUPT)
 
 
 def _locate(path: Path, a: int, b: int, entry: Mapping[str, Any],
@@ -168,16 +167,16 @@ def _locate(path: Path, a: int, b: int, entry: Mapping[str, Any],
     try:
         fid = h5py.h5f.open(str(path).encode(), h5py.h5f.ACC_RDONLY)
     except OSError as err:
-        raise CacheError(f"{path} is damaged: HDF5 cannot open it ({err}); {FIX}") from None
+        raise CacheError(f"{path} is damaged: HDF5 cannot open it ({err}); {CORRUPT}") from None
     try:
         if recorded and _own_hashes(fid) != recorded:
             raise CacheError(f"{path} is not the shard the manifest records here (its columns' "
-                             f"checksums differ); {FIX}")
+                             f"checksums differ); {CORRUPT}")
         for name, sink in sinks.items():
             try:
                 ds = h5py.h5d.open(fid, name.encode())
             except KeyError:
-                raise CacheError(f"{path} has no column {name!r}; {FIX}") from None
+                raise CacheError(f"{path} has no column {name!r}; {CORRUPT}") from None
             if ds.shape != (b - a, *sink.row_shape) or ds.dtype != sink.dtype:
                 raise CacheError(f"{path}: column {name!r} is {ds.dtype} {ds.shape}, expected "
                                  f"{sink.dtype} {(b - a, *sink.row_shape)}")
@@ -215,7 +214,7 @@ def _check_rows_and_hashes(path: Path, a: int, b: int, found: dict[str, list]) -
 
     with h5py.File(path, "r") as fh:
         if not np.array_equal(fh["index"][...], np.arange(a, b)):
-            raise CacheError(f"{path}: rows are not the indices {a}..{b - 1}; {FIX}")
+            raise CacheError(f"{path}: rows are not the indices {a}..{b - 1}; {CORRUPT}")
         own = from_attr(fh.attrs[HASHES]) if HASHES in fh.attrs else {}
     for name, item in found.items():
         if item[1] is None:
@@ -231,5 +230,5 @@ def _read_fully(fh, buf: memoryview, path: Path, name: str) -> None:
     while done < len(buf):
         got = fh.readinto(buf[done:])
         if not got:
-            raise CacheError(f"{path} is damaged: column {name!r} ends early; {FIX}")
+            raise CacheError(f"{path} is damaged: column {name!r} ends early; {CORRUPT}")
         done += got

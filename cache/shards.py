@@ -153,6 +153,7 @@ def _first_line(err: BaseException) -> str:
 
 
 REPAIR = "re-run the same `cli.py extract` command: it recomputes exactly the damaged shards"
+CORRUPT = "the cache is corrupt — delete it and re-run `cli.py extract`"
 
 
 def shard_expect(identity: Mapping[str, Any], start: int, stop: int) -> dict:
@@ -237,5 +238,5 @@ def load_split(cache_dir: Path, manifest: Mapping[str, Any],
     n_rows = identity["num_rows"]
     if out["index"].shape[0] != n_rows or not np.array_equal(out["index"], np.arange(n_rows)):
         raise CacheError(f"cache {cache_dir}: shard rows are not the indices 0..{n_rows - 1}; "
-                         "the cache is corrupt — delete it and re-run `cli.py extract`")
+                         f"{CORRUPT}")
     return out

@@ -48,17 +48,24 @@ def test_the_threaded_read_is_h5pys_read(cache, threads):
         assert np.array_equal(out, h5py_column(cache, name))
 
 
-def test_a_changed_byte_is_refused_naming_the_shard(cache, tmp_path):
-    bad = tmp_path / "train"
-    shutil.copytree(cache, bad)
-    shard = bad / manifest(bad)["shards"][2]["file"]
+def flipped_copy(cache, dest, shard_no, at, mask):
+    """A copy of ``cache`` at ``dest`` with byte ``at`` of shard ``shard_no``'s features XORed
+    with ``mask``; returns the damaged shard's path."""
+    shutil.copytree(cache, dest)
+    shard = dest / manifest(dest)["shards"][shard_no]["file"]
     with h5py.File(shard, "r") as fh:
         offset = fh["features"].id.get_offset()
     with open(shard, "r+b") as fh:
-        fh.seek(offset + 101)
+        fh.seek(offset + at)
         byte = fh.read(1)
-        fh.seek(offset + 101)
-        fh.write(bytes([byte[0] ^ 0x10]))
+        fh.seek(offset + at)
+        fh.write(bytes([byte[0] ^ mask]))
+    return shard
+
+
+def test_a_changed_byte_is_refused_naming_the_shard(cache, tmp_path):
+    bad = tmp_path / "train"
+    shard = flipped_copy(cache, bad, 2, 101, 0x10)
     out = np.zeros((2_500, 24), np.float16)
     with pytest.raises(CacheError, match=f"{shard.name} is damaged: column 'features' does not "
                                          "match its checksum"):
@@ -116,15 +123,7 @@ def test_a_sink_takes_the_column_in_pieces_hashed_as_they_stream(cache, tmp_path
     assert np.array_equal(out, h5py_column(cache, "features"))
     assert max(sink.pieces) <= piece and sum(sink.pieces) == out.nbytes
     bad = tmp_path / "train"
-    shutil.copytree(cache, bad)
-    shard = bad / manifest(bad)["shards"][3]["file"]
-    with h5py.File(shard, "r") as fh:
-        offset = fh["features"].id.get_offset()
-    with open(shard, "r+b") as fh:
-        fh.seek(offset + 2_000)
-        byte = fh.read(1)
-        fh.seek(offset + 2_000)
-        fh.write(bytes([byte[0] ^ 0x01]))
+    shard = flipped_copy(cache, bad, 3, 2_000, 0x01)
     with pytest.raises(CacheError, match=f"{shard.name} is damaged"):
         read_column_into(bad, manifest(bad), "features", _Staged(np.zeros_like(out)))
 
