@@ -62,18 +62,27 @@ class Group(click.Group):
         except click.UsageError:
             raise       # exit 2 with click's usage text: the options themselves do not fit
         except click.ClickException as err:   # a stage's run error (exit 1): one line, as below
-            _say(err, err.format_message())
-            sys.exit(err.exit_code)
+            _leave(err, err.format_message(), err.exit_code)
         except _user_errors() as err:
-            _say(err, worker_message(err))
-            sys.exit(1)
+            _leave(err, worker_message(err), 1)
 
 
-def _say(err: BaseException, message: str) -> None:
-    """The error's one line; under torchrun, an error every process raised alike
-    (``pipeline.core.dist.EveryRankError``) only from rank 0."""
-    if not (getattr(err, "quiet_off_rank0", False) and os.environ.get("RANK", "0") != "0"):
+def _leave(err: BaseException, message: str, code: int) -> None:
+    """Print the error's one line and exit with ``code``.  Under torchrun, an error every process
+    raised alike (``pipeline.core.dist.EveryRankError``) is printed only by rank 0, and each
+    process destroys its process group before exiting."""
+    every_rank = getattr(err, "quiet_off_rank0", False)
+    if not (every_rank and os.environ.get("RANK", "0") != "0"):
         click.echo(f"error: {message}", err=True)
+    if every_rank and "pipeline.core.dist" in sys.modules:
+        # The processes agreed on this error through a collective, so none is inside another one
+        # and destroying the group cannot hang.  A process that exits with gloo's threads alive
+        # can abort in interpreter teardown ("terminate called without an active exception",
+        # pytorch/pytorch#190489).  After one process's own error the others may be mid-
+        # collective, where destroying could hang (pytorch/torchtitan#1342): torchrun stops them.
+        dist = sys.modules["pipeline.core.dist"]
+        dist.shutdown(dist.info())
+    sys.exit(code)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -167,9 +167,13 @@ class ImageSession:
         where = (f"the last good checkpoint is {self.prep.run.checkpoint(LAST)} (step "
                  f"{state.last_ckpt_step})" if state.last_ckpt_step else "no checkpoint was written")
         fp32 = "" if self.objs.precision == "fp32" else "use --precision fp32, "  # not to an fp32 run
-        raise TrainingDiverged(f"the loss became {value} at step {step} of "
+        err = TrainingDiverged(f"the loss became {value} at step {step} of "
                                f"{self.prep.schedule.total_steps}; training stopped and {where}. "
                                f"Lower --lr, {fp32}or check the targets.")
+        # The losses are means over ranks and every rank settles the same windows
+        # (loop.window), so under torchrun every process raises this alike: one message.
+        err.quiet_off_rank0 = self.info.enabled
+        raise err
 
     def finish(self) -> None:
         self.batches = None
