@@ -81,8 +81,21 @@ def _leave(err: BaseException, message: str, code: int) -> None:
         # pytorch/pytorch#190489).  After one process's own error the others may be mid-
         # collective, where destroying could hang (pytorch/torchtitan#1342): torchrun stops them.
         dist = sys.modules["pipeline.core.dist"]
+        _release(err)
         dist.shutdown(dist.info())
     sys.exit(code)
+
+
+def _release(err: BaseException | None) -> None:
+    """Free what the error's frames hold (a DDP model holds the process group) while the
+    interpreter is whole: drop the tracebacks of the error and of those it was raised from."""
+    import gc
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        err.__traceback__ = None
+        err = err.__context__
+    gc.collect()
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
