@@ -74,28 +74,9 @@ def _leave(err: BaseException, message: str, code: int) -> None:
     every_rank = getattr(err, "quiet_off_rank0", False)
     if not (every_rank and os.environ.get("RANK", "0") != "0"):
         click.echo(f"error: {message}", err=True)
-    if every_rank and "pipeline.core.dist" in sys.modules:
-        # The processes agreed on this error through a collective, so none is inside another one
-        # and destroying the group cannot hang.  A process that exits with gloo's threads alive
-        # can abort in interpreter teardown ("terminate called without an active exception",
-        # pytorch/pytorch#190489).  After one process's own error the others may be mid-
-        # collective, where destroying could hang (pytorch/torchtitan#1342): torchrun stops them.
-        dist = sys.modules["pipeline.core.dist"]
-        _release(err)
-        dist.shutdown(dist.info())
+    if every_rank and "pipeline.core.dist" in sys.modules:   # imported only by a torch stage
+        sys.modules["pipeline.core.dist"].close_after(err)
     sys.exit(code)
-
-
-def _release(err: BaseException | None) -> None:
-    """Free what the error's frames hold (a DDP model holds the process group) while the
-    interpreter is whole: drop the tracebacks of the error and of those it was raised from."""
-    import gc
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        err.__traceback__ = None
-        err = err.__context__
-    gc.collect()
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})

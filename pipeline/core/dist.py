@@ -1,6 +1,7 @@
 """torchrun / DDP plumbing: one process per device, initialised from torchrun's environment."""
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -144,3 +145,23 @@ def global_sum(info: DistInfo, values: torch.Tensor) -> torch.Tensor:
 def shutdown(info: DistInfo) -> None:
     if info.enabled and tdist.is_initialized():
         tdist.destroy_process_group()
+
+
+def close_after(err: BaseException | None) -> None:
+    """Destroy the process group after an error every process raised alike (``EveryRankError``
+    or an error marked ``quiet_off_rank0``), freeing first what the error's frames hold.
+
+    The processes agreed on the error through a collective, so none is inside another one and
+    destroying the group cannot hang.  A process that exits with gloo's threads alive can abort
+    in interpreter teardown ("terminate called without an active exception",
+    pytorch/pytorch#190489), and a DDP model kept by the traceback holds the group: the
+    tracebacks of the error and of those it was raised from are dropped first.  Not for one
+    process's own error: the others may be mid-collective, where destroying could hang
+    (pytorch/torchtitan#1342), and torchrun stops them."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        err.__traceback__ = None
+        err = err.__context__
+    gc.collect()
+    shutdown(info())
