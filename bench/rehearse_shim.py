@@ -67,7 +67,8 @@ def added_options(args: list[str], env: dict) -> list[str]:
 def train_rate(args: list[str], since: float) -> float | None:
     """The median logged img/s of the run a fine-tuned train-oracle wrote (its log.jsonl modified
     after ``since``), the first window left out; None when there is none."""
-    from cache.runs import LOG_FILE, read_log
+    from cache.runlog import read_log
+    from cache.runs import LOG_FILE
     root = option(args, "--runs-root")
     if args[0] != "train-oracle" or "--head-only" in args or not root:
         return None

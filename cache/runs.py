@@ -15,18 +15,16 @@ directories).  See docs/DATA_CONTRACT.md (Stage 2) for the layout.
 """
 from __future__ import annotations
 
-import json
-import math
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from cache.lock import DirLock
-from cache.manifest import read_json, write_json_atomic
+from cache.manifest import IDENTITY_FILE, MANIFEST_FILE, read_json, write_json_atomic
 from cache.outputs import read_outputs
 from cache.reader import slug
 from cache.runfile import RunError, RunFile
+from cache.runlog import read_log
 from cache.schema import CacheError, CacheMismatch, canonical, identity_diff
 from cache.shards import read_attrs
 
@@ -147,6 +145,17 @@ class RunDir:
     def record(self) -> RunFile:
         """run.json, typed (CacheError when missing or damaged)."""
         return RunFile.from_json(self.read(), str(self.run_file))
+
+    def require_record(self) -> RunFile:
+        """run.json, typed; a folder without one is refused (``RunError``) saying what it is."""
+        if not self.run_file.is_file():
+            cache = any((self.path / f).is_file() for f in (MANIFEST_FILE, IDENTITY_FILE))
+            what = ("a classifier cache, not a train-oracle run directory" if cache else
+                    "not a train-oracle run directory (no run.json)" if self.path.is_dir() else
+                    "not there")
+            raise RunError(f"{self.path} is {what}: pass the folder train-oracle wrote (its --out, "
+                           "or artifacts/<dataset>/runs/<run>)")
+        return self.record()
 
     def record_if_any(self) -> RunFile:
         """run.json, or an empty record for a directory that only holds outputs (a copied run)."""
@@ -274,50 +283,6 @@ class RunDir:
         """The timing of ``output``, or None where none was written (head-only outputs)."""
         path = self.timing_path(output)
         return read_json(path, "inference timing") if path.exists() else None
-
-
-def read_log(path: Path) -> list[tuple[str, dict]]:
-    """(line, entry) of every line of log.jsonl.  A last line that is not JSON is the trace of a
-    write cut short (full disk, kill -9): it is dropped with a note, and the run resumes from its
-    checkpoint, which is older.  A damaged line before the last is not explained by that and
-    is refused naming the line."""
-    out = []
-    lines = Path(path).read_text(errors="replace").splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append((line, json.loads(line)))
-        except json.JSONDecodeError as err:
-            if number < len(lines):
-                raise RunError(f"{path} line {number} is not JSON ({err}); the log is damaged: "
-                               "delete the run directory to start over") from None
-            print(f"note: {path}: dropped a torn last line ({len(line)} characters, not JSON: "
-                  "a write cut short by a crash or a full disk); the run resumes from its "
-                  "last checkpoint", file=sys.stderr, flush=True)
-    return out
-
-
-def log_line(entry: Mapping[str, Any]) -> str:
-    """One log.jsonl line of ``entry``: strict JSON (``finite``), keys sorted.  The per-step entry
-    ``{"step": int, "loss": float}`` -- a sweep's bank writes one per step and head, millions in
-    an ImageNet-sized sweep -- is formatted directly, as ``json.dumps`` formats it (a float as its
-    ``repr``, NaN/inf as null) in a tenth of its time."""
-    if len(entry) == 2 and type(entry.get("loss")) is float and type(entry.get("step")) is int:
-        loss = entry["loss"]
-        return f'{{"loss": {repr(loss) if math.isfinite(loss) else "null"}, "step": {entry["step"]}}}'
-    return json.dumps(finite(dict(entry)), sort_keys=True)
-
-
-def finite(value: Any) -> Any:
-    """Strict JSON: undefined numbers (NaN, inf) are written as null."""
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [finite(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _now() -> str:

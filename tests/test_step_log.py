@@ -10,7 +10,8 @@ import struct
 import numpy as np
 import torch
 
-from cache.runs import RunDir, finite, log_line
+from cache.runlog import finite, log_line
+from cache.runs import RunDir
 from pipeline.core.dist import DistInfo
 from pipeline.oracle.loop.fit import fit
 from pipeline.oracle.loop.state import HeadState, LoopSettings, LoopState

@@ -24,7 +24,8 @@ import numpy as np
 from cache.manifest import write_json_atomic
 from cache.outputs import read_outputs
 from cache.reader import slug
-from cache.runs import RunDir, RunError, finite
+from cache.runlog import finite
+from cache.runs import RunDir, RunError
 from pipeline.core.losses import tnr_logit
 from pipeline.core.presets import ss_slopes
 from pipeline.oracle.finetune.train import train

@@ -9,7 +9,8 @@ from typing import Mapping
 
 import torch
 
-from cache.runs import RunDir, log_line
+from cache.runlog import log_line
+from cache.runs import RunDir
 
 FLUSH_S = 2.0       # the longest a written entry waits in memory before it reaches log.jsonl
 
