@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from cache import manifest as mf
-from cache.outputs import classifier_ref, write_outputs
+from cache.outputs import MadeOn, classifier_ref, write_outputs
 from cache.reader import ClassifierCache
 from cache.runs import RunDir
 from cache.schema import KIND_CLASSIFIER, SCHEMA_VERSION
@@ -22,6 +22,8 @@ from pipeline.core.losses import LOSSES
 
 # run.json records the versions of the code that trained a run; these runs were made up here
 VERSIONS = {"synthetic_runs": "1"}
+# what made the scores: nothing ran, no device or precision (cache.outputs.MadeOn)
+SYNTHETIC = MadeOn("", "", "", "", "synthetic scores")
 
 
 def _logits(rng, labels: np.ndarray, correct: np.ndarray, k: int) -> np.ndarray:
@@ -141,7 +143,7 @@ def write_run(run_dir: Path, cache_dir: Path, *, oracle: str, classifier: str, l
                   {"index": np.arange(n, dtype=np.int64), "valid": cols["valid"], "z": z,
                    "confidence": conf, "correct": cols["correct"], "label": cols["label"],
                    "pred": cols["pred"]},
-                  classifier_ref(cache.path, cache.identity), record)
+                  classifier_ref(cache.path, cache.identity), record, SYNTHETIC)
     extra = {"train_cache": str(train_cache)} if train_cache else {}
     run.write(record, status, VERSIONS, **extra)
     if val_rows is not None:     # as train-oracle's held-out rows

@@ -5,7 +5,12 @@ shards.py     HDF5 shard writer/reader: column hashes, identity and size checks,
 columns.py    one column of a whole cache read by threads, verified, into an array or a sink
 manifest.py   identity.json / manifest.json, claiming a directory, finding damaged shards
 reader.py     ClassifierCache: the API later stages read a complete cache with
-outputs.py    oracle output files (one per evaluated split of a run)
+outputs.py    oracle output files (one per evaluated split of a run); MadeOn, what made scores
+runs.py       run directories (RunDir): the one module naming their files
+runfile.py    run.json, typed (RunFile)
+runlog.py     log.jsonl's lines: written as strict JSON, read with a torn last line dropped
+runcache.py   the classifier cache a run trained on, found from any folder, checked by identity
+predictions.py  predict --images' tables
 integrity.py  checksums (XXH3) and the one "disk full" error
 atomic.py     every file written under a temporary name, then renamed over the old one
 lock.py       DIR/.lock: one writing process per cache or run directory

@@ -2,10 +2,11 @@
 
 Rows are aligned by global index with the classifier cache of the same split; the file's
 attributes carry that cache's identity (fingerprint, model, weights hash) so a report can refuse
-outputs that belong to another cache.
+outputs that belong to another cache, and what made the scores (``MadeOn``: device and precision).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -15,7 +16,66 @@ import numpy as np
 from cache.schema import (KIND_ORACLE, ORACLE_COLUMNS, ORACLE_PATH_COLUMN, ORACLE_PATH_ROOT,
                           SCHEMA_VERSION, CacheError, CacheMismatch, check_identity)
 from cache.integrity import file_digest
+from cache.reader import UnverifiedCacheWarning
 from cache.shards import HASHES, read_attrs, read_columns, write_shard
+
+MADE_ON = "made_on"     # the attribute (and run.json key) holding a MadeOn record
+
+
+class OtherDeviceNote(UnverifiedCacheWarning):
+    """Scores made on another device or in another precision than a run's stored ones: they
+    differ from them (cli.py prints it as a note)."""
+
+
+@dataclass(frozen=True)
+class MadeOn:
+    """What computed stored scores: the device and the precision of the forward passes that made
+    them.  Scores made on another device or in another precision differ in their last bits or
+    more (docs/METRICS.md, "Scores on another device"); made on the same, they are the same.
+
+    ``device``: cpu or cuda ("" where not recorded); ``name``: the GPU's name or the CPU's model;
+    ``isa``: the vector instructions torch's CPU kernels use (AVX512, AVX2, ...; "" on a GPU);
+    ``precision``: bf16, fp16 or fp32; ``inputs``: "images", or "cached features" for a head-only
+    run's own scores, whose features were made on the device and in the precision named here
+    (the feature cache's; the head then runs in float32)."""
+    device: str
+    name: str
+    isa: str
+    precision: str
+    inputs: str = "images"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"device": self.device, "name": self.name, "isa": self.isa,
+                "precision": self.precision, "inputs": self.inputs}
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any] | None) -> "MadeOn | None":
+        if not record:
+            return None
+        return cls(str(record.get("device") or ""), str(record.get("name") or ""),
+                   str(record.get("isa") or ""), str(record.get("precision") or ""),
+                   str(record.get("inputs") or "images"))
+
+    @property
+    def known(self) -> bool:
+        return bool(self.device and self.precision)
+
+    def describe(self) -> str:
+        """e.g. ``cuda (NVIDIA H200) at bf16`` or ``cpu (AMD EPYC 9654, AVX512) at fp32``."""
+        what = ", ".join(x for x in (self.name, self.isa) if x)
+        return f"{self.device or 'an unrecorded device'}" + (f" ({what})" if what else "") + \
+            f" at {self.precision or 'an unrecorded precision'}"
+
+    def same_numerics(self, other: "MadeOn") -> bool:
+        """The same kernels on the same numbers: the same kind of device (the same GPU model;
+        CPUs with the same vector instructions) and the same precision."""
+        if self.device != other.device or self.precision != other.precision:
+            return False
+        return self.name == other.name if self.device == "cuda" else self.isa == other.isa
+
+
+# How a row of an idx array is named (pipeline/data/sources.py: "<idx file>[row]"): no file.
+IDX_ROW = re.compile(r"-idx\d-ubyte(\.gz)?\[\d+\]$")
 
 REWRITE = ("re-run the command that wrote it (the same `cli.py train-oracle` or `cli.py "
            "predict`): it recomputes the outputs with the kept oracle")
@@ -29,11 +89,13 @@ def classifier_ref(cache_path: Path, identity: Mapping[str, Any]) -> dict:
 
 
 def write_outputs(path: Path, columns: Mapping[str, np.ndarray], classifier: Mapping[str, Any],
-                  run: Mapping[str, Any], sources: tuple[str, Sequence[str]] | None = None) -> None:
+                  run: Mapping[str, Any], made_on: MadeOn,
+                  sources: tuple[str, Sequence[str]] | None = None) -> None:
     """Write one split's oracle outputs.  ``classifier`` = classifier_ref(...); ``run`` = the
     run's labels/config (oracle, classifier, loss, seed, ...), stored for self-contained reports;
-    ``sources`` = (folder, each row's file relative to it): the ``path`` column, so scores map
-    back to image files without the dataset listing."""
+    ``made_on``: the device and precision that made the scores; ``sources`` = (folder, each row's
+    file relative to it): the ``path`` column, so scores map back to image files without the
+    dataset listing (None for rows that are no files: idx arrays)."""
     missing = [c for c in ORACLE_COLUMNS if c not in columns]
     if missing:
         raise ValueError(f"oracle outputs for {path} lack column(s) {missing}")
@@ -44,7 +106,7 @@ def write_outputs(path: Path, columns: Mapping[str, np.ndarray], classifier: Map
     attrs = {"schema_version": SCHEMA_VERSION, "kind": KIND_ORACLE, "split": classifier["split"],
              "corruption": classifier["corruption"],
              "dataset_fingerprint": classifier["dataset_fingerprint"], "num_rows": n,
-             "classifier_cache": dict(classifier), "run": dict(run)}
+             "classifier_cache": dict(classifier), "run": dict(run), MADE_ON: made_on.to_dict()}
     arrays = {c: np.asarray(columns[c], ORACLE_COLUMNS[c]) for c in ORACLE_COLUMNS}
     if sources is not None:
         root, names = sources
@@ -70,6 +132,11 @@ class OracleOutputs:
     @property
     def classifier(self) -> dict:
         return self.attrs["classifier_cache"]
+
+    @property
+    def made_on(self) -> MadeOn | None:
+        """What made the scores (None: a file written before it was recorded)."""
+        return MadeOn.from_dict(self.attrs.get(MADE_ON))
 
 
 def read_outputs(path: Path, expect_classifier: Mapping[str, Any] | None = None,
@@ -106,10 +173,13 @@ def read_outputs(path: Path, expect_classifier: Mapping[str, Any] | None = None,
 
 
 def output_paths(outputs: OracleOutputs) -> list[str] | None:
-    """Each row's image file (its folder joined with the ``path`` column), or None for a file
-    written before that column existed."""
+    """Each row's image file (its folder joined with the ``path`` column), or None where the rows
+    are no files (idx arrays) or the file was written before that column existed."""
     if ORACLE_PATH_COLUMN not in outputs.columns:
         return None
+    names = [b.decode("utf-8", "surrogateescape")
+             for b in outputs.columns[ORACLE_PATH_COLUMN].tolist()]
+    if names and IDX_ROW.search(names[0]):    # written before idx rows were left without one
+        return None
     root = Path(outputs.attrs[ORACLE_PATH_ROOT])
-    return [str(root / b.decode("utf-8", "surrogateescape"))
-            for b in outputs.columns[ORACLE_PATH_COLUMN].tolist()]
+    return [str(root / name) for name in names]

@@ -57,15 +57,20 @@ class RunFile:
 
     ``outputs``: {output name: file path}; ``output_files``: {output name: {bytes, xxh3_128}};
     ``heldout_output``: the held-out rows' output ({split, bytes, xxh3_128}) or None;
-    ``train_cache`` / ``feature_caches``: the caches the run trained on; ``oracle_build``: how
+    ``train_cache`` / ``feature_caches``: the caches the run trained on (``train_cache``: absolute
+    since it was recorded with ``train_cache_from_run``, the path relative to the run directory, and
+    ``train_cache_given``, as typed; ``cache.runcache`` finds it); ``oracle_build``: how
     to rebuild the network (None before training finished); ``grad_norm``: the run mean of the
     per-sample head-input gradient norm (the appendix's gradient magnitudes); ``classifier_identity``: the identity of the
     classifier whose correctness it learned; ``step``: the last step trained; ``step_path``: how
-    a step ran (eager, CUDA graph) and why."""
+    a step ran (eager, CUDA graph) and why; ``made_on``: the device and precision its stored
+    scores were made on (``cache.outputs.MadeOn``' record; None before it was recorded)."""
     labels: RunLabels | None
     status: str | None
     head_only: bool
     train_cache: str | None
+    train_cache_from_run: str | None
+    train_cache_given: str | None
     train_fingerprint: str | None
     feature_caches: Mapping[str, Any]
     heldout_output: Mapping[str, Any] | None
@@ -78,6 +83,7 @@ class RunFile:
     classifier_identity: Mapping[str, Any] | None
     step: int
     step_path: Mapping[str, Any]
+    made_on: Mapping[str, Any] | None
     error: str
     raw: Mapping[str, Any] = field(repr=False, compare=False)
 
@@ -89,6 +95,8 @@ class RunFile:
         return cls(labels=RunLabels.from_json(record, where) if record is not None else None,
                    status=payload.get("status"), head_only=bool(payload.get("head_only")),
                    train_cache=payload.get("train_cache"),
+                   train_cache_from_run=payload.get("train_cache_from_run"),
+                   train_cache_given=payload.get("train_cache_given"),
                    train_fingerprint=payload.get("train_fingerprint"),
                    feature_caches=_frozen(payload.get("feature_caches")),
                    heldout_output=payload.get("heldout_output") or None,
@@ -100,6 +108,7 @@ class RunFile:
                    classifier_identity=payload.get("classifier_identity"),
                    step=int(payload.get("step") or 0),
                    step_path=_frozen(payload.get("step_path")),
+                   made_on=payload.get("made_on"),
                    error=payload.get("error") or "",
                    raw=_frozen(payload))
 

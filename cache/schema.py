@@ -37,7 +37,11 @@ CLASSIFIER_COLUMNS: dict[str, str] = {
 }
 # Columns of the horizontally flipped view (--flip-view): same meaning, suffix "_flip".
 FLIP_COLUMNS = ("logits", "pred", "correct", "p_true", "p_max")
-FEATURE_COLUMN = "features"  # (N, D) float16 pooled pre-logit features (--features)
+FEATURE_COLUMN = "features"  # (N, D) pooled pre-logit features (--features), FEATURE_DTYPE
+# The features' storage dtype.  A head-only oracle's head is trained and scored on features
+# rounded to it, so the deployed oracle rounds its backbone's features to it as well
+# (``pipeline.oracle.nets.model.Oracle``): the same images give the run's own scores.
+FEATURE_DTYPE = "float16"
 # The flipped view's features (--features with --flip-view): what a head-only oracle trained with
 # random flips reads for a flipped row.  Caches that have it carry ``features_flip: true`` in
 # their identity (absent otherwise, so caches without it keep their identity).
@@ -100,6 +104,11 @@ CLASSIFIER_IDENTITY = (
     "num_classes", "precision", "flip_view", "features", "features_flip", "shard_size", "decode",
     MC_DROPOUT, "exif_transpose",   # these two only where given (absent = off)
 )
+
+# What must agree between the caches of one classifier across splits (train vs test vs shifted),
+# and between a run's training cache and the classifier a deployed oracle judges.
+CLASSIFIER_KEYS = ("model", "model_kwargs", "weights_sha256", "num_classes", "preprocess",
+                   "data_config")
 
 ORACLE_IDENTITY = (
     "schema_version", "kind", "split", "corruption", "dataset_fingerprint", "num_rows",

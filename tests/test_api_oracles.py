@@ -295,7 +295,8 @@ def test_a_run_without_held_out_rows_needs_a_given_threshold(trained, tmp_path):
 def test_an_unfinished_run_and_a_moved_training_cache_are_refused(trained, tmp_path):
     _, _, run = trained
     for edit, pattern in [({"status": "running"}, r"is not complete \(status 'running'\)"),
-                          ({"train_cache": str(tmp_path / "gone")},
+                          ({"train_cache": str(tmp_path / "gone"), "train_cache_from_run": "../gone",
+                            "train_cache_given": str(tmp_path / "gone")},
                            r"was trained on the classifier cache .*gone, which is not there now")]:
         copy = tmp_path / f"run-{len(edit)}-{next(iter(edit))}"
         shutil.copytree(run, copy)
@@ -333,7 +334,8 @@ def test_a_moved_weights_file_is_named_and_found_again_by_weights(trained, weigh
                              "--threshold", 0.5, *FAST])
         with pytest.raises(ModelError) as err:
             load_oracle(base / "run", device="cpu")
-        assert str(err.value) == message
+        # the CLI's message, naming the API's argument
+        assert str(err.value) == message.replace("--weights FILE", "load_oracle(weights=FILE)")
         assert "is not there now (moved or deleted): pass --weights FILE" in message
         oracle = load_oracle(base / "run", device="cpu", weights=moved)
         assert len(oracle.score_files(val_files(data), threshold=0.5)) == 12
@@ -341,7 +343,8 @@ def test_a_moved_weights_file_is_named_and_found_again_by_weights(trained, weigh
         torch.manual_seed(6)
         torch.save(timm.create_model(CLASSIFIER, pretrained=False, num_classes=3,
                                      **TINY_VIT_KWARGS).state_dict(), tmp_path / "other.pth")
-        with pytest.raises(ModelError, match=r"holds other weights than the classifier of cache"):
+        with pytest.raises(ModelError, match=r"load_oracle\(weights=.*other.pth\) is not the "
+                                             r"weights file the classifier of cache .* its sha256"):
             load_oracle(base / "run", device="cpu", weights=tmp_path / "other.pth")
     finally:
         shutil.move(moved, base / "mine.pth")

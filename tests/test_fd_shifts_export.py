@@ -14,7 +14,7 @@ import pytest
 
 from bench.synthetic_runs import write_cache, write_run, write_study
 from cache.integrity import file_digest
-from cache.outputs import classifier_ref, read_outputs, write_outputs
+from cache.outputs import MadeOn, classifier_ref, read_outputs, write_outputs
 from cache.reader import ClassifierCache
 from cache.runs import FRAME_KEYS, RunDir
 from cache.schema import CacheMismatch
@@ -39,7 +39,8 @@ def add_heldout(run_dir: Path, train_cache: Path, seed: int = 0) -> np.ndarray:
     write_outputs(path, {"index": np.arange(n, dtype=np.int64), "valid": valid, "z": z,
                          "confidence": 1 / (1 + np.exp(-z)), "correct": cols["correct"],
                          "label": cols["label"], "pred": cols["pred"]},
-                  classifier_ref(cache.path, cache.identity), record["run"])
+                  classifier_ref(cache.path, cache.identity), record["run"],
+                  MadeOn("", "", "", "", "synthetic scores"))
     extra = {k: v for k, v in record.items() if k not in FRAME_KEYS}
     run.write(record["run"], record["status"], record["versions"],
               **{**extra, "heldout_output": {"split": "train", **file_digest(path)}})

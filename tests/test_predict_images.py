@@ -107,7 +107,7 @@ def write_heldout(run, conf, correct):
     cols["confidence"] = np.zeros_like(cols["confidence"])
     cols["confidence"][rows[:len(conf)]] = conf
     cols["correct"][rows[:len(conf)]] = correct
-    write_outputs(path, cols, out.classifier, out.run)
+    write_outputs(path, cols, out.classifier, out.run, out.made_on)
     record["heldout_output"] = {"split": record["heldout_output"]["split"], **file_digest(path)}
     (run / "run.json").write_text(json.dumps(record))
 
@@ -299,8 +299,10 @@ def test_a_run_whose_classifier_weights_are_gone_names_the_file_and_weights(weig
         result = run_cli(["predict", "--run", run, "--images", data / "val", "--weights", other,
                           "--threshold", 0.5,
                           "--out", tmp_path / "x.csv", *FAST], expect=None)
-        assert_error(result, r"--weights .*other.pth holds other weights than the classifier of "
-                             r"cache .*weights_sha256 .*pass --weights with the file the cache")
+        assert_error(result, r"--weights .*other.pth is not the weights file the classifier of "
+                             r"cache .* was extracted with: its sha256 is [0-9a-f]{12}\.\.\., the "
+                             r"cache records [0-9a-f]{12}\.\.\. \(for .*mine.pth\): pass --weights "
+                             r"FILE with the file the cache")
         assert not (tmp_path / "x.csv").exists()
     finally:
         shutil.move(moved, base / "mine.pth")
@@ -332,9 +334,12 @@ def test_an_all_wrong_held_out_set_and_a_moved_training_cache_are_named(weights_
         shutil.move(tmp_path / "cache", base / "cache")
 
 
-def test_paths_recorded_relative_to_another_folder_say_so(weights_run, tmp_path, monkeypatch):
-    """extract and train-oracle record --weights and --cache as given: run from another folder,
-    predict cannot find them and says why."""
+def test_a_run_written_with_relative_paths_is_found_from_any_folder(weights_run, tmp_path,
+                                                                   monkeypatch):
+    """extract and train-oracle given relative --weights, --cache and --out: predict from another
+    folder finds the run's training cache (run.json records it absolutely and from the run) and
+    gives the same table; a run that recorded only the typed path (older runs) is found relative
+    to a folder above it; moved away, the message names each place looked in."""
     data, base, _ = weights_run
     work = tmp_path / "work"
     work.mkdir()
@@ -345,12 +350,25 @@ def test_paths_recorded_relative_to_another_folder_say_so(weights_run, tmp_path,
              "--split", "val", "--precision", "fp32", *FAST])
     run_cli(train_args(data, "cache", "run", "--val-fraction", 0.25, "--batch-size", 4))
     run_cli(["predict", "--run", "run", "--images", data / "val", "--threshold", 0.5, *FAST])
+    here = read_csv(work / "run" / "predictions" / "val.csv")
+    record = json.loads((work / "run" / "run.json").read_text())
+    assert record["train_cache"] == str(work / "cache" / CLASSIFIER / "train")
+    assert record["train_cache_from_run"] == f"../cache/{CLASSIFIER}/train"
+    assert record["train_cache_given"] == f"cache/{CLASSIFIER}/train"
     monkeypatch.chdir(tmp_path)
+    run_cli(["predict", "--run", work / "run", "--images", data / "val", "--threshold", 0.5,
+             "--out", tmp_path / "there.csv", *FAST])
+    assert read_csv(tmp_path / "there.csv") == here
+    old = {k: v for k, v in record.items() if k not in ("train_cache_from_run", "train_cache_given")}
+    (work / "run" / "run.json").write_text(json.dumps({**old, "train_cache": f"cache/{CLASSIFIER}/train"}))
+    run_cli(["predict", "--run", work / "run", "--images", data / "val", "--threshold", 0.5,
+             "--out", tmp_path / "older.csv", *FAST])
+    assert read_csv(tmp_path / "older.csv") == here
+    shutil.move(work / "cache", tmp_path / "elsewhere")
     result = run_cli(["predict", "--run", work / "run", "--images", data / "val", "--threshold",
                       0.5, *FAST], expect=None)
-    assert_error(result, rf"classifier cache cache/{CLASSIFIER}/train, which is not there now "
-                         r"\(moved or deleted, or recorded relative to the folder the command "
-                         r"that wrote it ran in: run predict from there\)")
+    assert_error(result, rf"trained on the classifier cache .*/cache/{CLASSIFIER}/train, which is "
+                         rf"not there now \(moved or deleted; nor at .*work/cache/{CLASSIFIER}/train")
 
 
 def test_an_oracle_of_another_input_size_gets_its_own_view_of_each_file(trained, tmp_path):

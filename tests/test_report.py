@@ -281,7 +281,7 @@ def test_outputs_whose_columns_disagree_with_the_cache_are_refused(tmp_path):
     cols = dict(o.columns)
     cols["correct"] = cols["correct"].copy()
     cols["correct"][7] ^= 1
-    write_outputs(run / "outputs" / "test.h5", cols, o.classifier, o.run)
+    write_outputs(run / "outputs" / "test.h5", cols, o.classifier, o.run, o.made_on)
     result = CliRunner().invoke(cli, ["report", str(run), "--out", str(tmp_path / "o")])
     assert result.exit_code == 1 and "column 'correct'" in result.output
     assert "first global index 7" in result.output

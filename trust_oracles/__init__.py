@@ -32,14 +32,14 @@ _WHERE = {
     **dict.fromkeys(("Comparison", "Difference", "compare"), "comparison"),
     **dict.fromkeys(("POSTHOC_SCORES", "PosthocFit", "evaluate_posthoc", "fit_posthoc",
                      "posthoc_scores"), "posthoc"),
-    **dict.fromkeys(("Run", "RunRecord", "SplitScores", "open_run"), "runs"),
+    **dict.fromkeys(("MadeOn", "Run", "RunRecord", "SplitScores", "open_run"), "runs"),
     **dict.fromkeys(("RunResult", "TrainConfig", "settings", "train"), "training"),
     **dict.fromkeys(("HeadOracle", "train_head"), "heads"),
     **dict.fromkeys(("LossFn", "custom_loss_name"), "losses"),
     **dict.fromkeys(("BadImageError", "CacheError", "CacheMismatch", "CustomLossError",
                      "DataError", "DeviceError", "HubUnreachable", "InputError",
-                     "LossOptionError", "MissingDependencyError", "ModelError", "RunError",
-                     "TrainingDiverged"), "errors"),
+                     "LossOptionError", "MissingDependencyError", "ModelError",
+                     "OtherDeviceNote", "RunError", "TrainingDiverged"), "errors"),
 }
 __all__ = sorted(_WHERE)
 

@@ -52,10 +52,15 @@ UnverifiedCacheWarning
     A cache written before per-shard checksums: read, but its files cannot be verified.
 UnstampedCacheWarning
     A cache written before image stamps: changed images cannot be found.
+OtherDeviceNote
+    ``load_oracle`` scores on another device or in another precision than the run's stored
+    scores were made on: its numbers are close to the run's, not equal (docs/METRICS.md, "Scores
+    on another device").
 """
 from __future__ import annotations
 
 # every class from where it is defined, in modules that load no torch: catching them loads nothing
+from cache.outputs import OtherDeviceNote
 from cache.reader import UnstampedCacheWarning, UnverifiedCacheWarning
 from cache.runs import RunError
 from cache.schema import CacheError, CacheMismatch
@@ -66,7 +71,8 @@ from pipeline.data.errors import BadImageError, DataError
 
 __all__ = ["BadImageError", "CacheError", "CacheMismatch", "CustomLossError", "DataError",
            "DeviceError", "HubUnreachable", "InputError", "LossOptionError",
-           "MissingDependencyError", "ModelError", "RunError", "TrainingDiverged",
+           "MissingDependencyError", "ModelError", "OtherDeviceNote", "RunError",
+           "TrainingDiverged",
            "UnstampedCacheWarning", "UnverifiedCacheWarning"]
 
 

@@ -24,17 +24,18 @@ import numpy as np
 import torch
 from PIL import Image
 
+from cache.outputs import MadeOn
 from cache.runfile import RunFile
-from cache.schema import check_identity
+from cache.schema import CLASSIFIER_KEYS, check_identity
 from pipeline.core.models import DataConfig
 from pipeline.core.options import check_device
-from pipeline.core.precision import PRECISIONS
+from pipeline.core.precision import PRECISIONS, made_on
 from pipeline.data.errors import BadImageError, worker_message
 from pipeline.data.labels import class_names
 from pipeline.data.orientation import EXIF_TRANSPOSE
 from pipeline.oracle.deploy import images as deploy
+from pipeline.oracle.deploy.predict import note_other_numerics
 from pipeline.oracle.deploy.threshold import given_threshold, pick_threshold
-from pipeline.oracle.settings.targets import CLASSIFIER_KEYS
 from trust_oracles import _inputs as inputs
 from trust_oracles._inputs import ThresholdSpec
 from trust_oracles.caches import Cache
@@ -60,6 +61,11 @@ class TrustOracle:
         The oracle's and the classifier's input: ``input_size`` (C, H, W), resize/crop, mean, std.
     precision, classifier_precision : str
         The autocast each model runs in (bf16, fp16 or fp32).
+    made_on : MadeOn
+        What makes this oracle's scores (device, precision): where it is the run's own
+        (``open_run(run_dir).scores(split).made_on``), the same images give the run's stored
+        scores bit for bit; elsewhere they differ a little (docs/METRICS.md, "Scores on another
+        device"), and ``load_oracle`` says so once (an ``OtherDeviceNote`` warning).
     classes : tuple of str
         Readable names of the classifier's outputs (``classes[scores.pred[i]]``).
     """
@@ -72,6 +78,7 @@ class TrustOracle:
     classifier_data_config: DataConfig
     precision: str
     classifier_precision: str
+    made_on: MadeOn
     classes: tuple[str, ...] = field(repr=False)
     _run: RunFile = field(repr=False)
     _classifier: dict = field(repr=False)       # the training cache's identity
@@ -259,7 +266,8 @@ def load_oracle(run_dir: str | Path, *, weights: str | Path | None = None,
         A complete ``train-oracle`` run directory.
     weights : str or Path, optional
         The classifier's weights (and a head-only run's backbone's) at another path, where the
-        file its cache recorded was moved; checked against the recorded hash.
+        file its cache recorded was moved; checked against the recorded hashes (the file's
+        before any model is built, where its cache recorded it).
     device : str or torch.device, optional
         ``cpu``, ``cuda`` or ``cuda:N``; default: cuda if available, else cpu.
     batch_size : int, default 256
@@ -270,9 +278,17 @@ def load_oracle(run_dir: str | Path, *, weights: str | Path | None = None,
     Raises
     ------
     RunError
-        Not a complete run, or its training cache is gone.
+        ``run_dir`` is no run directory (missing, or a classifier cache), or not a complete run;
+        its training cache is nowhere it was recorded (its absolute path, its path from the run
+        directory, or, for runs that recorded only the path as typed, relative to a folder above
+        the run).
+    CacheMismatch
+        The folder of its training cache now holds another classifier's cache (re-extracted in
+        place with other weights or another model), or other rows: the oracle was not trained
+        to judge that classifier.
     ModelError
-        The classifier's weights file moved or holds other weights.
+        The classifier's weights file moved, or ``weights`` is another file or holds other
+        weights (a head-only run whose backbone cannot be found: ``RunError``).
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise received("load_oracle(batch_size)", repr(batch_size), "an int >= 1")
@@ -285,11 +301,13 @@ def load_oracle(run_dir: str | Path, *, weights: str | Path | None = None,
         device = torch.device("cuda", torch.cuda.current_device())
     cache = deploy.training_cache(run_dir, run)
     models = deploy.deployed_models(run_dir, run, cache, None if weights is None else str(weights),
-                                    precision, device)
+                                    precision, device, option="load_oracle(weights={})")
     (_, clf_cfg, clf_prec), (oracle, orc_cfg, orc_prec) = models
+    made = made_on(device, orc_prec)
+    note_other_numerics(run_dir, run, made)
     return TrustOracle(run_dir=run_dir, device=device, batch_size=batch_size,
                        stacked=oracle.stacked, data_config=orc_cfg,
                        classifier_data_config=clf_cfg, precision=orc_prec,
-                       classifier_precision=clf_prec,
+                       classifier_precision=clf_prec, made_on=made,
                        classes=tuple(class_names(cache.manifest.get("classes") or [])),
                        _run=run, _classifier=dict(cache.identity), _models=models)

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from cache.outputs import output_paths, read_outputs
+from cache.outputs import MadeOn, output_paths, read_outputs
 from cache.runfile import RunLabels
 from cache.runs import RunDir, RunError
 
-__all__ = ["Run", "RunRecord", "SplitScores", "open_run"]
+__all__ = ["MadeOn", "Run", "RunRecord", "SplitScores", "open_run"]
 
 
 # run.json's ``run`` record (docs/DATA_CONTRACT.md): what was trained.  The type every stage
@@ -48,6 +48,13 @@ class SplitScores:
         The cache's global row index, the label and the classifier's prediction.
     paths : list of str, or None
         Each row's image file (None for in-memory datasets such as the embedded Fashion-MNIST).
+    made_on : MadeOn or None
+        What made the scores: ``device`` (cpu, cuda), ``name`` (the GPU, or the CPU's model),
+        ``isa`` (the CPU's vector instructions), ``precision`` (bf16, fp16, fp32) and ``inputs``
+        ("images", or "cached features" for a head-only run's own scores, whose features the
+        named device made).  ``load_oracle`` on the same device and precision gives these
+        scores bit for bit from the same images; elsewhere they differ a little (docs/METRICS.md,
+        "Scores on another device").  None for files written before it was recorded.
     """
     split: str
     z: np.ndarray
@@ -58,6 +65,7 @@ class SplitScores:
     label: np.ndarray
     pred: np.ndarray
     paths: list[str] | None
+    made_on: MadeOn | None
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,7 @@ class Run:
         c = out.columns
         return SplitScores(split, c["z"], c["confidence"], c["correct"].astype(bool),
                            c["valid"].astype(bool), c["index"], c["label"], c["pred"],
-                           output_paths(out))
+                           output_paths(out), out.made_on)
 
 
 def open_run(run_dir: str | Path) -> Run:
@@ -99,11 +107,7 @@ def open_run(run_dir: str | Path) -> Run:
         ``run_dir`` holds no run.json (not a run directory, or not started).
     """
     run_dir = RunDir(Path(run_dir))
-    if not run_dir.exists():
-        raise RunError(f"{run_dir.path} is not a train-oracle run directory (no run.json); "
-                       "pass the folder train-oracle wrote "
-                       "(--out, or artifacts/<dataset>/runs/...)")
-    run = run_dir.record()
+    run = run_dir.require_record()
     held = (run.heldout_output or {}).get("split")
     names = tuple(sorted(p.stem for p in run_dir.outputs()))
     return Run(run_dir.path, run.labels, str(run.status), run.head_only, names, held)

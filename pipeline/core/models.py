@@ -89,10 +89,16 @@ def check_model_name(name: str) -> None:
 
 
 def is_project_checkpoint(path: str) -> bool:
+    return checkpoint_model(path) is not None
+
+
+def checkpoint_model(path: str) -> str | None:
+    """The timm model a ``fit-classifier`` checkpoint names, or None for any other file."""
     if not str(path).endswith((".pt", ".pth")) or not Path(path).exists():
-        return False
+        return None
     obj = _load_file(path)
-    return isinstance(obj, dict) and obj.get("format") == CHECKPOINT_FORMAT
+    return obj.get("model") if isinstance(obj, dict) and obj.get("format") == CHECKPOINT_FORMAT \
+        else None
 
 
 def _check_file(path: Path) -> None:

@@ -1,8 +1,21 @@
-"""Numeric precision, chosen once per run: an autocast context and whether a GradScaler is on."""
+"""Numeric precision, chosen once per run: an autocast context, whether a GradScaler is on, and
+the record of what made a stored score (``made_on``).
+
+fp32 means IEEE float32 on every device: PyTorch runs float32 convolutions on CUDA in TF32 by
+default (10 mantissa bits), which would make an "fp32" GPU run differ from the same run on a CPU
+by about 1e-3 where float32 rounding alone differs by about 1e-6.  ``autocast`` turns TF32 off for
+the process before the first forward pass (bf16 and fp16 autocast are not affected: their
+convolutions and matrix products take bf16/fp16 inputs).
+"""
 from __future__ import annotations
 
+import platform
 from contextlib import nullcontext
+from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from cache.outputs import MadeOn
 
 if TYPE_CHECKING:
     import torch
@@ -30,6 +43,7 @@ def autocast(precision: str, device: torch.device, cache: bool = True):
 
     if precision not in PRECISIONS:
         raise ValueError(f"--precision {precision!r}: expected one of {PRECISIONS}")
+    ieee_fp32()
     if precision == "fp32":
         return nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
@@ -43,3 +57,40 @@ def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
     import torch
 
     return torch.amp.GradScaler(device.type, enabled=(precision == "fp16" and device.type == "cuda"))
+
+
+@cache
+def ieee_fp32() -> None:
+    """float32 convolutions and matrix products in IEEE float32 on CUDA, not TF32 (module
+    docstring); once per process."""
+    import torch
+
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    if conv is not None and hasattr(conv, "fp32_precision"):     # torch >= 2.9
+        conv.fp32_precision = "ieee"
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+    else:
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def made_on(device: torch.device, precision: str, inputs: str = "images") -> MadeOn:
+    """The record of what makes scores here: ``device`` (its GPU's name, or the CPU's model and
+    vector instructions) and ``precision``."""
+    import torch
+
+    if device.type == "cuda":
+        return MadeOn("cuda", torch.cuda.get_device_name(device), "", precision, inputs)
+    return MadeOn("cpu", cpu_name(), torch.backends.cpu.get_cpu_capability(), precision, inputs)
+
+
+@cache
+def cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what the platform reports."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

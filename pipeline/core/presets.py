@@ -144,9 +144,6 @@ MIN_HELDOUT_PER_KIND = 10
 # seeded 1,000-row part of test to stay within ~1 min on 2 CPU cores; fp32 (CPU bf16 is slower).
 # Every run is scored on its classifier's copy; the report shows them as split `tag`.
 DEMO_ATTACK = dict(attack="pgd_linf", max_samples=1000, precision="fp32", tag="test-pgd_linf")
-# predict_precision: the demo's published adversarial rows (docs/RESULTS.md) were scored in bf16
-# (predict's default was bf16 then; now it is the run's own precision, fp32 here): passed
-# explicitly, so they stay reproducible.
 # pairs: the fine-tuned <oracle, classifier> pairs of the default demo ("same": O = C only, the
 # pairs of the paper's own-classifier rows; ~35 s a run on a slow 2-core machine is most of the
 # demo's time); --full trains "all" pairs with full_seeds seeds (docs/RESULTS.md).
@@ -185,5 +182,4 @@ DEMO = dict(corruption="gaussian_noise", severity=5, seeds=1, full_seeds=3, head
             pairs="same", full_pairs="all",
             classifiers=("vit", "resnet"), oracles=("vit", "resnet"),
             losses=tuple(LOSSES), broadcast_losses=tuple(n for n, l in LOSSES.items() if l.broadcast),
-            default_broadcast_losses=(),
-            predict_precision="bf16")
+            default_broadcast_losses=())

@@ -57,7 +57,7 @@ def plan(cfg: DemoConfig) -> list[Step]:
         steps.append(Step("predict", (
             "predict", "--run", RUN_DIR, "--data", str(adv_root), "--split",
             adversarial_split(clf), "--cache", str(cache_root), "--out-name", DEMO_ATTACK["tag"],
-            "--precision", DEMO["predict_precision"], *quiet),
+            *quiet),
             f"every run of {clf} on {adversarial_split(clf)}", each_run_of=clf))
     if cfg.head_only and "vit" in cfg.classifiers and "vit" in cfg.oracles and "ss" in cfg.losses:
         # named, as the report's runs: a sweep without --data refuses when ./artifacts holds

@@ -21,13 +21,15 @@ from tqdm import tqdm
 
 from cache import manifest as mf
 from cache.atomic import temp_files
-from cache.schema import (FEATURE_COLUMN, KIND_CLASSIFIER, MC_DROPOUT, SCHEMA_VERSION, CacheError,
-                          cache_columns)
+from cache.outputs import MADE_ON
+from cache.schema import (FEATURE_COLUMN, FEATURE_DTYPE, KIND_CLASSIFIER, MC_DROPOUT,
+                          SCHEMA_VERSION, CacheError, cache_columns)
 from cache.shards import (read_attrs, read_columns, shard_entry, shard_is_complete, shard_path,
                           shard_ranges)
 from pipeline.core import dist
-from pipeline.core.models import build_model, resolve_data_config, resolve_spec, weights_sha256
-from pipeline.core.precision import autocast, default_precision
+from pipeline.core.models import (build_model, file_sha256, resolve_data_config, resolve_spec,
+                                  weights_sha256)
+from pipeline.core.precision import autocast, default_precision, made_on
 from pipeline.core.stop import StopSignals
 from pipeline.data.classes import check_num_classes
 from pipeline.core.timing import ModelTimer
@@ -130,7 +132,7 @@ def classify(fn, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tenso
            "logits": logits.half(), "pred": pred, "correct": (pred == labels).to(torch.uint8),
            "p_true": probs.gather(1, labels[:, None]).squeeze(1), "p_max": probs.max(dim=-1).values}
     if feats is not None:
-        out[FEATURE_COLUMN] = feats.float().half()
+        out[FEATURE_COLUMN] = feats.float().to(getattr(torch, FEATURE_DTYPE))
     return out
 
 
@@ -187,7 +189,7 @@ def _extract_missing(cfg, complete, samples, dataset, decoder, model, data_cfg, 
                       steady_rows=dist.sum_int(info, timing["steady_rows"]),
                       steady_s=dist.max_float(info, timing["steady_s"] or 0.0) or None)
         if info.is_main:
-            _write_manifest(cfg, samples, identity, ranges, timing, info)
+            _write_manifest(cfg, samples, identity, ranges, timing, info, device)
         dist.barrier(info)
 
 
@@ -206,8 +208,9 @@ def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, 
     loader = make_loader(dataset, batch_rows, cfg.workers,
                          pin_memory=device.type == "cuda" and decoder is None,
                          collate_fn=collate_raw if decoder is not None else None)
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True  # fixed input size: let cuDNN pick its kernels
+    # cuDNN picks its convolution kernels by its heuristics, not by timing them
+    # (cudnn.benchmark): a pick by timing can change between processes, and with it the last
+    # bits of the features a head-only oracle is trained on and later recomputes
     model = model.to(device).to(memory_format=torch.channels_last)
     fn = forward_fn(model, cfg.features, cfg.compile)
     normalize = GpuNormalize(data_cfg, device)
@@ -293,7 +296,7 @@ def _summary(samples, shard_stats: tuple, timing: dict) -> dict:
                 else None, "wall_what": "steady wall time per image incl. data loading"}}
 
 
-def _write_manifest(cfg, samples, identity, ranges, timing, info) -> None:
+def _write_manifest(cfg, samples, identity, ranges, timing, info, device) -> None:
     shards, bad, correct, valid = [], [], 0, 0
     for s, (a, b) in enumerate(ranges):
         path = shard_path(cfg.out, s)
@@ -312,10 +315,14 @@ def _write_manifest(cfg, samples, identity, ranges, timing, info) -> None:
         "bad_rows": [{"index": i, "path": str(samples.path(i))} for i in bad],
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
         # where train-oracle finds the classifier's weights from any working directory (an
-        # oracle of its architecture starts from them; checked against weights_sha256)
-        **({"weights_file": str(Path(cfg.weights).resolve())} if cfg.weights else {}),
+        # oracle of its architecture starts from them; checked against weights_sha256), and the
+        # file's own hash, which refuses another file before any model is built (predict)
+        **({"weights_file": str(Path(cfg.weights).resolve()),
+            "weights_file_sha256": file_sha256(cfg.weights)} if cfg.weights else {}),
         "info": {"torch": torch.__version__, "timm": timm.__version__, "host": socket.gethostname(),
                  "python": platform.python_version(), "world_size": info.world,
                  "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                 # what made the logits and features (a head-only run's scores are made from them)
+                 MADE_ON: made_on(device, cfg.precision).to_dict(),
                  # the hardware decoder's pixels come from this library (identity: decode)
                  **({"nvimgcodec": nvimgcodec_version()} if uses_hardware(cfg.decode) else {})}})

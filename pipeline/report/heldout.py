@@ -20,6 +20,7 @@ import numpy as np
 
 from cache.manifest import MANIFEST_FILE
 from cache.reader import ClassifierCache
+from cache.runcache import candidates, identity_problems
 from cache.runfile import RunFile
 from cache.runs import VAL_FILE, RunDir
 from cache.shards import read_columns
@@ -65,8 +66,8 @@ def _fit_task(path: str, runs: dict[str, RunFile], known: list[Path]) -> FitTask
                            "rows of the training cache are needed")
         held = set(int(i) for i in val.get("val_rows", []))
         rows = held if rows is None else rows & held
-        found = training_cache(run_file.train_cache, val.get("split", "train"), identity,
-                               path, known)
+        found = training_cache(candidates(Path(run), run_file), val.get("split", "train"),
+                               identity, path, known, run_file)
         if train is not None and found != train:
             raise FitError(f"the runs evaluated on {path} were trained on different caches "
                            f"({train} and {found})")
@@ -77,21 +78,26 @@ def _fit_task(path: str, runs: dict[str, RunFile], known: list[Path]) -> FitTask
     return FitTask(train, tuple(sorted(rows)), tuple(runs))
 
 
-def training_cache(recorded: str | None, split: str, identity: dict, path: str,
-                   known: list[Path]) -> str:
-    """The cache of ``split`` (uncorrupted) of the classifier of ``path``: the path recorded,
-    else among the --cache inputs, else beside ``path``; FitError when none is found.  Also
-    where TrustScore (trustscore.py) finds its training features."""
-    candidates = ([Path(recorded)] if recorded else []) + list(known) + [Path(path).parent / split]
-    for cand in candidates:
+def training_cache(recorded: list[Path], split: str, identity: dict, path: str,
+                   known: list[Path], run: RunFile | None = None) -> str:
+    """The cache of ``split`` (uncorrupted) of the classifier of ``path``: where the run recorded
+    it (``cache.runcache.candidates``), else among the --cache inputs, else beside ``path``; with
+    ``run`` (its run.json), only the run's own training cache (``cache.runcache``: its classifier
+    and the rows it trained on, whose held-out row indices are the run's).  FitError when none is
+    found.  Also where TrustScore (trustscore.py) finds its training features."""
+    for cand in list(recorded) + list(known) + [Path(path).parent / split]:
         if not (cand / MANIFEST_FILE).exists():
             continue
         ident = ClassifierCache.open(cand).identity
         if (ident.get("split") == split and ident.get("corruption", "none") == "none"
-                and all(ident.get(k) == identity.get(k) for k in SAME_CLASSIFIER)):
+                and all(ident.get(k) == identity.get(k) for k in SAME_CLASSIFIER)
+                and (run is None or not identity_problems(run, ident))):
             return str(cand.resolve())
-    raise FitError(f"the training cache (split {split!r}) of the classifier of {path} was not "
-                   f"found at {recorded} nor among the --cache inputs; pass --cache for it")
+    where = recorded[0] if recorded else "the place its runs recorded"
+    rows = " with the rows its runs trained on" if run is not None and run.train_fingerprint \
+        else ""
+    raise FitError(f"the training cache (split {split!r}) of the classifier of {path}{rows} was "
+                   f"not found at {where} nor among the --cache inputs; pass --cache for it")
 
 
 def read_rows(cache_dir: Path, rows: np.ndarray, columns: tuple[str, ...]) -> dict[str, np.ndarray]:

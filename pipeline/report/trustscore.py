@@ -101,7 +101,7 @@ def _train_cache_of(path: str, fit, known: list[Path]) -> str:
                               "--features`")
     try:
         train = (fit.train_cache if isinstance(fit, FitTask) else
-                 training_cache(None, TRAIN_SPLIT, cache.identity, path, known))
+                 training_cache([], TRAIN_SPLIT, cache.identity, path, known))
     except FitError as err:
         raise TrustScoreError(f"it is fitted on the {TRAIN_SPLIT!r} split: {err}") from None
     if Path(train).resolve() == Path(path).resolve():

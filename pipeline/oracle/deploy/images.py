@@ -26,23 +26,27 @@ import torch
 from tqdm import tqdm
 
 from cache.integrity import not_writable
+from cache.outputs import MADE_ON
 from cache.predictions import table_format, write_table
 from cache.reader import ClassifierCache, slug
+from cache.runcache import training_cache
 from cache.runfile import RunFile
 from cache.runs import RunDir, RunError
 from pipeline.core import dist
-from pipeline.core.models import DataConfig, ModelError, weights_sha256
-from pipeline.core.precision import autocast
+from pipeline.core.models import (DataConfig, ModelError, checkpoint_model, file_sha256,
+                                  weights_sha256)
+from pipeline.core.precision import autocast, made_on
 from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, Views, decode_file
 from pipeline.data.loader import make_loader
 from pipeline.data.labels import class_names
 from pipeline.data.orientation import EXIF_TRANSPOSE, reading_exif
 from pipeline.data.unlabelled import list_images
-from pipeline.oracle.deploy.predict import run_precision
+from pipeline.oracle.deploy.predict import note_other_numerics, run_precision
 from pipeline.oracle.deploy.threshold import given_threshold, pick_threshold
 from pipeline.oracle.nets.model import cache_classifier, load_trained_oracle, recorded_weights
 
 DEFAULT_TARGET = ("tpr", 0.95)
+WEIGHTS_OPTION = "--weights {}"    # how messages name a weights file given by the caller
 
 
 @dataclass(frozen=True)
@@ -63,16 +67,58 @@ class DeployConfig:
     progress: bool = True
 
 
-def training_cache(run_dir: Path, run: RunFile) -> ClassifierCache:
-    """The run's training cache: it records how its classifier was built and its classes."""
-    path = Path(run.train_cache or "")
-    if not path.is_dir():
-        raise RunError(f"run {run_dir} was trained on the classifier cache {path}, which is not "
-                       f"there now (moved or deleted{_relative(path)}); it records the "
-                       "classifier (weights, "
-                       "classes) that predict --images runs: restore it, or re-run the same "
-                       "`cli.py extract` command")
-    return ClassifierCache.open(path)
+def load_classifier(cache: ClassifierCache, weights: str | None,
+                    option: str = WEIGHTS_OPTION) -> torch.nn.Module:
+    """The classifier of ``cache``, built as ``extract`` built it (``weights``: another path to
+    the same weights; ``option``: how the caller names it, e.g. "--weights {}"), refused unless
+    its weights are the cache's: the file's sha256 against the one the cache recorded before any
+    model is built (where recorded), then the built model's weights against ``weights_sha256``."""
+    recorded = recorded_weights(cache)
+    path = weights or recorded
+    source = (option.format(weights) if weights else
+              f"the classifier's weights file {recorded} (recorded by cache {cache.path})")
+    fix = (f"pass {option.format('FILE')} with the file the cache was extracted with" if weights
+           else f"restore that file, or pass {option.format('FILE')} with the original weights")
+    if path and not Path(path).is_file():
+        raise ModelError(f"{source} is not there now (moved or deleted{_relative(path)}): pass "
+                         f"{option.format('FILE')}, the weights the cache was extracted with "
+                         "(checked by their hash)")
+    if path:
+        check_weights_file(cache, path, source, fix)
+    random_init = bool(cache.manifest.get("config", {}).get("random_init")) and not weights
+    try:
+        model = cache_classifier(cache, path, random_init)
+    except ModelError:
+        if not path:
+            raise
+        raise ModelError(f"{source} does not hold the weights of the classifier of cache "
+                         f"{cache.path} ({cache.identity['model']}): they do not load into it; "
+                         f"{fix}") from None
+    found = weights_sha256(model)
+    if found != cache.identity["weights_sha256"]:
+        raise ModelError(f"{source} holds other weights than the classifier of cache {cache.path} "
+                         f"(weights_sha256 {found[:12]}..., the cache records "
+                         f"{cache.identity['weights_sha256'][:12]}...): {fix}")
+    return model
+
+
+def check_weights_file(cache: ClassifierCache, path: str, source: str, fix: str) -> None:
+    """Before any model is built: the file must be the one the cache was extracted with (its
+    bytes' sha256, recorded by caches since), or at least a checkpoint of the cache's model."""
+    want = cache.manifest.get("weights_file_sha256")
+    model = cache.identity["model"]
+    if want:
+        found = file_sha256(path)
+        if found != want:
+            raise ModelError(f"{source} is not the weights file the classifier of cache "
+                             f"{cache.path} ({model}) was extracted with: its sha256 is "
+                             f"{found[:12]}..., the cache records {want[:12]}... (for "
+                             f"{recorded_weights(cache)}): {fix}")
+        return
+    named = checkpoint_model(path)          # caches written before the file's hash: its model
+    if named not in (None, model):
+        raise ModelError(f"{source} is a checkpoint of {named}, not of the classifier of cache "
+                         f"{cache.path} ({model}): {fix}")
 
 
 def _relative(path) -> str:
@@ -82,29 +128,6 @@ def _relative(path) -> str:
             "from there")
 
 
-def load_classifier(cache: ClassifierCache, weights: str | None) -> torch.nn.Module:
-    """The classifier of ``cache``, built as ``extract`` built it (``weights``: another path to
-    the same weights), refused unless its weights hash is the cache's."""
-    recorded = recorded_weights(cache)
-    path = weights or recorded
-    source = (f"--weights {weights}" if weights else
-              f"the classifier's weights file {recorded} (recorded by cache {cache.path})")
-    if path and not Path(path).is_file():
-        raise ModelError(f"{source} is not there now (moved or deleted{_relative(path)}): pass "
-                         "--weights FILE, the weights the cache was extracted with (checked by "
-                         "their hash)")
-    random_init = bool(cache.manifest.get("config", {}).get("random_init")) and not weights
-    model = cache_classifier(cache, path, random_init)
-    found = weights_sha256(model)
-    if found != cache.identity["weights_sha256"]:
-        fix = ("restore that file, or pass --weights FILE with the original weights" if not weights
-               else "pass --weights with the file the cache was extracted with")
-        raise ModelError(f"{source} holds other weights than the classifier of cache {cache.path} "
-                         f"(weights_sha256 {found[:12]}..., the cache records "
-                         f"{cache.identity['weights_sha256'][:12]}...): {fix}")
-    return model
-
-
 def choose_threshold(cfg: DeployConfig, run: RunFile) -> dict:
     if cfg.threshold is not None:
         return given_threshold(cfg.run, run, cfg.threshold)
@@ -112,17 +135,20 @@ def choose_threshold(cfg: DeployConfig, run: RunFile) -> dict:
 
 
 def complete_run(run_dir: Path) -> RunFile:
-    """run.json of a finished run; a run still training, stopped or failed is refused."""
-    return RunDir(run_dir).record().require_complete(run_dir)
+    """run.json of a finished run; a folder that is no run, or a run still training, stopped or
+    failed, is refused (``RunError``)."""
+    return RunDir(run_dir).require_record().require_complete(run_dir)
 
 
 def deployed_models(run_dir: Path, run: RunFile, cache: ClassifierCache, weights: str | None,
-                    precision: str | None, device: torch.device) -> tuple:
+                    precision: str | None, device: torch.device,
+                    option: str = WEIGHTS_OPTION) -> tuple:
     """((classifier, its DataConfig, precision), (oracle, its DataConfig, precision)) on
     ``device``, each model in the precision it ran in before unless ``precision`` overrides both
-    (module docstring); what ``score_files`` and ``score_batch`` take as ``models``."""
-    classifier = load_classifier(cache, weights).to(device)
-    oracle, oracle_cfg, _ = load_trained_oracle(run_dir, run, weights)
+    (module docstring); what ``score_files`` and ``score_batch`` take as ``models``.  ``option``:
+    how the caller names ``weights`` in its messages."""
+    classifier = load_classifier(cache, weights, option).to(device)
+    oracle, oracle_cfg, _ = load_trained_oracle(run_dir, run, weights, option)
     return ((classifier, DataConfig.from_dict(cache.identity["data_config"]),
              precision or cache.identity["precision"]),
             (oracle.to(device), oracle_cfg, precision or run_precision(run)))
@@ -142,6 +168,8 @@ def predict_images(cfg: DeployConfig) -> dict:
     cache = training_cache(cfg.run, run)
     samples = reading_exif(samples, cache.identity.get(EXIF_TRANSPOSE, False))   # as it was read
     models = deployed_models(cfg.run, run, cache, cfg.weights, cfg.precision, device)
+    made = made_on(device, models[1][2])
+    note_other_numerics(cfg.run, run, made)
     scores = score_files(samples, models, device, batch_size=cfg.batch_size,
                          workers=cfg.workers, skip_bad=cfg.skip_bad, progress=cfg.progress)
     rows = table_rows(samples, scores, class_names(cache.manifest.get("classes") or []),
@@ -150,7 +178,8 @@ def predict_images(cfg: DeployConfig) -> dict:
             "classifier": {"cache": str(cache.path), "model": cache.identity["model"],
                            "weights_sha256": cache.identity["weights_sha256"],
                            "precision": models[0][2]},
-            "oracle": {"precision": models[1][2], "run": run.labels.loss_label},
+            "oracle": {"precision": models[1][2], "run": run.labels.loss_label,
+                       MADE_ON: made.to_dict()},
             "rows": len(rows), "trusted": sum(bool(r["trust"]) for r in rows),
             "undecodable": [r["path"] for r in rows if r["error"]]}
     try:

@@ -10,13 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from cache.outputs import classifier_ref
-from cache.reader import ClassifierCache
+from cache.outputs import MadeOn, OtherDeviceNote, classifier_ref
+from cache.reader import note_once
+from cache.runcache import training_cache
 from cache.runfile import RunFile, RunLabels
 from cache.runs import RunDir, RunError
 from cache.schema import CacheError
 from pipeline.core import dist
 from pipeline.core.options import check_output_name
+from pipeline.core.precision import made_on
 from pipeline.data.sources import data_name, is_embedded
 from pipeline.oracle.loop.outputs import score_images
 from pipeline.oracle.nets.model import load_trained_oracle
@@ -45,16 +47,32 @@ def run_precision(run: RunFile) -> str:
     return run.config["precision"]
 
 
+def note_other_numerics(run_dir: Path, run: RunFile, made: MadeOn) -> None:
+    """Say once (a note) when scores are made on another device or in another precision than the
+    run's stored ones: they are then not the run's numbers (docs/METRICS.md, "Scores on another
+    device", for the differences measured).  Silent for a run that did not record its own."""
+    theirs = MadeOn.from_dict(run.made_on)
+    if theirs is None or not theirs.known or theirs.same_numerics(made):
+        return
+    inputs = " (its features')" if theirs.inputs != "images" else ""
+    note_once(f"numerics {Path(run_dir).resolve()} {made}",
+              f"run {run_dir}'s stored scores were made on {theirs.describe()}{inputs}; these are "
+              f"made on {made.describe()}, so they differ from the run's in their last digits or "
+              "more and a confidence near the trust threshold can fall on its other side "
+              "(docs/METRICS.md, \"Scores on another device\"); score on the run's device and "
+              "precision for its own numbers", OtherDeviceNote)
+
+
 def check_not_training_rows(run_dir: Path, run: RunFile, split) -> None:
     """Refuse to score the images the run's oracle was trained on (train-oracle refuses to
     evaluate them too: prepare.check_not_trained_on).  The training split's fingerprint is in
     run.json; a run written before it is recorded there is checked against its training cache
     when that is still where it was."""
     trained = run.train_fingerprint
-    if trained is None and Path(run.train_cache or "").is_dir():
+    if trained is None:
         try:
-            trained = ClassifierCache.open(Path(run.train_cache)).identity["dataset_fingerprint"]
-        except CacheError:
+            trained = training_cache(run_dir, run).identity["dataset_fingerprint"]
+        except (CacheError, RunError):
             trained = None
     found = split.cache.identity["dataset_fingerprint"]
     if found == trained:
@@ -84,13 +102,14 @@ def predict(cfg: PredictConfig) -> list[dict]:
     """``cli.py predict``: a finished run's chosen oracle over new split(s)."""
     info, device = dist.init(cfg.device)
     run_dir = RunDir(cfg.run)
-    run = run_dir.record().require_complete(cfg.run)
+    run = run_dir.require_record().require_complete(cfg.run)
     record = run.labels
     model, data_cfg, _ = load_trained_oracle(cfg.run, run, cfg.weights)
     model = model.to(device)
     opts = dict(batch_size=cfg.batch_size, workers=cfg.workers,
                 precision=cfg.precision or run_precision(run),
                 progress=cfg.progress)
+    note_other_numerics(cfg.run, run, made_on(device, opts["precision"]))
     if cfg.name and len(cfg.splits) != 1:
         raise RunError("--out-name names one output file: give exactly one --split with it")
     if cfg.name and check_output_name(cfg.name):   # never a path out of the run folder

@@ -17,6 +17,7 @@ from cache.runs import RunError
 from pipeline.core import dist
 from pipeline.core.catalog import BEST_KEY
 from pipeline.core.models import DataConfig
+from pipeline.core.precision import made_on
 from pipeline.oracle.finetune.graph import choose_step
 from pipeline.oracle.finetune.objects import (ImageSession, build_objects, distribute, resume_state,
                                               save_best)
@@ -66,7 +67,8 @@ def _train_claimed(prep: Prepared, claim: str, info: dist.DistInfo,
         state = resume_state(prep.run, objs, prep.record["group"])
     step_fn, step_path = choose_step(objs, prep.cfg.cuda_graph, prep.cfg.accum_steps)
     objs = distribute(objs, step_path["mode"] == "cuda_graph")
-    extras = {**run_extras(prep, sched), "oracle_build": oracle_build(prep, data_cfg),
+    extras = {**run_extras(prep, sched, made_on(device, prep.cfg.precision)),
+              "oracle_build": oracle_build(prep, data_cfg),
               "step_path": step_path}
     write_val_split(prep, info)
     if info.is_main:

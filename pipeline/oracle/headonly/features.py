@@ -20,17 +20,18 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 import torch
 
+from cache.outputs import MADE_ON, MadeOn
 from cache.reader import ClassifierCache, cache_dir_for
 from cache.schema import (FEATURE_COLUMN, FEATURE_FLIP_COLUMN, CacheError, CacheMismatch,
                           check_identity)
-from pipeline.core.models import build_model, resolve_data_config, weights_sha256
+from pipeline.core.models import build_model, file_sha256, resolve_data_config, weights_sha256
 from pipeline.oracle.headonly.staging import read_features
 from pipeline.oracle.nets.heads import logit_stats
 from pipeline.oracle.settings.prepare import Prepared
@@ -244,9 +245,10 @@ def oracle_backbone(prep: Prepared, memo: FeatureMemo) -> Backbone:
                     "weights_sha256": weights_sha256(model), "preprocess": preprocess,
                     "data_config": resolve_data_config(model, spec, preprocess).to_dict()}
         weights = str(Path(spec.weights).resolve()) if spec.weights else None
-        memo.backbones[key] = Backbone(identity, {"weights": weights,
-                                                  "random_init": spec.random_init, "seed": seed,
-                                                  "weights_sha256": identity["weights_sha256"]})
+        memo.backbones[key] = Backbone(identity, {
+            "weights": weights, "random_init": spec.random_init, "seed": seed,
+            "weights_sha256": identity["weights_sha256"],
+            "weights_file_sha256": file_sha256(spec.weights) if spec.weights else None})
     return memo.backbones[key]
 
 
@@ -271,6 +273,14 @@ def check_valid(fcache: ClassifierCache, split: Split, rows: np.ndarray) -> None
         raise CacheError(f"feature cache {fcache.path}: row {int(bad[0])} ({len(bad)} in all) is "
                          f"invalid (undecodable there) but valid in the classifier cache "
                          f"{split.cache.path}; extract both with the same data and --skip-bad")
+
+
+def features_made_on(fc: ClassifierCache) -> MadeOn:
+    """What made a head-only run's scores of ``fc``'s rows: the device and precision of the
+    features' extraction (a cache written before it recorded its device: the precision only)."""
+    made = MadeOn.from_dict(fc.manifest.get("info", {}).get(MADE_ON))
+    made = made or MadeOn("", "", "", fc.identity.get("precision") or "")
+    return replace(made, inputs="cached features")
 
 
 def feature_record(fc: ClassifierCache) -> dict:

@@ -24,8 +24,8 @@ from pipeline.core.catalog import BEST_KEY
 from pipeline.core.losses import tnr_logit
 from pipeline.oracle.headonly.bank import BankOptim, score, train_heads
 from pipeline.oracle.headonly.features import (FeatureMemo, check_logits, check_valid,
-                                               feature_record, feature_source, load_table,
-                                               open_features, oracle_backbone)
+                                               feature_record, feature_source, features_made_on,
+                                               load_table, open_features, oracle_backbone)
 from pipeline.oracle.headonly.graph import head_step_path
 from pipeline.oracle.loop.capture import current_path
 from pipeline.oracle.loop.state import HeadState, TrainingDiverged
@@ -99,8 +99,9 @@ def run_bank(preps: list[Prepared], claims: list[str], info: dist.DistInfo,
     # run.json says which step ran: as chosen, or eager where a capture under auto fell back
     step_path = head_step_path(device, first.cfg.cuda_graph, first.loss_fn is not None,
                                first.cfg.compile)
-    extras = [{**run_extras(p, sched), "head_only": True, "feature_caches": caches,
-               "oracle_build": build, "step_path": step_path} for p in preps]
+    extras = [{**run_extras(p, sched, features_made_on(train_fc)), "head_only": True,
+               "feature_caches": caches, "oracle_build": build, "step_path": step_path}
+              for p in preps]
     todo = [i for i, claim in enumerate(claims) if claim != "complete"]
     for i in todo:
         write_val_split(preps[i], info)
@@ -199,5 +200,6 @@ def feature_scorer(prep: Prepared, eval_fcs: dict, device: torch.device, info: d
         table = load_table(fc, split, {"correct": cols["correct"], "p_true": cols["p_true"]},
                            False, device, memo, stacked=head.stacked)
         z = score(table, rows, head)[:, 0]
-        return write_z_outputs(prep.run, split, cols, rows, z, out_path, prep.record, info)
+        return write_z_outputs(prep.run, split, cols, rows, z, out_path, prep.record, info,
+                               features_made_on(fc))
     return score_split

@@ -21,13 +21,13 @@ import torch.distributed as tdist
 from tqdm import tqdm
 
 from cache.integrity import file_digest
-from cache.outputs import classifier_ref, write_outputs
+from cache.outputs import MadeOn, classifier_ref, write_outputs
 from cache.runfile import RunFile
 from cache.runs import FRAME_KEYS, RunDir, RunError
 from pipeline.core import dist
 from pipeline.core.inference import scoring
 from pipeline.core.models import DataConfig
-from pipeline.core.precision import autocast
+from pipeline.core.precision import autocast, made_on
 from pipeline.core.timing import ModelTimer
 from pipeline.data.images import GpuNormalize, ImageRows, transform_for
 from pipeline.data.loader import make_loader
@@ -82,11 +82,12 @@ def oracle_z(model: Oracle, split: Split, rows: np.ndarray, data_cfg: DataConfig
 
 
 def write_z_outputs(run: RunDir, split: Split, cols: dict, rows: np.ndarray, z_rows: np.ndarray,
-                    path, record: dict, info: dist.DistInfo, inference: dict | None = None) -> dict:
+                    path, record: dict, info: dist.DistInfo, made: MadeOn,
+                    inference: dict | None = None) -> dict:
     """Write z (len(rows),) of the valid ``rows`` of ``split`` as its output file (rank 0), whose
     ``valid`` column marks the rows scored; ``cols``: the cache's valid/correct/label/pred
-    columns; ``inference``: the oracle's timing on it (outputs/<name>.timing.json; none for
-    head-only scores).  Returns a summary."""
+    columns; ``made``: the device and precision that made z; ``inference``: the oracle's timing
+    on it (outputs/<name>.timing.json; none for head-only scores).  Returns a summary."""
     bad = np.flatnonzero(~np.isfinite(z_rows))
     if len(bad):   # e.g. the final model of a run whose last update diverged (--val-fraction 0)
         raise RunError(f"the oracle of run {run.path} gives non-finite scores (NaN or inf) on "
@@ -102,11 +103,13 @@ def write_z_outputs(run: RunDir, split: Split, cols: dict, rows: np.ndarray, z_r
     z[rows] = z_rows
     conf[rows] = torch.sigmoid(torch.from_numpy(np.asarray(z_rows, np.float32))).numpy()
     ref = classifier_ref(split.cache.path, split.cache.identity)
+    files = split.samples.idx_images is None       # rows of idx arrays are no files
     if info.is_main:
         write_outputs(path, {"index": np.arange(n, dtype=np.int64), "valid": valid,
                              "z": z, "confidence": conf, "correct": cols["correct"],
-                             "label": cols["label"], "pred": cols["pred"]}, ref, record,
-                      sources=(os.path.abspath(split.samples.folder), split.samples.names))
+                             "label": cols["label"], "pred": cols["pred"]}, ref, record, made,
+                      sources=(os.path.abspath(split.samples.folder), split.samples.names)
+                      if files else None)
         if inference is not None:
             run.write_timing(path, inference)
     dist.barrier(info)
@@ -137,6 +140,7 @@ def score_images(run: RunDir, model, split: Split, path, record: dict, data_cfg,
     z_rows = oracle_z(model, split, rows, data_cfg, info=info, device=device,
                       desc=f"predict {split.tag}", timer=timer, **opts)
     return write_z_outputs(run, split, cols, rows, z_rows, path, record, info,
+                           made_on(device, opts["precision"]),
                            inference=timer.result(opts["precision"]))
 
 

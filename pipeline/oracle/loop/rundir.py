@@ -13,11 +13,13 @@ import torch
 import torch.distributed as tdist
 
 from cache.integrity import as_no_room
+from cache.outputs import MADE_ON, MadeOn
+from cache.runcache import cache_record
+from cache.schema import CLASSIFIER_KEYS
 from cache.runs import RunError
 from pipeline.core import dist
 from pipeline.oracle.settings.config import NOT_IN_GROUP, TrainConfig
 from pipeline.oracle.settings.prepare import Prepared
-from pipeline.oracle.settings.targets import CLASSIFIER_KEYS
 
 # Settings a refusal of "holds another run" names when they differ: the run part of the config.
 CLAIM_COMPARED = tuple(sorted(f for f in TrainConfig.__dataclass_fields__ if f not in NOT_IN_GROUP))
@@ -37,12 +39,14 @@ def write_val_split(prep: Prepared, info: dist.DistInfo) -> None:
             "val_rows": prep.val_rows.tolist()})
 
 
-def run_extras(prep: Prepared, schedule_info: dict) -> dict:
-    """What run.json records of a run besides its record and status."""
+def run_extras(prep: Prepared, schedule_info: dict, made: MadeOn) -> dict:
+    """What run.json records of a run besides its record and status; ``made``: what makes its
+    stored scores (device, precision)."""
     ident = prep.train.cache.identity
     return {"schedule": schedule_info, "loss": prep.loss.to_dict(),
-            "train_cache": str(prep.train.cache.path),
-            "eval_caches": {s.tag: str(s.cache.path) for s in prep.evals},
+            **cache_record(prep.train.cache.path, prep.run.path),
+            "eval_caches": {s.tag: str(s.cache.path.resolve()) for s in prep.evals},
+            MADE_ON: made.to_dict(),
             "classifier_identity": {k: ident[k] for k in CLASSIFIER_KEYS},
             "train_fingerprint": ident["dataset_fingerprint"],
             "class_counts": {"incorrect": prep.counts[0], "correct": prep.counts[1]},

@@ -27,9 +27,10 @@ from torch import nn
 from cache.reader import ClassifierCache
 from cache.runfile import RunFile
 from cache.runs import BEST, RunDir, RunError
+from cache.schema import FEATURE_DTYPE
 from pipeline.core.inference import for_inference, for_training
 from pipeline.core.losses import HEADS
-from pipeline.core.models import (DataConfig, ModelError, ModelSpec, build_model,
+from pipeline.core.models import (DataConfig, ModelError, ModelSpec, build_model, file_sha256,
                                   resolve_data_config, resolve_spec, weights_sha256)
 from pipeline.data.sources import is_embedded_dataset
 from pipeline.oracle.nets.checkpoint import load_checkpoint
@@ -38,11 +39,18 @@ from pipeline.oracle.nets.heads import Head, head_from_checkpoint, logit_stats
 
 class Oracle(nn.Module):
     """backbone(x) -> pooled features -> one head -> z of shape (B,).  A head on stacked inputs
-    (``stacked``) also reads the classifier's logits of the same images (``logits``)."""
+    (``stacked``) also reads the classifier's logits of the same images (``logits``).
 
-    def __init__(self, backbone: nn.Module, head: nn.Module):
+    ``cached_features``: the head of a head-only run was trained, and its run's scores computed,
+    on features rounded to the feature cache's dtype (``cache.schema.FEATURE_DTYPE``); its deployed
+    oracle rounds its backbone's features the same way, so the same images at the same precision
+    give the run's own scores (the stacked head's logits are rounded as cached likewise,
+    ``heads.logit_stats``)."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Module, cached_features: bool = False):
         super().__init__()
         self.backbone, self.head = backbone, head
+        self.feature_dtype = getattr(torch, FEATURE_DTYPE) if cached_features else None
 
     @property
     def stacked(self) -> bool:
@@ -52,6 +60,8 @@ class Oracle(nn.Module):
         feats = self.backbone(x)
         with torch.autocast(device_type=x.device.type, enabled=False):
             feats = feats.float()
+            if self.feature_dtype is not None:
+                feats = feats.to(self.feature_dtype).float()
             if self.stacked:
                 if logits is None:
                     raise ValueError("this oracle's head reads the classifier's logits too")
@@ -90,39 +100,45 @@ def attach_head(backbone: nn.Module, head: str, seed: int) -> Oracle:
     return for_training(Oracle(backbone, Head(dim, normalised=head == "hyperplane")))
 
 
-def load_trained_oracle(run_dir: Path, run: RunFile,
-                        weights: str | None = None) -> tuple[Oracle, DataConfig, dict]:
+def load_trained_oracle(run_dir: Path, run: RunFile, weights: str | None = None,
+                        option: str = "--weights {}") -> tuple[Oracle, DataConfig, dict]:
     """The chosen (best) oracle of a finished run, ready to score (eval mode, frozen), rebuilt
     without fetching any weights.  A head-only run's frozen backbone is loaded as the run
-    recorded it, or from ``weights`` (the same weights at another path, e.g. moved) where the
-    recorded source does not hold them; either way checked against the weights its features
-    came from."""
+    recorded it, or from ``weights`` (the same weights at another path, e.g. moved; named
+    ``option`` in messages) where the recorded source does not hold them; either way checked
+    against the weights its features came from."""
     info = run.oracle_build
     if not info:
         raise RunError(f"{run_dir}/run.json has no oracle_build record (not a finished run?)")
     ckpt = load_checkpoint(RunDir(run_dir).checkpoint(BEST))
     data_cfg = DataConfig.from_dict(info["data_config"])
     if info.get("head_only"):
-        backbone = head_only_backbone(run_dir, info, weights)
+        # in extract's memory format: the same kernels, so the same features as cached
+        backbone = head_only_backbone(run_dir, info, weights, option).to(
+            memory_format=torch.channels_last)
         head = head_from_checkpoint(ckpt, info["head"] == "hyperplane")
-        return for_inference(Oracle(backbone, head)), data_cfg, ckpt
+        return for_inference(Oracle(backbone, head, cached_features=True)), data_cfg, ckpt
     spec = ModelSpec(info["model"], info["model_kwargs"], None, True, info["data_config"])
     model, _ = build_oracle(spec, info["head"], "model", seed=0)
     model.load_state_dict(ckpt["model"])
     return for_inference(model), data_cfg, ckpt
 
 
-def head_only_backbone(run_dir: Path, info: dict, weights: str | None) -> nn.Module:
+def head_only_backbone(run_dir: Path, info: dict, weights: str | None,
+                       option: str = "--weights {}") -> nn.Module:
     """A head-only run's backbone (classifier removed), built from the first source that holds
     the recorded weights: the run's recorded file (or the hub / seeded random init it recorded),
-    then ``weights``.  Each source is tried once; none holding them is a RunError naming each."""
+    then ``weights``.  A file whose bytes are not the recorded file's (runs since record its
+    sha256) is passed over without building a model.  Each source is tried once; none holding
+    them is a RunError naming each."""
     bb = info["backbone"]
     sources = [bb["weights"]] + ([weights] if weights and not bb["random_init"] else [])
     looked = []
     for path in dict.fromkeys(str(Path(p).resolve()) if p else None for p in sources):
         name = f"{path}" if path else f"the hub weights of {info['model']}"
-        if path and not Path(path).is_file():
-            looked.append(f"{name} (not there)")
+        problem = _file_problem(path, bb.get("weights_file_sha256"))
+        if problem:
+            looked.append(f"{name} ({problem})")
             continue
         spec = ModelSpec(info["model"], info["model_kwargs"], path, bb["random_init"] and not path,
                          info["data_config"])
@@ -138,9 +154,18 @@ def head_only_backbone(run_dir: Path, info: dict, weights: str | None) -> nn.Mod
         looked.append(f"{name} (holds other weights, {found[:12]}...)")
     raise RunError(f"{run_dir} is a head-only run whose head was trained on features of backbone "
                    f"weights {bb['weights_sha256'][:12]}... ({info['model']}); looked in: "
-                   f"{'; '.join(looked)}. Pass --weights FILE with those weights (checked by "
+                   f"{'; '.join(looked)}. Pass {option.format('FILE')} with those weights (checked by "
                    "their hash), restore them where the run recorded them, or re-run the "
                    "head-only training on features of the current ones")
+
+
+def _file_problem(path: str | None, want: str | None) -> str:
+    """Why ``path`` cannot hold the recorded weights without building a model ("" if it may)."""
+    if path and not Path(path).is_file():
+        return "not there"
+    found = file_sha256(path) if path and want else want
+    return "" if found == want else \
+        f"another file: sha256 {found[:12]}..., the run recorded {want[:12]}..."
 
 
 # ------------------------------------------------------- the classifier a cache recorded --

@@ -15,15 +15,11 @@ from typing import Callable, Mapping
 import numpy as np
 
 from cache.reader import ClassifierCache, UnstampedCacheWarning, cache_dir_for, note_once, slug
-from cache.schema import CacheError, check_identity
+from cache.schema import CLASSIFIER_KEYS, CacheError, check_identity
 from pipeline.data.corruptions import make_corruption, parse_corruption_tag
 from pipeline.data.orientation import EXIF_TRANSPOSE, reading_exif
 from pipeline.data.sources import SampleList, list_split
 from pipeline.data.stamps import check_sources
-
-# What must agree between the caches of one classifier across splits (train vs test vs shifted).
-CLASSIFIER_KEYS = ("model", "model_kwargs", "weights_sha256", "num_classes", "preprocess",
-                   "data_config")
 
 
 @dataclass(frozen=True)
