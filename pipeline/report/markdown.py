@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pipeline.report import appendix, tables as T
 from pipeline.report.baselines import FITTED, TABLE, and_join
+from pipeline.report.verdicts import by_split
 
 
 def markdown_document(doc: dict, tables: list[dict]) -> str:
@@ -27,8 +28,10 @@ def markdown_document(doc: dict, tables: list[dict]) -> str:
     lines += _trust_section(doc.get("trust_score", {}))
     for skipped in doc["skipped"]:
         lines.append(f"- skipped run {skipped['run_dir']}: {skipped['reason']}")
+    families = by_split(doc.get("verdicts") or {})
     for split in doc["splits"]:
         lines += _split_section(split, [t for t in tables if t["split"] == split["split"]])
+        lines += _verdicts_section(doc["verdicts"], families.get(split["split"], []))
     lines += appendix.markdown(doc)       # ImageNet-C blocks, gradients, inference time
     lines += _runs_section(doc)
     return "\n".join(lines).rstrip() + "\n"
@@ -83,6 +86,47 @@ def _split_section(split: dict, tables: list[dict]) -> list[str]:
     for table in tables:
         lines += [T.markdown_table(table), ""]
     return lines + _figures_section(split["figures"])
+
+
+def _verdicts_section(doc: dict, families: list[dict]) -> list[str]:
+    """Each question's verdicts on one split: the primary metric's difference, its interval and
+    Holm-adjusted p-value, the verdict, the other metrics' verdicts where they disagree."""
+    if not families:
+        return []
+    primary = doc["primary"].upper()
+    lines = ["### Verdicts", "",
+             f"Decided on {primary} (lower is better), {doc['method']}; α = {doc['alpha']}. "
+             f"Differences a − b ×10³; interval: 95%, over what `covers` names.", ""]
+    for fam in families:
+        c = fam["counts"]
+        lines += [f"**{fam['text']}**: better {c['better']}, no clear difference "
+                  f"{c['no clear difference']}, worse {c['worse']} (of "
+                  f"{len(fam['comparisons'])}).", "",
+                  f"| a | b | training | fits | seeds (a / b) | Δ{primary} [95%] | p (Holm) | "
+                  "verdict | other metrics | covers |", "|" + "---|" * 10]
+        for e in fam["comparisons"]:
+            m = e["metrics"][doc["primary"]]
+            ci = f"[{1e3 * m['ci'][0]:+.2f}, {1e3 * m['ci'][1]:+.2f}]" if m["ci"] else "—"
+            delta = f"{1e3 * m['delta']:+.2f} {ci}" if m["delta"] is not None else "—"
+            p = f"{m['p_holm']:.3g}" if m.get("p_holm") is not None else "—"
+            others = "; ".join(f"{k.upper()}: {e['metrics'][k]['verdict']}" for k in e["disagree"])
+            seeds = " / ".join(",".join(map(str, s)) for s in e["seeds"])
+            lines.append(f"| {e['a']} | {e['b']} | {e['training']} | {e['fits']} | {seeds} | "
+                         f"{delta} | {p} | {e['verdict'] or '—'} | {others or 'agree'} | "
+                         f"{e['covers']} |")
+        lines += [""] + [f"- not compared: {r['a']} against {r['b']}: {r['why']}"
+                         for r in fam["refused"]]
+        chosen = fam.get("selected")
+        if chosen:
+            value = chosen[f"heldout_{doc['primary']}"]
+            lines.append(f"- chosen on held-out rows (the runs' held-out training rows, never this "
+                         f"split): **{chosen['scorer']}**, held-out {primary} "
+                         f"{1e3 * value:.2f} ×10⁻³; here: {chosen['verdict'] or '—'}")
+        if any(e["covers"] == "rows" for e in fam["comparisons"]):
+            lines.append("- where `covers` is rows only, each side has one seed of one classifier "
+                         "fit: the interval leaves the spread between seeds and fits out.")
+        lines.append("")
+    return lines
 
 
 def _figures_section(figs: dict) -> list[str]:

@@ -33,11 +33,13 @@ from pipeline.report.figplan import plan_figures, relative
 from pipeline.report.inputs import ReportError, collect, plan
 from pipeline.report.markdown import markdown_document
 from pipeline.report.trustscore import TrustScoreError, TrustSpec, plan_trust
+from pipeline.report.verdicts import verdicts
 
 METRIC_CHOICES = ("paper", "standard", "both")
 FORMATS = ("md", "csv", "latex", "json")
 FILES = {"md": "report.md", "csv": "report.csv", "latex": "report.tex", "json": "report.json"}
 EXPORTS = ("fd-shifts",)
+NO_VERDICTS = "no verdicts without bootstrap intervals (--resamples 0 / --no-ci)"
 EXCLUSION_NOTE = ("Rows with valid == 0 (images that could not be decoded, recorded by "
                   "`extract --skip-bad`) are excluded from every metric, accuracy included.")
 
@@ -101,12 +103,14 @@ def report(cfg: ReportConfig) -> dict:
     lap("evaluate")
     splits = aggregate(results)
     compared = {tag: (comparisons(rows), versus_baselines(rows)) for tag, rows in splits.items()}
+    judged = verdicts(splits, cfg.ci_seed) if spec else {"families": [], "note": NO_VERDICTS}
     figures = draw_figures(splits, out, cfg.jobs, cfg.rc_full_range) if cfg.figures else {}
     lap("figures")
     for r in results:
         r.pop("_boot", None)          # per-resample values: used above, too big for report.json
     doc = build_doc(cfg, splits, results, src.skipped, figures, out, compared, fit_records(results),
                     {t.run_dir: t.run_file for t in tasks})
+    doc["verdicts"] = judged
     doc["trust_score"] = {"fits": trust_records(results), "notes": notes}
     written = write_outputs(doc, splits, out, cfg)
     if "fd-shifts" in cfg.export:

@@ -1,0 +1,301 @@
+"""Verdicts: "better / no clear difference / worse" for the report's two questions, with
+intervals over every source of variance the question is about and corrected for the number of
+questions asked.
+
+The questions (each a family, per evaluated split):
+
+* ``losses``: SS against each other loss trained the same way (same oracle model, classifier
+  architecture and training kind: fine-tuned, head-only, ConfidNet, stacked);
+* ``mcp``: every learned scorer against the classifier's own softmax (MCP).
+
+A *recipe* is what one row of the report stands for with its classifier's fit left out: several
+fits of one classifier architecture (caches that differ only in ``weights_sha256``) are the
+recipe's *fits*, each with its seeds.  A difference a - b is the mean over fits of (mean over a's
+seeds - mean over b's seeds), paired within each fit on the same rows.
+
+Interval (``hierarchical``): a three-level bootstrap (Saravanan, Berman and Sober, 2020) -- per
+replicate, the fits drawn with replacement, then within each fit each side's seeds, then the rows
+(the report's row resample of the same index, shared by every score of a split: paired).  With one
+fit and one seed per side it is the row bootstrap and the verdict says so (``covers``).  With 2-5
+seeds or fits the upper levels take few distinct values: their intervals are coarse.
+
+Decision: on the ``PRIMARY`` metric, declared here and in docs/METRICS.md (AUGRC, Traub et al.
+2024), with AURC and AUC beside it.  Each difference gets a two-sided bootstrap p-value; within a
+family the p-values of one metric are adjusted by Holm's step-down method (Holm 1979), which
+controls the family-wise error at ``ALPHA``.  "better" / "worse" when the adjusted p-value is
+below ``ALPHA``, by the sign of the difference; "disagree" lists the metrics whose verdict differs
+from the primary's.  What is chosen is chosen on held-out rows: the best learned scorer of the
+``mcp`` question by its runs' held-out training rows (``select``), then judged on the split.
+Torch-free.
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from cache.outputs import read_outputs
+from cache.runs import RunDir
+from pipeline.core import metrics
+from pipeline.report.rows import Row
+
+PRIMARY = "augrc"
+METRICS = (("augrc", False), ("aurc", False), ("auc", True))   # (standard metric, higher better)
+ALPHA = 0.05
+QUESTIONS = {"losses": "SS against each other loss trained the same way",
+             "mcp": "each learned scorer against the classifier's softmax (MCP)"}
+KINDS = ("head-only", "confidnet", "stacked")      # variant tags that make a training kind
+SS, MCP = "ss", "mcp"
+
+
+@dataclass
+class Recipe:
+    """One scorer across the fits of its classifier: {fit (weights hash): its Row}."""
+    kind: str
+    oracle: str
+    loss: str
+    label: str
+    training: str
+    arch: str                       # the evaluated cache's identity without its weights
+    fits: dict[str, Row] = field(default_factory=dict)
+    clash: list[str] = field(default_factory=list)   # fits holding several rows (groups)
+
+    @property
+    def name(self) -> str:
+        return self.label if self.kind == "baseline" else f"{self.label} ⟨{self.oracle}⟩"
+
+
+def recipes(rows: list[Row]) -> list[Recipe]:
+    """The split's rows grouped into recipes (module docstring)."""
+    out: dict[tuple, Recipe] = {}
+    for row in rows:
+        lab = row.members[0]["labels"] if row.members else {}
+        tags = set(row.variant.split("+")) if row.variant else set()
+        training = "+".join(t for t in KINDS if t in tags) or "fine-tuned"
+        same = ", O = C" if row.oracle == row.classifier else ""
+        oracle = "post-hoc" if row.kind == "baseline" else \
+            f"{lab.get('oracle_model') or row.oracle}{same}"
+        arch = json.dumps({k: v for k, v in row.eval.items() if k != "weights_sha256"},
+                          sort_keys=True)
+        key = (row.kind, oracle, row.loss_label, training, arch)
+        rec = out.setdefault(key, Recipe(row.kind, oracle, row.loss, row.loss_label, training,
+                                         arch))
+        fit = str(row.eval.get("weights_sha256"))
+        if fit in rec.fits:
+            rec.clash.append(fit)
+        rec.fits[fit] = row
+    return list(out.values())
+
+
+def _values(rec: Recipe, metric: str) -> tuple[dict, dict] | None:
+    """({fit: per-seed values (S,)}, {fit: per-seed resampled values (S, R)}), or None without
+    bootstrap values."""
+    point, boot = {}, {}
+    for fit, row in rec.fits.items():
+        vals = [m["metrics"]["standard"]["values"].get(metric) for m in row.members]
+        boots = [(m.get("_boot") or {}).get("standard", {}).get(metric) for m in row.members]
+        if any(b is None for b in boots) or any(v is None for v in vals):
+            return None
+        point[fit], boot[fit] = np.asarray(vals, float), np.asarray(boots, float)
+    return point, boot
+
+
+def hierarchical(a: dict[str, np.ndarray], b: dict[str, np.ndarray],
+                 rng: np.random.Generator) -> np.ndarray:
+    """Replicates (R,) of mean_f [mean over a's seeds - mean over b's seeds] of fit f, fits and
+    each side's seeds drawn with replacement per replicate, replicate r on row resample r.
+    ``a``, ``b``: {fit: (seeds, R) per-resample values}, the same fits."""
+    fits = sorted(a)
+    r = next(iter(a.values())).shape[1]
+    cols = np.arange(r)[:, None]
+    per_fit = np.empty((len(fits), r))
+    for j, fit in enumerate(fits):
+        means = []
+        for side in (a[fit], b[fit]):
+            seeds = rng.integers(0, side.shape[0], (r, side.shape[0]))
+            means.append(side[seeds, cols].mean(axis=1))
+        per_fit[j] = means[0] - means[1]
+    drawn = rng.integers(0, len(fits), (r, len(fits)))
+    return per_fit[drawn, cols].mean(axis=1)
+
+
+def p_value(replicates: np.ndarray) -> float | None:
+    """Two-sided bootstrap p-value of "the difference is 0": twice the smaller tail, each tail
+    counted with the replicate at 0 and one added (never 0 from finitely many replicates)."""
+    x = replicates[np.isfinite(replicates)]
+    if not len(x):
+        return None
+    tail = min((x <= 0).sum(), (x >= 0).sum())
+    return float(min(1.0, 2 * (tail + 1) / (len(x) + 1)))
+
+
+def holm(p: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values (None stays None; the others form the family)."""
+    idx = sorted((v, i) for i, v in enumerate(p) if v is not None)
+    out: list[float | None] = [None] * len(p)
+    running, m = 0.0, len(idx)
+    for rank, (v, i) in enumerate(idx):
+        running = max(running, min(1.0, (m - rank) * v))
+        out[i] = running
+    return out
+
+
+def covers(a: Recipe, b: Recipe) -> str:
+    """Which sources of variance the interval of a - b covers."""
+    levels = (["fits"] if len(a.fits) > 1 else []) + \
+        (["seeds"] if any(len(r.members) > 1 for r in [*a.fits.values(), *b.fits.values()])
+         else []) + ["rows"]
+    return ", ".join(levels)
+
+
+def difference(a: Recipe, b: Recipe, metric: str, seed: int) -> dict:
+    """a - b of ``metric``: the point estimate, the 95% hierarchical interval, the p-value."""
+    va, vb = _values(a, metric), _values(b, metric)
+    if va is None or vb is None:
+        return {"delta": None, "ci": None, "p": None,
+                "undefined": "no bootstrap values (--no-ci, or the metric undefined)"}
+    delta = float(np.mean([va[0][f].mean() - vb[0][f].mean() for f in sorted(a.fits)]))
+    rng = np.random.default_rng([seed, *map(ord, f"{a.name}|{b.name}|{metric}")])
+    reps = hierarchical(va[1], vb[1], rng)
+    finite = reps[np.isfinite(reps)]
+    if len(finite) < 0.95 * len(reps):
+        return {"delta": delta, "ci": None, "p": None,
+                "undefined": f"{len(reps) - len(finite)} of {len(reps)} replicates undefined"}
+    low, high = np.percentile(finite, [2.5, 97.5])
+    return {"delta": delta, "ci": [float(low), float(high)], "p": p_value(finite),
+            "undefined": None}
+
+
+def pairs(recs: list[Recipe]) -> dict[str, list[tuple[Recipe, Recipe]]]:
+    """The comparisons of each question on one split."""
+    learned = [r for r in recs if r.kind == "oracle"]
+    out = {"losses": [], "mcp": []}
+    for ss in (r for r in learned if r.loss == SS):
+        out["losses"] += [(ss, o) for o in learned if o.loss != SS and o.oracle == ss.oracle
+                          and o.training == ss.training and o.arch == ss.arch]
+    for r in learned:
+        out["mcp"] += [(r, m) for m in recs if m.kind == "baseline" and m.loss == MCP
+                       and m.arch == r.arch]
+    return out
+
+
+def refusal(a: Recipe, b: Recipe) -> str | None:
+    """Why a and b cannot be compared fit by fit (the identities named), or None."""
+    if a.clash or b.clash:
+        return (f"several runs of one classifier fit under one label ({a.name}: "
+                f"{sorted(set(a.clash))}, {b.name}: {sorted(set(b.clash))}): give them distinct "
+                "labels or report them apart")
+    if set(a.fits) != set(b.fits):
+        return (f"other classifier fits (weights_sha256): {a.name} has "
+                f"{sorted(f[:12] for f in a.fits)}, {b.name} has {sorted(f[:12] for f in b.fits)}")
+    return None
+
+
+def family(tag: str, question: str, compared: list[tuple[Recipe, Recipe]], seed: int) -> dict:
+    """One question's comparisons on one split, each metric Holm-adjusted within the family."""
+    entries, refused = [], []
+    for a, b in compared:
+        why = refusal(a, b)
+        if why:
+            refused.append({"a": a.name, "b": b.name, "why": why})
+            continue
+        seeds = [sorted(len(r.members) for r in x.fits.values()) for x in (a, b)]
+        entries.append({"a": a.name, "b": b.name, "training": a.training,
+                        "arch": json.loads(a.arch), "fits": len(a.fits), "seeds": seeds,
+                        "covers": covers(a, b),
+                        "metrics": {m: difference(a, b, m, seed) for m, _ in METRICS}})
+    for metric, higher in METRICS:
+        cells = [e["metrics"][metric] for e in entries]
+        for cell, adjusted in zip(cells, holm([c["p"] for c in cells])):
+            cell["p_holm"] = adjusted
+            cell["verdict"] = _verdict(cell["delta"], adjusted, higher)
+    for e in entries:
+        primary = e["metrics"][PRIMARY]["verdict"]
+        e["verdict"] = primary
+        e["disagree"] = [m for m, _ in METRICS if m != PRIMARY
+                         and e["metrics"][m]["verdict"] not in (None, primary)]
+        if e["covers"] == "rows":
+            e["note"] = ("one seed and one classifier fit a side: the interval covers the test "
+                         "rows only, not the spread between seeds or fits")
+    return {"split": tag, "question": question, "text": QUESTIONS[question],
+            "comparisons": entries, "refused": refused,
+            "counts": {v: sum(e["verdict"] == v for e in entries)
+                       for v in ("better", "no clear difference", "worse")}}
+
+
+def _verdict(delta: float | None, p: float | None, higher: bool) -> str | None:
+    if delta is None or p is None:
+        return None
+    if p >= ALPHA:
+        return "no clear difference"
+    return "better" if (delta > 0) == higher else "worse"
+
+
+def heldout_primary(rec: Recipe) -> float | None:
+    """The recipe's ``PRIMARY`` metric on its runs' held-out training rows (heldout/<tag>.h5,
+    rows they never trained on), averaged over seeds, then fits; None where a run has none."""
+    per_fit = []
+    for row in rec.fits.values():
+        values = []
+        for m in row.members:
+            run = RunDir(Path(m["run_dir"])) if m.get("run_dir") else None
+            held = run.record_if_any().heldout_output if run else None
+            if not held:
+                return None
+            values.append(_primary_of(str(run.heldout_output(held["split"])),
+                                      json.dumps(dict(held), sort_keys=True)))
+        per_fit.append(float(np.mean(values)))
+    return float(np.mean(per_fit))
+
+
+@lru_cache(maxsize=4096)
+def _primary_of(path: str, digest: str) -> float:
+    """``PRIMARY`` of a held-out output file's valid rows (once per file and digest: every split's
+    family asks for the same runs)."""
+    out = read_outputs(Path(path), digest=json.loads(digest)).columns
+    ok = out["valid"] == 1
+    return getattr(metrics, PRIMARY)(out["confidence"][ok], out["correct"][ok])
+
+
+def select(fam: dict, learned: list[Recipe]) -> None:
+    """``fam["selected"]``: the learned scorer with the best held-out ``PRIMARY`` -- chosen on
+    rows the verdict never sees -- and its verdict against MCP on this split."""
+    scored = {r.name: heldout_primary(r) for r in learned}
+    eligible = {k: v for k, v in scored.items() if v is not None}
+    fam["selected"] = None
+    if eligible:
+        name = min(eligible, key=eligible.get)
+        entry = next((e for e in fam["comparisons"] if e["a"] == name), None)
+        fam["selected"] = {"scorer": name, f"heldout_{PRIMARY}": eligible[name],
+                           "verdict": entry and entry["verdict"],
+                           "without_heldout_rows": sorted(set(scored) - set(eligible))}
+
+
+def verdicts(splits: dict[str, list[Row]], seed: int = 0) -> dict:
+    """report.json's ``verdicts``: every question's family on every split (module docstring);
+    the ``mcp`` family also names the scorer chosen on held-out rows (``select``)."""
+    families = []
+    for tag, rows in splits.items():
+        recs = recipes(rows)
+        for question, compared in pairs(recs).items():
+            if compared:
+                families.append(family(tag, question, compared, seed))
+                if question == "mcp":
+                    select(families[-1], list({id(a): a for a, _ in compared}.values()))
+    return {"primary": PRIMARY, "metrics": [m for m, _ in METRICS], "alpha": ALPHA,
+            "method": ("three-level bootstrap (fits, seeds, rows; paired on the rows), two-sided "
+                       "p-values, Holm-adjusted within each family (question x split); the "
+                       "verdict on the primary metric"),
+            "families": families}
+
+
+def by_split(doc: dict) -> dict[str, list[dict]]:
+    """The families of ``verdicts``' document by split, for the tables."""
+    out: dict[str, list[dict]] = defaultdict(list)
+    for fam in doc.get("families", []):
+        out[fam["split"]].append(fam)
+    return out
