@@ -29,8 +29,9 @@ from pipeline.sweep.command import sweep
 # Errors a user can fix: printed as one clear message, exit code 1 (no traceback).  An error of
 # one of these classes can only have been raised once its module was imported, so only imported
 # modules are asked: `--help` and `report` never import torch to handle an error.
-_USER_ERRORS = {"cache.schema": "CacheError", "pipeline.data.errors": "DataError",
-                "pipeline.core.models": "ModelError", "pipeline.data.images": "BadImageError"}
+_USER_ERRORS = {"cache.schema": "CacheError", "cache.runfile": "RunError",
+                "pipeline.data.errors": "DataError", "pipeline.core.models": "ModelError",
+                "pipeline.data.images": "BadImageError"}
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

@@ -29,6 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import runbook_table  # noqa: E402
+from bench.grid_hours import grid_on_gpus  # noqa: E402
 from bench.table_format import RESULTS, Stale, load, n0, source, table  # noqa: E402
 from bench.tables_train import (ddp, head_only_compiled, head_only_gpu,  # noqa: E402
                                 head_profile, head_replay, sdpa, train_memory, train_step,
@@ -158,6 +159,22 @@ def device_drift() -> str:
                "rows Δ > 1e-4", "trust flips"], rows)])
 
 
+def cluster_hours() -> str:
+    d = load("bench_train.json")
+    models, paths = d["projection"]["models"], ("eager", "graph")
+    rows = []
+    for n in (1, 2, 4, 8, 16, 32, 72):
+        g = grid_on_gpus(d["results"], "paper", paths, models, n)
+        rows.append([str(n), f"{g['extraction']:.2f}", f"{g['runs']:.2f}", f"**{g['wall']:.2f}**",
+                     f"{g['gpu_hours'] / (n * g['wall']):.0%}"])
+    return "\n".join([
+        f"Rates measured on one {source(d)} The training step at batch 40 (graphed, without "
+        "`--compile`, as the runbook trains) and the inference rates, start-ups not counted; "
+        "the paper's grid (section 0's settings: 72 fine-tuned runs, the two extractions) as "
+        "independent one-GPU jobs, each wave packed longest job first.", "",
+        table(["GPUs", "extraction wave h", "runs wave h", "wall h", "GPUs busy"], rows)])
+
+
 def runbook_time() -> str:
     a = {k: runbook_table.DEFAULTS[k] for k in runbook_table.DEFAULTS}
     return runbook_table.render(
@@ -174,6 +191,7 @@ BLOCKS = {
     "vit-roofline": vit_roofline, "head-profile": head_profile, "head-replay": head_replay,
     "report-cpu": report_cpu, "report-memory": report_memory, "inference": inference,
     "demo-cpu": demo_cpu, "rehearsal-memory": rehearsal_memory, "device-drift": device_drift,
+    "cluster-hours": cluster_hours,
 }
 
 

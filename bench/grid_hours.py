@@ -24,3 +24,27 @@ def grid_parts(res: dict, key: str, paths, models: list[str]) -> dict[str, float
         out[o] = LOSSES * len(models) * (rows / rate + infer_imgs / res[o]["infer"]) / 3600
     out["extraction"] = sum((2 * N_TRAIN + N_VAL) / res[c]["infer"] for c in models) / 3600
     return out
+
+
+def grid_on_gpus(res: dict, key: str, paths, models: list[str], gpus: int, seeds: int = 3,
+                 variants: int = LOSSES + 2) -> dict[str, float]:
+    """The runbook's grid as independent jobs on ``gpus`` GPUs (a job array, one GPU a job):
+    the extractions first (one job per classifier), then the fine-tuned runs (``variants``
+    losses, the authors' broadcasting CE and focal included, x ``seeds`` per pair), each wave
+    packed longest job first onto the GPU free soonest.  Returns the wall hours of each wave,
+    their sum and the GPU hours; a run is one GPU's job from start to end (no start-up
+    counted, as ``grid_parts``)."""
+    parts = grid_parts(res, key, paths, models)
+    per_run = {o: parts[o] / (LOSSES * len(models)) for o in models}
+    extract = [(2 * N_TRAIN + N_VAL) / res[c]["infer"] / 3600 for c in models]
+    runs = [per_run[o] for o in models for _ in range(len(models) * variants * seeds)]
+    waves = {"extraction": _packed(extract, gpus), "runs": _packed(runs, gpus)}
+    return {**waves, "wall": sum(waves.values()), "gpu_hours": sum(extract) + sum(runs)}
+
+
+def _packed(jobs: list[float], gpus: int) -> float:
+    """The makespan of ``jobs`` (hours) on ``gpus`` machines, longest first to the freest."""
+    loads = [0.0] * gpus
+    for job in sorted(jobs, reverse=True):
+        loads[loads.index(min(loads))] += job
+    return max(loads)

@@ -3,7 +3,10 @@
 Taken by the process (rank 0) that writes a classifier cache (``cli.py extract``) or trains or
 scores a run, so two launches of the same settings never write into one directory at once (the
 second would redo all the work and delete the first one's temporary files).  A lock left by a
-process that no longer runs on this host is taken over.
+process that no longer runs on this host is taken over; one of another host (a folder shared by
+the nodes of a cluster) never is: this host cannot see that process, and the message names it.
+The lock is a file created with O_EXCL (``open(..., "x")``), which NFS (v3 and later) and the
+cluster file systems honour across hosts; no ``flock``, which network file systems may ignore.
 """
 from __future__ import annotations
 
@@ -56,10 +59,17 @@ class DirLock:
         raise self.error(f"could not take {self.path}")
 
     def _owner_text(self) -> str:
+        """Who holds the lock: its pid and host, and, for another host, why it is not taken
+        over (a shared folder: whether that process still runs cannot be seen from here)."""
         try:
-            return self.path.read_text().strip()
-        except OSError:
+            owner = json.loads(self.path.read_text())
+            text = f"pid {owner['pid']} on host {owner['host']}"
+        except (OSError, ValueError, KeyError, TypeError):
             return "unknown owner"
+        if owner["host"] != socket.gethostname():
+            text += (f"; another host than this one ({socket.gethostname()}), which cannot "
+                     "tell whether it still runs, so the lock is never taken over from here")
+        return text
 
     def _stale(self) -> bool:
         try:

@@ -177,8 +177,9 @@ def test_a_second_extract_into_a_cache_in_use_stops_at_once(cache_a, tmp_path):
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(CacheError, match=r"is in use by another process \(.*\"pid\": "
-                                             rf"{holder.pid}.*wait for it, or delete .*\.lock"):
+        with pytest.raises(CacheError, match=r"is in use by another process \(pid "
+                                             rf"{holder.pid} on host .*\); wait for it, or "
+                                             r"delete .*\.lock"):
             extract(cfg)
         assert in_flight.exists() and not (cfg.out / "shard-00002.h5").exists()
     finally:

@@ -146,13 +146,15 @@ def test_a_loss_that_becomes_nan_under_torchrun_stops_every_process_with_its_ste
 
 def test_processes_disagreeing_on_the_graph_mode_all_stop_with_one_message(stage1, tmp_path):
     """Two hosts' launches (torchrun's environment set by hand, as each node's torchrun would)
-    with different --cuda-graph: both stop before any step, one message, nothing written."""
+    with different --cuda-graph: both stop before any step, one message, nothing written.  Each
+    "host" on the CPU: on one machine with GPUs both would take cuda:0 (LOCAL_RANK 0 each),
+    which tests/test_multinode.py checks is refused."""
     data, cache = stage1
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29531", "LOCAL_RANK": "0"}
     procs = [subprocess.Popen(
         [sys.executable, "cli.py", *map(str, train_args(data, cache, tmp_path / "run",
-                                                        "--cuda-graph", mode))],
+                                                        "--cuda-graph", mode, "--device", "cpu"))],
         cwd=ROOT, env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True) for rank, mode in enumerate(("auto", "off"))]
     outs = [p.communicate(timeout=300) for p in procs]

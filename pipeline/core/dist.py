@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
+import socket
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import torch
 import torch.distributed as tdist
@@ -46,17 +49,75 @@ def local_world() -> int:
 
 def init(device_arg: str | None) -> tuple[DistInfo, torch.device]:
     """Read torchrun's RANK/WORLD_SIZE/LOCAL_RANK (absent = single process) and pick the device:
-    ``cuda:LOCAL_RANK`` under torchrun on GPUs, else ``--device`` or the best available."""
+    ``cuda:LOCAL_RANK`` under torchrun on GPUs, else ``--device`` or the best available.  Under
+    torchrun, over one node or several, a process without a GPU of its own is refused with the
+    ranks and the fix (``check_gpus``), never an NCCL error."""
     me = info()
     world = me.world
     device = check_device(device_arg)
     if device.type == "cuda":
         index = me.local_rank if world > 1 else (device.index or 0)
+        if index >= torch.cuda.device_count():
+            raise RunError(f"rank {me.rank} (local rank {me.local_rank} on host {host()}): this "
+                           f"node has {torch.cuda.device_count()} GPU(s), so local rank "
+                           f"{me.local_rank} has none. Launch at most "
+                           f"{torch.cuda.device_count()} process(es) on this node (torchrun "
+                           "--nproc-per-node), or give each its GPU (CUDA_VISIBLE_DEVICES)")
         device = torch.device("cuda", index)
         torch.cuda.set_device(device)
     if world > 1 and not tdist.is_initialized():
         tdist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if world > 1 and device.type == "cuda":
+        check_gpus(me, device)
     return me, device
+
+
+def host() -> str:
+    return socket.gethostname()
+
+
+def check_gpus(me: DistInfo, device: torch.device) -> None:
+    """Every process on its own GPU: two processes of one host on one device (nodes started by
+    hand with the same LOCAL_RANK, or CUDA_VISIBLE_DEVICES naming one GPU twice) refuse together
+    (``EveryRankError``), naming the ranks, before NCCL's first collective would stop them with
+    "Duplicate GPU detected".  The check runs over a gloo group, which talks over TCP."""
+    uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", device.index))
+    where = gather_objects(me, (host(), uuid, str(device)),
+                           tdist.new_group(backend="gloo"))
+    taken: dict[tuple, list[int]] = {}
+    for rank, (name, gpu, _) in enumerate(where):
+        taken.setdefault((name, gpu), []).append(rank)
+    shared = [(key, ranks) for key, ranks in taken.items() if len(ranks) > 1]
+    if shared:
+        (name, _), ranks = shared[0]
+        raise EveryRankError(
+            f"ranks {', '.join(map(str, ranks))} share one GPU ({where[ranks[0]][2]} of host "
+            f"{name}): each process needs its own. Start one torchrun per node with "
+            "--nproc-per-node at most its GPUs (each process takes cuda:LOCAL_RANK), and give "
+            "each node its own --node-rank; processes started by hand need distinct LOCAL_RANK "
+            "(or CUDA_VISIBLE_DEVICES) on one host")
+
+
+def agree(me: DistInfo, what: str, settings: Mapping[str, Any]) -> None:
+    """Every process runs with the same ``settings`` (a command's resolved options): nodes
+    launched with different command lines refuse together (``EveryRankError``), naming each
+    setting that differs and the ranks that have it."""
+    if not me.enabled:
+        return
+    views = gather_objects(me, json.loads(json.dumps(dict(settings), sort_keys=True,
+                                                     default=str)))
+    diffs = [k for k in sorted(set().union(*views)) if len({repr(v.get(k)) for v in views}) > 1]
+    if diffs:
+        lines = []
+        for k in diffs[:6]:
+            ranks: dict[str, list[str]] = {}
+            for r, v in enumerate(views):
+                ranks.setdefault(repr(v.get(k)), []).append(str(r))
+            lines.append(f"{k}: " + "; ".join(f"{value} on rank(s) {', '.join(rs)}"
+                                              for value, rs in ranks.items()))
+        raise EveryRankError(f"the processes were launched with different {what}:\n  "
+                             + "\n  ".join(lines) + "\nStart every node with the same command "
+                             "(only torchrun's --node-rank and its rendezvous may differ)")
 
 
 def barrier(info: DistInfo) -> None:
@@ -94,12 +155,13 @@ def max_float(info: DistInfo, value: float) -> float:
     return float(_reduce(value, torch.float64, tdist.ReduceOp.MAX).item())
 
 
-def gather_objects(info: DistInfo, value) -> list:
-    """Every rank's ``value`` (picklable), in rank order (a collective: every rank calls it)."""
+def gather_objects(info: DistInfo, value, group=None) -> list:
+    """Every rank's ``value`` (picklable), in rank order (a collective: every rank calls it;
+    ``group``: another process group than the default, e.g. a gloo one)."""
     if not info.enabled:
         return [value]
     out: list = [None] * info.world
-    tdist.all_gather_object(out, value)
+    tdist.all_gather_object(out, value, group=group)
     return out
 
 

@@ -5,5 +5,6 @@ command.py  the click command: options -> DemoConfig -> run
 steps.py    DemoConfig, a Step (one command), the caches and adversarial split of a model
 plan.py     the plan: fit-classifier, extract, attack, train-oracle grid, predict, sweep, report
 run.py      runs the plan's commands, skipping done steps; demo.json, the report's main table
+jobs.py     the plan as a job list in waves (--job-list), one job of it run (--job)
 pretrained.py  --pretrained-oracle: oracles from ImageNet-pretrained EfficientNet-Lite0
 """

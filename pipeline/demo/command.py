@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import click
 
@@ -85,20 +86,34 @@ def _names(key: str) -> str:
         "with an equal share of the cores; the GPUs taken in turn). Their output is printed as "
         "each finishes.", default_text=f"the cores, at most {MAX_JOBS}"),
     Opt(("--dry-run",), is_flag=True, group="runtime", help="Print the commands and stop."),
+    Opt(("--job-list",), type=click.Path(dir_okay=False), group="runtime", help="Write the "
+        "plan as a job list (JSON) for a scheduler's job array or xargs, and stop: jobs in "
+        "waves, a wave's jobs independent (docs/IMAGENET.md, 'On a cluster')."),
+    Opt(("--job",), type=(click.Path(exists=True, dir_okay=False), click.IntRange(0)),
+        group="runtime", default=None, help="Run job N of a --job-list FILE (its settings are "
+        "the list's; no other option applies): FILE N.", default_text="none"),
     NO_PROGRESS.but(help="No progress bars in the steps."),
 )
 def demo(seeds, full, pretrained, pretrained_only, pairs, head_seeds, data, corruption, severity,
          classifiers, oracles, losses,
          broadcast_losses,
          fit_args, extract_args, train_args, head_args, no_head_only, report_args, jobs,
-         dry_run, no_progress):
+         dry_run, job_list, job, no_progress):
     """The whole pipeline on the embedded Fashion-MNIST through the cli.py commands a user would
     type (each printed before it runs): fit-classifier, extract (with features), train-oracle
     for every <oracle, classifier> pair and loss, fine-tuned and head-only, an alpha sweep,
     report. Re-running skips completed steps."""
     # Imported on call: a command loads only its own stage.
+    from pipeline.demo.jobs import JobError, run_job, write_job_list
     from pipeline.demo.steps import DemoConfig
     from pipeline.demo.run import DemoError, run
+
+    if job is not None:
+        try:
+            code = run_job(Path(job[0]), job[1], click.echo)
+        except JobError as err:
+            raise click.ClickException(str(err)) from None
+        raise click.exceptions.Exit(code)
 
     if full and seeds is not None and seeds != DEMO["full_seeds"]:
         flag = typed_flag(click.get_current_context(), "seeds")
@@ -124,6 +139,14 @@ def demo(seeds, full, pretrained, pretrained_only, pairs, head_seeds, data, corr
         jobs=jobs if jobs is not None else min(MAX_JOBS, os.cpu_count() or 1))
     if not cfg.classifiers or not cfg.oracles:
         raise click.UsageError("--classifiers and --oracles need at least one name each")
+    if job_list:
+        doc = write_job_list(cfg, Path(job_list))
+        click.echo(f"{len(doc['jobs'])} jobs in {len(doc['waves'])} waves: {job_list}")
+        for w in doc["waves"]:
+            click.echo(f"  jobs {w['first']}-{w['last']}: {w['stage']}")
+        click.echo(f"run a job: python cli.py demo --job {job_list} N (every job of a wave after "
+                   "the wave before; cluster/run_waves.sh, cluster/slurm_waves.sh)")
+        return
     try:
         s = run(cfg, echo=click.echo)
     except DemoError as err:

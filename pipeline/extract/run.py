@@ -164,6 +164,9 @@ def extract(cfg: ExtractConfig) -> dict:
         dataset.recorder = SourceRecorder(len(samples))
     class_notes = check_num_classes(int(model.num_classes), samples, cfg.classifier)
     identity = build_identity(cfg, samples, spec, model, data_cfg, mc_rates)
+    # every node the same command: the cache and the rows each rank computes (paths may differ)
+    dist.agree(info, "extract settings", {**identity, "batch_size": cfg.batch_size,
+                                          "verify": cfg.verify, "skip_bad": cfg.skip_bad})
     ranges = shard_ranges(len(samples), cfg.shard_size)
     with locked(cfg.out, info) as writable:
         complete, claim_notes = claim(cfg.out, identity, ranges, cfg.verify, info, samples,

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from cache.runs import RunError
+from cache.runs import RUN_IDENTITY, RunError
 from pipeline.core import dist
 from pipeline.core.catalog import BEST_KEY
 from pipeline.core.models import DataConfig
@@ -49,8 +49,21 @@ def train(cfg: TrainConfig, splits: SplitMemo | None = None, *,
                        "applies to --head-only runs only)")
     info, device = dist.init(cfg.device)
     prep = prepare(cfg, device, splits, loss_fn)
+    dist.agree(info, "train-oracle settings", agreed(prep))
     with claimed([prep], info, cfg.resume, RESUMES) as (claim,):
         return _train_claimed(prep, claim, info, device)
+
+
+def agreed(prep: Prepared) -> dict:
+    """What every process of one run must share: the run (its labels and group: the settings and
+    the training cache's identity) and the runtime settings that change its steps; not where
+    each node finds the files, its loader workers or its progress bar.  --cuda-graph has its own
+    check (``finetune.graph.choose_step``)."""
+    local = ("data", "cache", "out", "runs_root", "labels_file", "features_cache", "weights",
+             "device", "workers", "progress", "artifacts", "cuda_graph")
+    config = {k: v for k, v in prep.record["config"].items() if k not in local}
+    return {**config, **{k: prep.record[k] for k in RUN_IDENTITY},
+            "eval_caches": [s.cache.identity["dataset_fingerprint"] for s in prep.evals]}
 
 
 def _train_claimed(prep: Prepared, claim: str, info: dist.DistInfo,
