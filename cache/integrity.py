@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import re
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -95,5 +96,6 @@ def not_writable(err: BaseException, where: Path) -> NotWritable | None:
     reason = NOT_WRITABLE.get(getattr(err, "errno", None))
     if reason is None:
         return None
-    return NotWritable(f"cannot write in {where} ({reason}): choose another --out, or make it "
-                       "writable")
+    # the host too: on a cluster, a folder shared by the nodes may be read-only on one of them
+    return NotWritable(f"cannot write in {where} ({reason}, on host {socket.gethostname()}): "
+                       "choose another --out, or make it writable there")

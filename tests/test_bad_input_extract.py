@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import shutil
 import subprocess
 import sys
@@ -170,11 +171,12 @@ def test_a_read_only_out_gets_one_message_and_a_complete_read_only_cache_is_read
     proc = _read_only(tmp_path / "ro", cmd + ["--out", str(tmp_path / "ro" / "cache")])
     assert proc.returncode == 1, proc.stderr
     assert re.search(r"error: cannot write in .*ro/cache/vit_tiny_patch16_224/val \(read-only "
-                     r"file system\): choose another --out, or make it writable", proc.stderr)
+                     rf"file system, on host {re.escape(socket.gethostname())}\): choose another "
+                     r"--out, or make it writable there", proc.stderr)
     assert "Traceback" not in proc.stderr
     result = run(*cmd[2:], "--out", tmp_path / "done")
     assert result.exit_code == 0, result.output
-    import socket            # a lock left by a killed extract, which cannot be removed here
+    # a lock left by a killed extract, which cannot be removed here
     (tmp_path / "done" / TINY_VIT[0] / "val" / ".lock").write_text(
         json.dumps({"pid": 999_999_999, "host": socket.gethostname()}))
     proc = _read_only(tmp_path / "done", cmd + ["--out", str(tmp_path / "done")])
