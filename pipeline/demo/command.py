@@ -140,13 +140,7 @@ def demo(seeds, full, pretrained, pretrained_only, pairs, head_seeds, data, corr
     if not cfg.classifiers or not cfg.oracles:
         raise click.UsageError("--classifiers and --oracles need at least one name each")
     if job_list:
-        doc = write_job_list(cfg, Path(job_list))
-        click.echo(f"{len(doc['jobs'])} jobs in {len(doc['waves'])} waves: {job_list}")
-        for w in doc["waves"]:
-            click.echo(f"  jobs {w['first']}-{w['last']}: {w['stage']}")
-        click.echo(f"run a job: python cli.py demo --job {job_list} N (every job of a wave after "
-                   "the wave before; cluster/run_waves.sh, cluster/slurm_waves.sh)")
-        return
+        return _write_jobs(write_job_list(cfg, Path(job_list)), job_list)
     try:
         s = run(cfg, echo=click.echo)
     except DemoError as err:
@@ -160,3 +154,12 @@ def demo(seeds, full, pretrained, pretrained_only, pairs, head_seeds, data, corr
     click.echo(f"report: {r['markdown']} (splits {', '.join(r['splits'])}; figures in "
                f"{r['dir']}/figures)\n")
     click.echo(r["main_table"])
+
+
+def _write_jobs(doc: dict, path: str) -> None:
+    """What --job-list wrote: its waves, and how to run them."""
+    click.echo(f"{len(doc['jobs'])} jobs in {len(doc['waves'])} waves: {path}")
+    for w in doc["waves"]:
+        click.echo(f"  jobs {w['first']}-{w['last']}: {w['stage']}")
+    click.echo(f"run a job: python cli.py demo --job {path} N (every job of a wave after the "
+               "wave before; cluster/run_waves.sh, cluster/slurm_waves.sh)")
