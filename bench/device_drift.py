@@ -85,13 +85,13 @@ def rescore_tf32(run: Path, data: list[str], cache: Path) -> np.ndarray:
     from pipeline.oracle.deploy.predict import PredictConfig, predict
 
     ieee_fp32()                                     # once per process: then back to the default
-    torch.backends.cudnn.conv.fp32_precision = "tf32"
+    torch.backends.cudnn.allow_tf32 = True
     try:
         predict(PredictConfig(run=run, data=data[1] if data else None, cache=cache,
                               splits=("test",), name="test-gpu-tf32", device="cuda",
                               progress=False))
     finally:
-        torch.backends.cudnn.conv.fp32_precision = "ieee"
+        torch.backends.cudnn.allow_tf32 = False
     return read_outputs(RunDir(run).output("test-gpu-tf32")).columns["confidence"]
 
 

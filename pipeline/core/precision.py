@@ -62,16 +62,13 @@ def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
 @cache
 def ieee_fp32() -> None:
     """float32 convolutions and matrix products in IEEE float32 on CUDA, not TF32 (module
-    docstring); once per process."""
+    docstring); once per process.  Through the flags every torch version reads: with torch's
+    newer per-operator settings (``cudnn.conv.fp32_precision``) set instead, any code that reads
+    ``torch.backends.cudnn.allow_tf32`` afterwards (inductor, libraries) raises."""
     import torch
 
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    if conv is not None and hasattr(conv, "fp32_precision"):     # torch >= 2.9
-        conv.fp32_precision = "ieee"
-        torch.backends.cuda.matmul.fp32_precision = "ieee"
-    else:
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def made_on(device: torch.device, precision: str, inputs: str = "images") -> MadeOn:
