@@ -63,7 +63,7 @@ def test_a_difference_every_seed_shows_stays_better(tmp_path):
     [entry] = families(doc, "losses")[0]["comparisons"]
     assert entry["verdict"] == "better" and entry["metrics"]["augrc"]["delta"] < 0
     assert entry["metrics"]["augrc"]["p_holm"] < 0.05 and entry["disagree"] == []
-    assert {e["verdict"] for e in families(doc, "mcp")[0]["comparisons"]} <= {
+    assert {e["verdict"] for e in families(doc, "reference")[0]["comparisons"]} <= {
         "better", "worse", "no clear difference"}
 
 
@@ -130,7 +130,7 @@ def test_the_best_learned_scorer_is_chosen_on_held_out_rows(tmp_path):
     run_cli(["report", fine, head, "--cache", cache, "--out", out, "--resamples", 200,
              "--no-figures", "--no-trust-score"])
     doc = json.loads((out / "report.json").read_text())
-    [fam] = families(doc, "mcp")
+    [fam] = families(doc, "reference")
     held = {}
     for run in (fine, head):
         record = RunDir(run).record()

@@ -88,7 +88,8 @@ def _names(key: str) -> str:
     Opt(("--dry-run",), is_flag=True, group="runtime", help="Print the commands and stop."),
     Opt(("--job-list",), type=click.Path(dir_okay=False), group="runtime", help="Write the "
         "plan as a job list (JSON) for a scheduler's job array or xargs, and stop: jobs in "
-        "waves, a wave's jobs independent (docs/IMAGENET.md, 'On a cluster')."),
+        "waves, a wave's jobs independent (docs/IMAGENET.md, 'On a cluster').",
+        default_text="none: run the plan"),
     Opt(("--job",), type=(click.Path(exists=True, dir_okay=False), click.IntRange(0)),
         group="runtime", default=None, help="Run job N of a --job-list FILE (its settings are "
         "the list's; no other option applies): FILE N.", default_text="none"),

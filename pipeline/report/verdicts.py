@@ -6,7 +6,8 @@ The questions (each a family, per evaluated split):
 
 * ``losses``: SS against each other loss trained the same way (same oracle model, classifier
   architecture and training kind: fine-tuned, head-only, ConfidNet, stacked);
-* ``mcp``: every learned scorer against the classifier's own softmax (MCP).
+* ``reference``: every learned scorer against the classifier's own softmax (MCP,
+  ``baselines.REFERENCE``).
 
 A *recipe* is what one row of the report stands for with its classifier's fit left out: several
 fits of one classifier architecture (caches that differ only in ``weights_sha256``) are the
@@ -25,7 +26,8 @@ family the p-values of one metric are adjusted by Holm's step-down method (Holm 
 controls the family-wise error at ``ALPHA``.  "better" / "worse" when the adjusted p-value is
 below ``ALPHA``, by the sign of the difference; "disagree" lists the metrics whose verdict differs
 from the primary's.  What is chosen is chosen on held-out rows: the best learned scorer of the
-``mcp`` question by its runs' held-out training rows (``select``), then judged on the split.
+``reference`` question by its runs' held-out training rows (``select``), then judged on the
+split.
 Torch-free.
 """
 from __future__ import annotations
@@ -41,15 +43,16 @@ import numpy as np
 from cache.outputs import read_outputs
 from cache.runs import RunDir
 from pipeline.core import metrics
+from pipeline.report.baselines import REFERENCE
 from pipeline.report.rows import Row
 
 PRIMARY = "augrc"
 METRICS = (("augrc", False), ("aurc", False), ("auc", True))   # (standard metric, higher better)
 ALPHA = 0.05
 QUESTIONS = {"losses": "SS against each other loss trained the same way",
-             "mcp": "each learned scorer against the classifier's softmax (MCP)"}
+             "reference": "each learned scorer against the classifier's softmax (MCP)"}
 KINDS = ("head-only", "confidnet", "stacked")      # variant tags that make a training kind
-SS, MCP = "ss", "mcp"
+SS = "ss"
 
 
 @dataclass
@@ -173,12 +176,12 @@ def difference(a: Recipe, b: Recipe, metric: str, seed: int) -> dict:
 def pairs(recs: list[Recipe]) -> dict[str, list[tuple[Recipe, Recipe]]]:
     """The comparisons of each question on one split."""
     learned = [r for r in recs if r.kind == "oracle"]
-    out = {"losses": [], "mcp": []}
+    out = {"losses": [], "reference": []}
     for ss in (r for r in learned if r.loss == SS):
         out["losses"] += [(ss, o) for o in learned if o.loss != SS and o.oracle == ss.oracle
                           and o.training == ss.training and o.arch == ss.arch]
     for r in learned:
-        out["mcp"] += [(r, m) for m in recs if m.kind == "baseline" and m.loss == MCP
+        out["reference"] += [(r, m) for m in recs if m.kind == "baseline" and m.loss == REFERENCE
                        and m.arch == r.arch]
     return out
 
@@ -277,14 +280,14 @@ def select(fam: dict, learned: list[Recipe]) -> None:
 
 def verdicts(splits: dict[str, list[Row]], seed: int = 0) -> dict:
     """report.json's ``verdicts``: every question's family on every split (module docstring);
-    the ``mcp`` family also names the scorer chosen on held-out rows (``select``)."""
+    the ``reference`` family also names the scorer chosen on held-out rows (``select``)."""
     families = []
     for tag, rows in splits.items():
         recs = recipes(rows)
         for question, compared in pairs(recs).items():
             if compared:
                 families.append(family(tag, question, compared, seed))
-                if question == "mcp":
+                if question == "reference":
                     select(families[-1], list({id(a): a for a, _ in compared}.values()))
     return {"primary": PRIMARY, "metrics": [m for m, _ in METRICS], "alpha": ALPHA,
             "method": ("three-level bootstrap (fits, seeds, rows; paired on the rows), two-sided "
