@@ -44,6 +44,7 @@ from cache.outputs import read_outputs
 from cache.runs import RunDir
 from pipeline.core import metrics
 from pipeline.report.baselines import REFERENCE
+from pipeline.report.bootstrap import interval
 from pipeline.report.rows import Row
 
 PRIMARY = "augrc"
@@ -164,13 +165,15 @@ def difference(a: Recipe, b: Recipe, metric: str, seed: int) -> dict:
     delta = float(np.mean([va[0][f].mean() - vb[0][f].mean() for f in sorted(a.fits)]))
     rng = np.random.default_rng([seed, *map(ord, f"{a.name}|{b.name}|{metric}")])
     reps = hierarchical(va[1], vb[1], rng)
-    finite = reps[np.isfinite(reps)]
-    if len(finite) < 0.95 * len(reps):
-        return {"delta": delta, "ci": None, "p": None,
-                "undefined": f"{len(reps) - len(finite)} of {len(reps)} replicates undefined"}
-    low, high = np.percentile(finite, [2.5, 97.5])
-    return {"delta": delta, "ci": [float(low), float(high)], "p": p_value(finite),
-            "undefined": None}
+    # the report's one interval rule (percentiles; undefined with too few rows of a class or
+    # too many replicates left out), with the fewest correct/incorrect rows of any fit
+    counts = tuple(min(int(r.members[0].get("class_counts", (0, 0))[k])
+                       for r in [*a.fits.values(), *b.fits.values()]) for k in (0, 1))
+    ci = interval(reps, delta, metric, counts)
+    if ci["undefined"] is not None:
+        return {"delta": delta, "ci": None, "p": None, "undefined": ci["undefined"]}
+    return {"delta": delta, "ci": [ci["low"], ci["high"]],
+            "p": p_value(reps[np.isfinite(reps)]), "undefined": None}
 
 
 def pairs(recs: list[Recipe]) -> dict[str, list[tuple[Recipe, Recipe]]]:
