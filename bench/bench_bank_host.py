@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_head import optim, write_feature_cache  # noqa: E402
 from cache.reader import ClassifierCache  # noqa: E402
 from cache.runs import RunDir  # noqa: E402
-from pipeline.core.losses import resolve_loss  # noqa: E402
+from pipeline.core.losses import Context, get  # noqa: E402
 from pipeline.oracle.headonly.bank import train_heads  # noqa: E402
 from pipeline.oracle.headonly.features import load_table  # noqa: E402
 from pipeline.oracle.loop.log import StepLog  # noqa: E402
@@ -53,7 +53,7 @@ def main() -> None:
         table = load_table(cache, SimpleNamespace(cache=cache), t, True, torch.device("cpu"))
         rows, val = carve_rows(np.flatnonzero(t["valid"]), 0.3, None, 0)
         schedule = StepSchedule(rows, 40, 1, 0, True)
-        losses = [resolve_loss("ss", {"alpha_pos": p, "alpha_neg": n}, (1.0, 3.0), None)
+        losses = [get("ss").resolve({"alpha_pos": p, "alpha_neg": n}, Context((1.0, 3.0)), None)
                   for p in np.linspace(0.5, 5, a.grid) for n in np.linspace(1, 10, a.grid)]
         logs = [StepLog(RunDir(work / f"run{i}"), None, True) for i in range(len(losses))]
         total = schedule.total_steps

@@ -59,7 +59,7 @@ from cache.reader import ClassifierCache  # noqa: E402
 from cache.schema import KIND_CLASSIFIER, SCHEMA_VERSION  # noqa: E402
 from cache.shards import shard_entry, shard_path, shard_ranges, write_shard  # noqa: E402
 from cache.runs import RunDir  # noqa: E402
-from pipeline.core.losses import resolve_loss  # noqa: E402
+from pipeline.core.losses import Context, get  # noqa: E402
 from pipeline.extract.run import ExtractConfig  # noqa: E402
 from pipeline.oracle.headonly.bank import BankOptim, score, train_heads  # noqa: E402
 from pipeline.oracle.headonly.features import load_table  # noqa: E402
@@ -144,7 +144,7 @@ def one_pass(train_dir: Path, val_dir: Path, device, batch: int, epochs: int,
     t_load = time.perf_counter()
     rows, val_rows = carve_rows(np.flatnonzero(targets["valid"]), 0.05, None, 0)
     schedule = StepSchedule(rows, batch, epochs, 0, True)
-    losses = [resolve_loss("ss", {"alpha_pos": a, "alpha_neg": b}, (1.0, 3.0), None)
+    losses = [get("ss").resolve({"alpha_pos": a, "alpha_neg": b}, Context((1.0, 3.0)), None)
               for a, b in alphas]
     total = schedule.total_steps
     settings = LoopSettings(total, batch, log_every, max(1, total // 4), None, None, False,

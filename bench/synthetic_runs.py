@@ -18,7 +18,7 @@ from cache.reader import ClassifierCache
 from cache.runs import RunDir
 from cache.schema import KIND_CLASSIFIER, SCHEMA_VERSION
 from cache.shards import shard_entry, shard_path, shard_ranges, write_shard
-from pipeline.core.losses import LOSSES
+from pipeline.core.losses import get
 
 # run.json records the versions of the code that trained a run; these runs were made up here
 VERSIONS = {"synthetic_runs": "1"}
@@ -135,7 +135,7 @@ def write_run(run_dir: Path, cache_dir: Path, *, oracle: str, classifier: str, l
     conf[list(nan_rows)] = np.nan
     record = {"oracle": oracle, "oracle_model": f"{oracle}-model", "classifier": classifier,
               "loss": loss, "variant": variant, "seed": seed, "group": group, "dataset": dataset,
-              "loss_label": loss_label or LOSSES[loss].label,
+              "loss_label": loss_label or get(loss).label,
               "num_classes": cache.identity["num_classes"], "config": {"loss": loss, "seed": seed}}
     tag = tag or Path(cache_dir).name
     run = RunDir(Path(run_dir))

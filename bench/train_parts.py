@@ -17,7 +17,7 @@ from pipeline.core.models import ModelSpec  # noqa: E402
 from pipeline.core.precision import autocast, grad_scaler  # noqa: E402
 from pipeline.core.presets import IMAGENET_PRESETS  # noqa: E402
 from pipeline.data.images import GpuNormalize  # noqa: E402
-from pipeline.core.losses import LossConfig  # noqa: E402
+from pipeline.core.losses import get  # noqa: E402
 from pipeline.oracle.finetune.step import TargetTable  # noqa: E402
 from pipeline.oracle.nets.model import build_oracle  # noqa: E402
 
@@ -81,7 +81,7 @@ def fast_objects(ms: ModelSpec, device, precision: str, compile_: bool = False):
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-5, total_steps=10**6,
                                                 pct_start=100 / 10**6, cycle_momentum=False)
     objs = TrainObjects(model, torch.compile(model) if compile_ else model, None, opt, sched, grad_scaler(precision, device),
-                        GpuNormalize(data_cfg, device), LossConfig("ss", alpha_pos=1, alpha_neg=3),
+                        GpuNormalize(data_cfg, device), get("ss")({"alpha_pos": 1.0, "alpha_neg": 3.0}),
                         precision, device, dist.DistInfo(), 0.0)
     return objs, data_cfg
 

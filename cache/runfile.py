@@ -37,14 +37,15 @@ class RunLabels:
     dataset: str
     num_classes: int
     config: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    tnr: str | None = None        # the loss's TNR rule; None in runs written before it was recorded
 
     @classmethod
     def from_json(cls, record: Mapping[str, Any], where: str = "run.json") -> "RunLabels":
-        missing = [f.name for f in fields(cls) if f.name not in record]
+        missing = [f.name for f in fields(cls) if f.name not in record and f.name != "tnr"]
         if missing:
             raise CacheError(f"{where}: the run record lacks {missing}; it was not written by "
                              "train-oracle (or is damaged): delete the run directory to retrain")
-        return cls(**{f.name: record[f.name] for f in fields(cls)})
+        return cls(**{f.name: record[f.name] for f in fields(cls) if f.name in record})
 
 
 def _frozen(value: Mapping | None) -> Mapping:

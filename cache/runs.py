@@ -49,12 +49,15 @@ class RunLock(DirLock):
 
 
 def run_record(config: Mapping[str, Any], *, oracle_model: str, variant: str, loss_label: str,
-               group: str, dataset: str, num_classes: int) -> dict:
-    """The ``run`` record of DATA_CONTRACT.md (run.json and every output file's ``run`` attr)."""
+               group: str, dataset: str, num_classes: int, tnr: str) -> dict:
+    """The ``run`` record of DATA_CONTRACT.md (run.json and every output file's ``run`` attr);
+    ``tnr``: the loss's TNR rule (pipeline.core.losses.base.TNR_RULES), which the report applies
+    without knowing the loss."""
     return {"oracle": config["oracle"], "oracle_model": oracle_model,
             "classifier": config["classifier"], "loss": config["loss"], "variant": variant,
             "loss_label": loss_label, "seed": int(config["seed"]), "group": group,
-            "dataset": dataset, "num_classes": int(num_classes), "config": canonical(dict(config))}
+            "dataset": dataset, "num_classes": int(num_classes), "tnr": tnr,
+            "config": canonical(dict(config))}
 
 
 def default_run_dir(runs_root: Path, record: Mapping[str, Any]) -> Path:

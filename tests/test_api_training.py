@@ -349,7 +349,7 @@ def test_train_head_refuses_arrays_it_cannot_train_on():
              ((x, correct[:-1]), {}, r"correct: got shape \(199,\); expected \(200,\)"),
              ((x, np.full(200, 2)), {}, "values other than 0 and 1"),
              ((x, np.ones(200, bool)), {}, "only correct rows"),
-             ((x, correct), {"loss": "tcp"}, "TCP's target"),
+             ((x, correct), {"loss": "tcp"}, "the target of loss 'tcp'"),
              ((x, correct), {"head": "round"}, "head: got 'round'"),
              ((x, correct), {"epochs": 1, "batch_size": 128}, "1 optimizer step"),
              ((np.where(np.arange(200)[:, None] == 7, np.nan, x), correct), {}, "row 7")]

@@ -87,7 +87,7 @@ def test_a_bank_of_two_confidnet_heads_equals_two_single_runs(tmp_path):
     """Each head of a bank follows the trajectory it follows alone (its own loss parameters),
     bit for bit: the same final and chosen weights (the logged losses to rounding)."""
     from cache.runs import RunDir
-    from pipeline.core.losses import resolve_loss
+    from pipeline.core.losses import Context, get
     from pipeline.oracle.headonly.bank import BankOptim, train_heads
     from pipeline.oracle.headonly.features import FeatureTable
     from pipeline.oracle.loop.log import StepLog
@@ -102,7 +102,7 @@ def test_a_bank_of_two_confidnet_heads_equals_two_single_runs(tmp_path):
     schedule = StepSchedule(np.arange(80), 16, 3, 0, True)
     opt = BankOptim(0, True, 0.05, 0.9, 1e-4, 0.3, False, "confidnet")
     settings = LoopSettings(schedule.total_steps, 16, 1, 5, None, None, False, "test")
-    losses = [resolve_loss("ss", {"alpha_pos": a, "alpha_neg": b}, (1.0, 3.0), (30, 50))
+    losses = [get("ss").resolve({"alpha_pos": a, "alpha_neg": b}, Context((1.0, 3.0)), (30, 50))
               for a, b in ((1.0, 3.0), (2.0, 6.0))]
 
     def final(bank, name):

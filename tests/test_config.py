@@ -7,8 +7,11 @@ from dataclasses import asdict, fields
 import click
 import pytest
 
-from pipeline.core.losses import LOSSES, PARAMS
+from pipeline.core.losses import all_params, check_options, get, loss_params, names
+
+PARAMS = all_params()
 from pipeline.oracle.settings.config import (BANK_FREE, FINE_TUNE_ONLY, LOSS_OPTIONS, NOT_IN_GROUP,
+                                             as_record,
                                     TrainConfig, config_from_params, group_hash)
 
 
@@ -17,13 +20,14 @@ def _train_oracle():
     return train_oracle
 
 
-def test_every_option_of_train_oracle_is_one_field_and_every_field_one_option():
+def test_every_option_of_train_oracle_is_one_field_or_one_loss_parameter():
     params = {p.name for p in _train_oracle().params}
     declared = {f.metadata["opt"].name for f in fields(TrainConfig) if f.metadata["opt"]}
-    assert params == declared
+    assert params == declared | set(loss_params()) and not declared & set(loss_params())
     unset = [f.name for f in fields(TrainConfig) if f.metadata["opt"] is None]
-    # derived: the --weights file's sha256 (prepare), the artifacts root (--data)
-    assert unset == ["weights_sha256", "artifacts"]
+    # derived: the --weights file's sha256 (prepare), the artifacts root (--data); the losses'
+    # own parameters, each its option (pipeline.core.losses)
+    assert unset == ["weights_sha256", "loss_params", "artifacts"]
 
 
 def test_a_command_line_becomes_the_fields_it_names():
@@ -33,7 +37,7 @@ def test_a_command_line_becomes_the_fields_it_names():
            "--no-channels-last", "--split-seed", "3"]
     ctx = _train_oracle().make_context("train-oracle", cmd)
     cfg = config_from_params(ctx.params)
-    assert (cfg.classifier, cfg.loss, cfg.gamma, cfg.broadcast, cfg.z, cfg.lr, cfg.flip) == \
+    assert (cfg.classifier, cfg.loss, cfg.loss_params["gamma"], cfg.broadcast, cfg.z, cfg.lr, cfg.flip) == \
         ("resnet", "focal", 0.5, True, "linear", 0.1, False)
     assert cfg.eval_splits == ("a", "b") and cfg.compile and not cfg.progress
     assert cfg.model_kwargs == {"depth": 2} and cfg.out == "x/y" and not cfg.channels_last
@@ -55,7 +59,7 @@ def test_the_group_hash_leaves_out_exactly_where_runtime_and_seed():
         "hub_weights"}
     ident = {"model": "m", "weights_sha256": "w", "dataset_fingerprint": "f", "split": "train",
              "corruption": "none"}
-    base = asdict(TrainConfig())
+    base = as_record(TrainConfig())
     for name in NOT_IN_GROUP:
         changed = {**base, name: "something else"}
         assert group_hash(changed, ident) == group_hash(base, ident), name
@@ -68,37 +72,38 @@ def test_runs_without_weights_keep_their_group_and_weights_are_named_by_contents
     when the weights file came to be named by its sha256 instead of its path."""
     ident = {"model": "m", "weights_sha256": "w", "dataset_fingerprint": "f", "split": "train",
              "corruption": "none"}
-    assert group_hash(asdict(TrainConfig()), ident) == "162ce89213ee"
+    assert group_hash(as_record(TrainConfig()), ident) == "162ce89213ee"
     head_only = TrainConfig(random_init=True, head_only=True, lr=0.1)
-    assert group_hash(asdict(head_only), ident) == "f056f8b91779"
-    k3 = asdict(TrainConfig(weights="k3.pth", weights_sha256="a" * 64))
+    assert group_hash(as_record(head_only), ident) == "f056f8b91779"
+    k3 = as_record(TrainConfig(weights="k3.pth", weights_sha256="a" * 64))
     assert group_hash({**k3, "weights": "./k3.pth"}, ident) == group_hash(k3, ident)
     assert group_hash({**k3, "weights_sha256": "b" * 64}, ident) != group_hash(k3, ident)
-    assert group_hash(k3, ident) != group_hash(asdict(TrainConfig()), ident)
+    assert group_hash(k3, ident) != group_hash(as_record(TrainConfig()), ident)
 
 
 def test_derived_lists_follow_the_field_declarations():
     assert set(FINE_TUNE_ONLY) == {"accum_steps", "precision", "channels_last",
                                    "workers", "eval_batch_size", "ckpt_every", "stop_at_step",
                                    "resume"}
-    assert set(LOSS_OPTIONS) == {"z", "broadcast", "class_balanced", *PARAMS}
-    assert set(BANK_FREE) == {"class_balanced", "out", "runs_root", *PARAMS}
+    weights = set(PARAMS) - set(loss_params())
+    assert set(LOSS_OPTIONS) == {"z", "broadcast", "class_balanced", "loss_params", *weights}
+    assert set(BANK_FREE) == {"class_balanced", "out", "runs_root", "loss_params", *weights}
     loss = next(p for p in _train_oracle().params if p.name == "loss")
-    assert list(loss.type.choices) == list(LOSSES)
+    assert list(loss.type.choices) == list(names())
 
 
 @pytest.mark.parametrize("name", list(PARAMS))
 def test_each_numeric_loss_option_has_one_range_on_the_cli_and_in_the_checks(name):
-    from pipeline.core.losses import LossOptionError, check_loss_options
+    from pipeline.core.losses import LossOptionError
 
     opt = next(p for p in _train_oracle().params if p.name == name)
-    loss = next(n for n, l in LOSSES.items() if name in l.params) if name not in (
+    loss = next(n for n in names() if name in {p.name for p in get(n).params}) if name not in (
         "pos_weight", "neg_weight", "cb_beta") else "ce"
     with pytest.raises(click.BadParameter):
         opt.type.convert(-1.0, opt, None)          # the CLI refuses it ...
     given = {name: -1.0, **({"class_balanced": True} if name == "cb_beta" else {})}
     with pytest.raises(LossOptionError, match=PARAMS[name].flag):
-        check_loss_options(loss, given)          # ... and so does the API
+        check_options(loss, given)          # ... and so does the API
 
 
 def test_the_sweep_offers_a_value_list_for_each_numeric_loss_option():

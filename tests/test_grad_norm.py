@@ -15,17 +15,17 @@ from oracle_fixtures import run_cli, train_args
 from pipeline.core import dist
 from pipeline.core.models import ModelSpec
 from pipeline.data.images import GpuNormalize
-from pipeline.core.losses import LossConfig
+from pipeline.core.losses import Loss, get
 from pipeline.oracle.nets.losses import broadcast_coefficients, per_sample_loss
 from pipeline.oracle.nets.model import build_oracle
 from pipeline.oracle.settings.sampler import StepSchedule, micro_slices
 from pipeline.oracle.finetune.step import TargetTable, TrainObjects, train_step
 
-LOSSES = {"ce": LossConfig("ce"), "ss": LossConfig("ss", alpha_pos=1, alpha_neg=3),
-          "ce_broadcast": LossConfig("ce", broadcast=True)}
+LOSSES = {"ce": get("ce")(), "ss": get("ss")({"alpha_pos": 1.0, "alpha_neg": 3.0}),
+          "ce_broadcast": get("ce")(broadcast=True)}
 
 
-def objects(head: str, loss: LossConfig, scaler: torch.amp.GradScaler):
+def objects(head: str, loss: Loss, scaler: torch.amp.GradScaler):
     spec = ModelSpec(TINY_VIT[0], dict(TINY_VIT[1]), None, True, None)
     model, data_cfg = build_oracle(spec, head, "model", seed=0)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)

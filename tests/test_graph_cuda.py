@@ -19,7 +19,7 @@ from pipeline.core.models import ModelSpec
 from pipeline.core.precision import grad_scaler
 from pipeline.data.images import GpuNormalize
 from pipeline.oracle.finetune.graph import GraphedStep, choose_step
-from pipeline.core.losses import LossConfig
+from pipeline.core.losses import Loss, get
 from pipeline.oracle.nets.model import build_oracle
 from pipeline.oracle.settings.sampler import StepSchedule, micro_slices
 from pipeline.oracle.finetune.step import TargetTable, TrainObjects
@@ -30,7 +30,7 @@ MODELS = {"vit": (CLASSIFIER, TINY_VIT_KWARGS),
 BATCH, STEPS = 16, 6
 
 
-def objects(model: str, precision: str, loss: LossConfig):
+def objects(model: str, precision: str, loss: Loss):
     name, kw = MODELS[model]
     spec = ModelSpec(name, dict(kw), None, True, {"input_size": (3, 32, 32), "interpolation": "bilinear",
                                                   "crop_pct": 1.0, "crop_mode": "center",
@@ -52,10 +52,10 @@ def feed(schedule: StepSchedule, images: torch.Tensor):
 
 
 @pytest.mark.parametrize("model,precision,loss", [
-    ("vit", "fp32", LossConfig("ss", alpha_pos=1, alpha_neg=3)),
-    ("vit", "bf16", LossConfig("ce", broadcast=True)),
-    ("resnet", "fp32", LossConfig("focal", gamma=2.0)),
-    ("resnet", "bf16", LossConfig("ss", alpha_pos=2, alpha_neg=5))])
+    ("vit", "fp32", get("ss")({"alpha_pos": 1.0, "alpha_neg": 3.0})),
+    ("vit", "bf16", get("ce")(broadcast=True)),
+    ("resnet", "fp32", get("focal")({"gamma": 2.0})),
+    ("resnet", "bf16", get("ss")({"alpha_pos": 2.0, "alpha_neg": 5.0}))])
 def test_graphed_step_matches_eager_on_fixed_batches(model, precision, loss):
     n = BATCH * 3
     g = torch.Generator().manual_seed(0)

@@ -47,7 +47,7 @@ def only_run(summary_output: str) -> Path:
     ("focal", {}), ("focal", {"broadcast": True, "neg_weight": 3.0}), ("tcp", {}),
     ("ce", {"class_balanced": True})])
 def test_bank_loss_equals_per_sample_loss_column_by_column(loss, opts):
-    from pipeline.core.losses import resolve_loss
+    from pipeline.core.losses import Context, get
     from pipeline.oracle.nets.losses import (HeadLoss as BankLoss, broadcast_coefficients,
                                              per_sample_loss)
 
@@ -58,7 +58,7 @@ def test_bank_loss_equals_per_sample_loss_column_by_column(loss, opts):
     variants = [dict(opts, alpha_pos=a, alpha_neg=b) if loss == "ss" else
                 dict(opts, gamma=a) if loss == "focal" else dict(opts)
                 for a, b in ((1.0, 3.0), (2.0, 5.0), (0.5, 8.0))]
-    cfgs = [resolve_loss(loss, v, (1.0, 3.0), (20, 44)) for v in variants]
+    cfgs = [get(loss).resolve(v, Context((1.0, 3.0)), (20, 44)) for v in variants]
     bank = BankLoss(cfgs, torch.device("cpu"))(z, o, pt)
     for p, cfg in enumerate(cfgs):
         coef = broadcast_coefficients(cfg, o, len(o)) if cfg.broadcast else None

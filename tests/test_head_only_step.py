@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.core.losses import resolve_loss
+from pipeline.core.losses import Context, get
 from pipeline.oracle.headonly.bank import (BankOptim, FeatureSession, make_bank, onecycle_values,
                                   bank_optimizer)
 from pipeline.oracle.headonly.features import FeatureTable
@@ -54,7 +54,8 @@ def feature_table(device: torch.device, stacked: bool = False) -> FeatureTable:
 def bank_setup(loss: str, arch: str, epochs: int = 3):
     schedule = StepSchedule(np.arange(100, ROWS), BATCH, epochs, 0, True)
     params = [{"alpha_pos": a, "alpha_neg": b} for a, b in ((1, 3), (2, 5), (0.5, 8))]
-    losses = [resolve_loss(loss, p if loss == "ss" else {}, (1.0, 3.0), None) for p in params]
+    losses = [get(loss).resolve(p if loss == "ss" else {}, Context((1.0, 3.0)), None)
+              for p in params]
     opt = BankOptim(0, loss == "ss", 0.05, 0.9, 1e-3, 0.3, True, arch)
     total = schedule.total_steps
     settings = LoopSettings(total, BATCH, LOG_EVERY, max(1, total // 4), None, None, False, "t")
@@ -146,9 +147,9 @@ def test_multi_step_replays_end_at_every_sync_and_epoch_start(log_every, val_eve
     settings = LoopSettings(total, BATCH, log_every, val_every, None, None, False, "t")
     syncs = {t for t in range(1, total + 1) if settings.syncs(t)}
     table = feature_table(torch.device("cpu"))
-    head, *_ = make_bank(table, schedule, [resolve_loss("ss", {}, (1.0, 3.0), None)],
+    head, *_ = make_bank(table, schedule, [get("ss").resolve({}, Context((1.0, 3.0)), None)],
                          BankOptim(0, True, 0.05, 0.9, 0.0, 0.3, False))
-    step = GraphedHeadStep(table, schedule, head, [resolve_loss("ss", {}, (1.0, 3.0), None)],
+    step = GraphedHeadStep(table, schedule, head, [get("ss").resolve({}, Context((1.0, 3.0)), None)],
                            ([0.1] * (total + 1), [0.9] * (total + 1)), 0.0,
                            min(log_every, total), 0.0, record={}, per_replay=per_replay)
     assert step.sizes == [1 << i for i in range(min(per_replay, log_every).bit_length())]

@@ -7,17 +7,29 @@ import math
 import pytest
 import torch
 
-from pipeline.core.losses import (LossConfig, LossOptionError, check_loss_options,
-                                  class_balanced_weights, loss_label, resolve_loss, variant_tags)
-from pipeline.oracle.nets.losses import (broadcast_coefficients, coefficients, per_sample_loss,
-                                    steep_slope, steep_slope_max)
+from pipeline.core.losses import Context, LossOptionError, check_options, get
+from pipeline.core.losses.base import class_balanced_weights
+from pipeline.core.losses.ss import steep_slope, steep_slope_max
+from pipeline.oracle.nets.losses import broadcast_coefficients, coefficients, per_sample_loss
 
 Z = torch.tensor([0.0, 2.0, 2.0, -1.0, -3.0])
 O = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0])
 
 
+def make(name: str, **kw):
+    """A resolved loss of ``name``: its own parameters and the class weights by keyword."""
+    own = {p.name for p in get(name).params}
+    return get(name)({k: v for k, v in kw.items() if k in own},
+                     **{k: v for k, v in kw.items() if k not in own})
+
+
+def resolve_loss(name: str, given: dict, slopes, counts):
+    check_options(name, given)
+    return get(name).resolve(given, Context(tuple(slopes)), counts)
+
+
 def loss(name: str, z=Z, o=O, p_true=None, **kw) -> torch.Tensor:
-    cfg = LossConfig(name, **kw)
+    cfg = make(name, **kw)
     return per_sample_loss(cfg, z, o, torch.zeros_like(z) if p_true is None else p_true)
 
 
@@ -117,8 +129,8 @@ def test_broadcast_variant_equals_bxb_mean(name, weights):
     g = torch.Generator().manual_seed(0)
     z = torch.randn(40, generator=g, dtype=torch.float64) * 3
     o = (torch.rand(40, generator=g) < 0.8).double()
-    cfg = LossConfig(name, gamma=2.0 if name == "focal" else None, pos_weight=weights[0],
-                     neg_weight=weights[1], broadcast=True)
+    gamma = {"gamma": 2.0} if name == "focal" else {}
+    cfg = make(name, **gamma, pos_weight=weights[0], neg_weight=weights[1], broadcast=True)
     ours = per_sample_loss(cfg, z, o, o, broadcast_coefficients(cfg, o, len(z))).mean()
     assert torch.allclose(ours.double(), _authors_broadcast(name, z, o, *weights), atol=1e-5)
     # split into micro-batches (DDP ranks / accumulation) against the GLOBAL batch's labels
@@ -126,8 +138,8 @@ def test_broadcast_variant_equals_bxb_mean(name, weights):
                              broadcast_coefficients(cfg, o, 10)).mean() for i in range(0, 40, 10)]
     assert torch.allclose(torch.stack(parts).mean(), ours, atol=1e-6)
     # and it differs from the per-sample loss: every output is pushed to the batch mean label
-    per_sample = per_sample_loss(LossConfig(name, gamma=cfg.gamma, pos_weight=weights[0],
-                                            neg_weight=weights[1]), z, o, o).mean()
+    per_sample = per_sample_loss(make(name, **gamma, pos_weight=weights[0],
+                                      neg_weight=weights[1]), z, o, o).mean()
     assert abs(per_sample.item() - ours.item()) > 1e-3
 
 
@@ -167,7 +179,7 @@ def test_resolved_class_balanced_weights_reach_the_loss():
 ])
 def test_option_misfits_are_refused(loss_name, given, match):
     with pytest.raises(LossOptionError, match=match):
-        check_loss_options(loss_name, given)
+        check_options(loss_name, given)
 
 
 def test_defaults_variants_and_labels():
@@ -175,13 +187,15 @@ def test_defaults_variants_and_labels():
     assert resolve_loss("focal", {"class_balanced": True}, (1, 3), (10, 90)).gamma == 0.5
     ss = resolve_loss("ss", {}, (2.0, 5.0), None)
     assert (ss.alpha_pos, ss.alpha_neg) == (2.0, 5.0)
-    assert variant_tags(ss, "hyperplane") == [] and loss_label(ss, []) == "SS"
-    assert variant_tags(ss, "linear") == ["linear-z"]
-    assert loss_label(ss, ["linear-z"]) == "SS (linear z)"
+    assert ss.tags("hyperplane") == [] and ss.display([]) == "SS"
+    assert ss.tags("linear") == ["linear-z"]
+    assert ss.display(["linear-z"]) == "SS (linear z)"
+    assert ss.tags("hyperplane", (1.0, 3.0)) == ["a2-5"]     # other than the oracle's slopes
+    assert ss.display(["a2-5"]) == "SS (α+ 2, α− 5)"
     ce = resolve_loss("ce", {"broadcast": True}, (1, 3), None)
-    assert loss_label(ce, variant_tags(ce, "linear")) == "CE (broadcast)"
+    assert ce.display(ce.tags("linear")) == "CE (broadcast)"
     w = resolve_loss("ce", {"neg_weight": 5.0}, (1, 3), None)
-    assert variant_tags(w, "linear") == ["w1-5"]
+    assert w.tags("linear") == ["w1-5"]
     cb = resolve_loss("focal", {"class_balanced": True, "broadcast": True}, (1, 3), (10, 90))
-    assert variant_tags(cb, "linear") == ["broadcast", "cb"]
-    assert loss_label(cb, ["broadcast", "cb"]) == "Focal (broadcast, CB)"
+    assert cb.tags("linear") == ["broadcast", "cb"]
+    assert cb.display(["broadcast", "cb"]) == "Focal (broadcast, CB)"

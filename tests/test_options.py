@@ -18,7 +18,9 @@ from cache.manifest import IDENTITY_FILE, MANIFEST_FILE
 from cache.reader import ClassifierCache
 from cli import cli
 from conftest import ROOT, TINY_VIT, make_imagenet_tree
-from pipeline.core.losses import PARAMS
+from pipeline.core.losses import all_params
+
+PARAMS = all_params()
 from pipeline.core.options import (BUNDLES, GROUPS, MODEL_KWARGS, PRECISION, DeclaredOption,
                                    options)
 from pipeline.core.precision import PRECISION_RULE, default_precision

@@ -10,7 +10,7 @@ import numpy as np
 
 from bench.synthetic_runs import write_cache
 from conftest import ROOT
-from pipeline.core.losses import LOSSES
+from pipeline.core.losses import names
 from pipeline.report import aggregate as run, baselines as B, markdown
 from pipeline.report.calibrate import fit_pnorm, fit_relu, fit_temperature
 from pipeline.report.heldout import FitTask, fit_heldout
@@ -47,7 +47,7 @@ def test_the_orders_report_json_has_always_had():
         ["mcp", "ts", "entropy", "maxlogit", "pnorm", "energy", "doctor"]
     assert B.TABLE["ts"].fitted.fit is fit_temperature and B.TABLE["ts"].fitted.key == "temperature"
     assert B.TABLE["pnorm"].fitted.fit is fit_pnorm and B.TABLE["pnorm"].fitted.key == "p"
-    assert list(run.LOSS_ORDER) == list(LOSSES)
+    assert list(run.LOSS_ORDER) == list(names())
 
 
 def test_no_other_report_module_names_a_baseline():

@@ -19,15 +19,14 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from pipeline.core.losses import HEAD_ARCHS, HEADS, LossConfig, head_of, resolve_loss
+from pipeline.core.losses import (CUSTOM_PREFIX, HEAD_ARCHS, HEADS, Context, FunctionLoss, Loss,
+                                  all_params, check_options, get)
 from pipeline.core.options import check_device
 from pipeline.core.presets import EMBEDDED_ORACLE, SS_ALPHAS
 from pipeline.oracle.headonly.arrays import HeadSettings, split_rows, train_on_arrays
 from pipeline.oracle.loop.state import TrainingDiverged
-from pipeline.oracle.nets.losses import CUSTOM_PREFIX
-from pipeline.oracle.settings.config import LOSS_OPTIONS
 from trust_oracles.errors import received
-from trust_oracles.losses import LossFn, custom_loss_name, qualified_name
+from trust_oracles.losses import LossFn, custom_loss_name, loss_class_options, qualified_name
 
 __all__ = ["HeadOracle", "train_head"]
 
@@ -61,7 +60,7 @@ class HeadOracle:
         return torch.sigmoid(torch.from_numpy(self.z(features))).numpy()
 
 
-def train_head(features: Any, correct: Any, *, loss: str | LossFn = "ss",
+def train_head(features: Any, correct: Any, *, loss: str | type[Loss] | Loss | LossFn = "ss",
                loss_options: Mapping[str, Any] | None = None, p_true: Any = None,
                head: str | None = None, arch: str = "linear",
                epochs: int = EMBEDDED_ORACLE["epochs"],
@@ -81,12 +80,14 @@ def train_head(features: Any, correct: Any, *, loss: str | LossFn = "ss",
         Float features (numpy or torch), finite; trained in float32.
     correct : array-like (N,)
         Bool (or 0/1): the classifier is right on row i.
-    loss : {"ss", "ce", "focal", "tcp"} or LossFn
-        A built-in loss (``loss_options``: its options by ``TrainConfig`` name, e.g.
+    loss : {"ss", "ce", "focal", "tcp"}, a Loss subclass or instance, or LossFn
+        A registered loss by name (``loss_options``: its options by name, e.g.
         ``{"alpha_pos": 2, "alpha_neg": 5}``; SS's slopes default to the paper's ViT values
-        1 and 3) or your own (module docstring).
+        1 and 3), your own loss class (registered under its name) or function
+        (``trust_oracles.losses``).
     p_true : array-like (N,), optional
-        The classifier's probability of the true class: TCP's target (needed by ``"tcp"``).
+        The classifier's probability of the true class: TCP's target (needed by a loss that
+        reads it, ``Loss.needs_p_true``).
     head : {"linear", "hyperplane"}, optional
         Default: the loss's (SS: hyperplane; the others and your own: linear).
     arch : {"linear", "confidnet"}
@@ -112,7 +113,7 @@ def train_head(features: Any, correct: Any, *, loss: str | LossFn = "ss",
     train_rows, val_rows = split_rows(len(o), val_fraction, split_seed)
     counts = _check_rows(o[train_rows], batch_size, epochs)
     cfg, fn = _loss_config(loss, loss_options or {}, counts)
-    hyperplane = (head or ("linear" if fn else head_of(cfg.name, None))) == "hyperplane"
+    hyperplane = (head or cfg.head_of(None)) == "hyperplane"
     s = HeadSettings(cfg, hyperplane, arch, lr, momentum, weight_decay, warmup_steps,
                      cycle_momentum, batch_size, epochs, seed, log_every=log_every)
     dev = check_device(device)
@@ -160,8 +161,10 @@ def _arrays(features: Any, correct: Any, p_true: Any,
     if o.dtype != bool and not np.isin(o, (0, 1)).all():
         raise received("correct", f"values other than 0 and 1 ({o.dtype})", "bool or 0/1")
     if p_true is None:
-        if isinstance(loss, str) and loss == "tcp":
-            raise received("p_true", "None", "(N,) probabilities of the true class, TCP's target")
+        kind = get(loss) if isinstance(loss, str) else loss if isinstance(loss, type) else type(loss)
+        if getattr(kind, "needs_p_true", False):
+            raise received("p_true", "None", f"(N,) probabilities of the true class, the target "
+                           f"of loss {kind.name!r}")
         return x, o.astype(np.float32), torch.zeros(len(x))
     pt = _vector(p_true, len(x), "p_true").astype(np.float32)
     if not (np.isfinite(pt) & (pt >= 0) & (pt <= 1)).all():
@@ -199,18 +202,25 @@ def _check_rows(o_train: np.ndarray, batch_size: int, epochs: int) -> tuple[int,
     return n - n_pos, n_pos
 
 
-def _loss_config(loss: str | LossFn, options: Mapping[str, Any],
-                 counts: tuple[int, int]) -> tuple[LossConfig, LossFn | None]:
-    """The resolved loss (a user's: named, no options) and the user's function, if any."""
-    if not isinstance(loss, str):
+def _loss_config(loss: str | type[Loss] | Loss | LossFn, options: Mapping[str, Any],
+                 counts: tuple[int, int]) -> tuple[Loss, LossFn | None]:
+    """The resolved loss (a function's: named, no options) and the user's function, if any."""
+    if isinstance(loss, Loss) and options:
+        raise received("loss_options", f"{sorted(options)}", "none with a loss instance (its "
+                       "values are its options)")
+    named = loss_class_options(loss) if not isinstance(loss, str) else (loss, {})
+    if named is None:
         if options:
             raise received("loss_options", f"{sorted(options)}", "none with your own loss (it "
                            "is called with z and correct only)")
         custom_loss_name(loss, "x")       # refuses what is not callable
         # no run records it: a lambda's name serves
-        return LossConfig(CUSTOM_PREFIX + qualified_name(loss)[0]), loss
-    unknown = sorted(set(options) - set(LOSS_OPTIONS) | ({"z"} & set(options)))
+        return FunctionLoss(function_name=CUSTOM_PREFIX + qualified_name(loss)[0]), loss
+    name, options = named[0], {**named[1], **options}
+    known = {*all_params(), "class_balanced", "broadcast"}
+    unknown = sorted(set(options) - known)
     if unknown:
-        raise received("loss_options", f"{unknown}", "options of the built-in losses: "
-                       f"{', '.join(n for n in LOSS_OPTIONS if n != 'z')} (head= sets the head)")
-    return resolve_loss(loss, dict(options), SS_ALPHAS["vit"], counts), None
+        raise received("loss_options", f"{unknown}", f"options of the losses: {', '.join(sorted(known))} "
+                       "(head= sets the head)")
+    check_options(name, options)
+    return get(name).resolve(options, Context(SS_ALPHAS["vit"]), counts), None

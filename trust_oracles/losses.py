@@ -1,5 +1,27 @@
-"""A loss of your own for an oracle: what it is called with, what it returns, the name a run
-records for it.
+"""A loss of your own for an oracle: a function, or a class like the built-in losses'.
+
+A CLASS (``Loss`` subclass, the built-in losses' way: its parameters, defaults, TNR rule and
+formula vectorised over a bank of heads; ``pipeline.core.losses.base``) is registered under its
+name and trains like a built-in loss, graphed where it declares ``graphable``:
+
+    class Hinge(Loss):
+        name, label, tnr = "hinge", "Hinge", "half"
+        params = (Param("margin", default=1.0, help="Hinge only: the margin."),)
+        @classmethod
+        def per_sample(cls, z, c_pos, c_neg, p_true, bank):  # z (B, P) -> (B, P)
+            sign = c_pos - c_neg                              # +w+ right, -w- wrong
+            return torch.relu(bank["margin"] - sign * z)
+
+    trust_oracles.training.train(settings(loss="hinge", margin=2), loss=Hinge)
+    trust_oracles.training.train_head(features, correct, loss=Hinge(values={"margin": 2}))
+
+A module that registers it (``@register``) before ``cli.py`` builds its options makes it a
+--loss choice; ``register`` refuses a second class under a taken name and a class that lacks a
+name, label, TNR rule or ``per_sample``, and every class is tried on a small batch before
+training (its shape, finiteness and gradient).
+
+A FUNCTION is the quickest way; what it is called with, what it returns, the name a run records
+for it:
 
     def squared_hinge(z, correct):                    # z (B,) float32, correct (B,) 0./1.
         sign = 2 * correct - 1                        # +1 right, -1 wrong
@@ -30,15 +52,15 @@ from __future__ import annotations
 
 from functools import partial
 from types import BuiltinFunctionType, FunctionType, MethodType
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
-from pipeline.core.losses import CustomLossError
-from pipeline.oracle.nets.losses import CUSTOM_PREFIX
+from pipeline.core.losses import (CUSTOM_PREFIX, WEIGHT_PARAMS, CustomLossError, Loss, Param,
+                                  register)
 from trust_oracles.errors import received
 
-__all__ = ["CustomLossError", "LossFn", "custom_loss_name"]
+__all__ = ["CustomLossError", "Loss", "LossFn", "Param", "custom_loss_name", "register"]
 
 # loss(z (B,) float32, correct (B,) float32 0/1) -> 0-dim tensor, the batch mean (module docstring)
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -76,3 +98,27 @@ def qualified_name(loss: LossFn) -> tuple[str, bool]:
     qual = getattr(target, "__qualname__", type(loss).__name__)
     telling = "<" not in qual and not isinstance(loss, partial)
     return f"{getattr(target, '__module__', None) or '?'}.{qual}", telling
+
+
+def loss_class_options(loss: Any) -> tuple[str, dict] | None:
+    """A ``Loss`` subclass (registered here) -> (its name, no options); an instance -> (its
+    class's name, its values and class weights as options); anything else -> None (a function).
+
+    Raises
+    ------
+    CustomLossError
+        The class lacks a name, label, TNR rule or ``per_sample``, or another class holds its
+        name.
+    """
+    if isinstance(loss, type) and issubclass(loss, Loss):
+        return register(loss).name, {}
+    if isinstance(loss, Loss):
+        options = {**loss.values, "broadcast": loss.broadcast or None,
+                   "class_balanced": loss.class_balanced or None}
+        if loss.class_balanced:
+            options["cb_beta"] = loss.cb_beta
+        else:
+            options.update({p.name: getattr(loss, p.name) for p in WEIGHT_PARAMS[:2]
+                            if getattr(loss, p.name) != 1.0})
+        return register(type(loss)).name, {k: v for k, v in options.items() if v is not None}
+    return None

@@ -29,22 +29,29 @@ from click.core import ParameterSource
 
 from cache.runs import RunDir
 from pipeline.core.catalog import BEST_KEY
-from pipeline.core.losses import LOSSES, LossOptionError
+from pipeline.core.losses import LossOptionError, loss_params, names
 from pipeline.oracle.command import check_head_only_options, train_oracle
 from pipeline.oracle.finetune.train import train as train_finetuned
 from pipeline.oracle.headonly.train import train_head_only
 from pipeline.oracle.loop.state import TrainingDiverged
-from pipeline.oracle.settings.config import TrainConfig, config_from_params
+from pipeline.oracle.settings.config import (TrainConfig, config_from_params, config_from_record,
+                                             param_option)
 from trust_oracles.errors import InputError, received
 from trust_oracles.heads import HeadOracle, train_head
 from trust_oracles.runs import RunRecord
-from trust_oracles.losses import CustomLossError, LossFn, custom_loss_name
+from trust_oracles.losses import (CustomLossError, Loss, LossFn, custom_loss_name,
+                                  loss_class_options)
 
 __all__ = ["CustomLossError", "HeadOracle", "LossFn", "LossOptionError", "RunRecord", "RunResult",
            "TrainConfig", "TrainingDiverged", "custom_loss_name", "settings", "train",
            "train_head"]
 
-_OPTIONS = {f.name: f for f in fields(TrainConfig) if f.metadata["opt"] is not None}
+def _options() -> dict:
+    """settings()' keywords -> (invert, option): the TrainConfig fields with an option, and the
+    registered losses' own parameters (``loss_params`` by name)."""
+    out = {f.name: (f.metadata["invert"], f.metadata["opt"]) for f in fields(TrainConfig)
+           if f.metadata["opt"] is not None}
+    return {**out, **{name: (False, param_option(p)) for name, p in loss_params().items()}}
 
 
 # --------------------------------------------------------------------------- settings --
@@ -55,7 +62,8 @@ def settings(**options: Any) -> TrainConfig:
     ----------
     **options
         ``TrainConfig`` fields by name, e.g. ``data="/imagenet"``, ``loss="ce"``, ``epochs=2``,
-        ``head_only=True``, ``model_kwargs={"depth": 2}``, ``progress=False``.  Each is converted
+        ``head_only=True``, ``model_kwargs={"depth": 2}``, ``progress=False``; a registered
+        loss's own parameters by name (``gamma=0.5``, ``alpha_neg=4``).  Each is converted
         and checked as its command-line option is; the rest take the command line's defaults
         (``cache``: <artifacts of data>/cache; protocol options left None are filled by the
         dataset's preset when the run is prepared, as on the command line).
@@ -73,15 +81,15 @@ def settings(**options: Any) -> TrainConfig:
     """
     ctx = train_oracle.make_context("train-oracle", [])
     params = {p.name: p for p in train_oracle.params}
+    known = _options()
     for key, value in options.items():
-        f = _OPTIONS.get(key)
-        if f is None:
-            raise received("settings()", f"option {key!r}", f"one of {', '.join(_OPTIONS)}")
+        if key not in known:
+            raise received("settings()", f"option {key!r}", f"one of {', '.join(known)}")
         if key == "loss" and callable(value):
-            raise received("settings(loss=...)", "a function", f"a built-in loss {tuple(LOSSES)}",
+            raise received("settings(loss=...)", "a function", f"a registered loss {names()}",
                            "Pass your own loss to train(settings, loss=fn)")
-        opt = f.metadata["opt"]
-        value = _as_option_value(f, opt, value)
+        invert, opt = known[key]
+        value = _as_option_value(invert, opt, value)
         try:
             ctx.params[opt.name] = params[opt.name].process_value(ctx, value)
         except click.ClickException as err:
@@ -94,10 +102,10 @@ def settings(**options: Any) -> TrainConfig:
         raise InputError(err.format_message()) from None
 
 
-def _as_option_value(f, opt, value: Any) -> Any:
+def _as_option_value(invert: bool, opt, value: Any) -> Any:
     """A Python value as its option's parser takes it (a --no-X flag inverted, a dict as JSON,
     one name of a repeatable option as a list of one)."""
-    if f.metadata["invert"]:
+    if invert:
         return not value
     if isinstance(value, Mapping):
         return json.dumps(dict(value))
@@ -133,7 +141,7 @@ class RunResult:
     step_path: str                # eager or cuda_graph
 
 
-def train(settings: TrainConfig, *, loss: LossFn | None = None,
+def train(settings: TrainConfig, *, loss: type[Loss] | Loss | LossFn | None = None,
           loss_name: str | None = None) -> RunResult:
     """Train (or resume, or find complete) the run ``settings`` describe, as ``cli.py
     train-oracle`` does: fine-tuned, or head-only with ``settings.head_only``.
@@ -142,12 +150,15 @@ def train(settings: TrainConfig, *, loss: LossFn | None = None,
     ----------
     settings : TrainConfig
         From ``settings(...)`` (the command line's defaults), or built directly.
-    loss : LossFn, optional
-        Your own loss instead of ``settings.loss`` (module docstring); loss options of the
-        built-in losses (gamma, alpha_pos, ...) are refused with it, ``z`` chooses its head
-        (linear by default).
+    loss : Loss subclass or instance, or LossFn, optional
+        Your own loss instead of ``settings.loss`` (``trust_oracles.losses``).  A class is
+        registered under its name and trained as ``settings.loss = its name`` (its options from
+        ``settings``); an instance also sets its values and class weights.  A function: loss
+        options of the registered losses (gamma, alpha_pos, ...) are refused with it, ``z``
+        chooses its head (linear by default).
     loss_name : str, optional
-        The name the run records (``custom:<loss_name>``); default ``custom_loss_name(loss)``.
+        The name a function's run records (``custom:<loss_name>``); default
+        ``custom_loss_name(loss)``.
 
     Returns
     -------
@@ -162,8 +173,14 @@ def train(settings: TrainConfig, *, loss: LossFn | None = None,
     TrainingDiverged
         The loss became NaN or infinite (a ``RunError``).
     """
-    cfg = settings
-    if loss is not None:
+    cfg, named = settings, loss_class_options(loss)
+    if named is not None:
+        if loss_name is not None:
+            raise received("loss_name", repr(loss_name), "none with a loss class (its name is "
+                           "the run's)")
+        cfg = _with_loss(cfg, *named)
+        loss = None
+    elif loss is not None:
         cfg = replace(cfg, loss=custom_loss_name(loss, loss_name))
     elif loss_name is not None:
         raise received("loss_name", repr(loss_name), "a name for loss=fn, which is not given")
@@ -176,13 +193,20 @@ def train(settings: TrainConfig, *, loss: LossFn | None = None,
     return _result(summary)
 
 
+def _with_loss(cfg: TrainConfig, name: str, options: dict) -> TrainConfig:
+    """``cfg`` training the registered loss ``name`` with an instance's ``options``."""
+    own = {k: v for k, v in options.items() if k in loss_params()}
+    rest = {k: v for k, v in options.items() if k not in own}
+    return replace(cfg, loss=name, loss_params={**cfg.loss_params, **own}, **rest)
+
+
 def _result(summary: dict) -> RunResult:
     run_dir = Path(summary["run_dir"])
     run = RunDir(run_dir).record()
     best = run.best or {}
     held = run.heldout_output
     return RunResult(
-        run_dir, run.status, run.labels, _config(run.config), run.head_only, run.step,
+        run_dir, run.status, run.labels, config_from_record(run.config), run.head_only, run.step,
         int(summary["total_steps"]), int(summary.get("resumed_at", 0)),
         bool(summary.get("already_complete")), best.get("step"), best.get(BEST_KEY),
         {tag: Path(p) for tag, p in run.outputs.items()},
@@ -190,11 +214,5 @@ def _result(summary: dict) -> RunResult:
         int(run.rows.get("train", 0)), int(run.rows.get("val", 0)),
         run.step_path.get("mode", "eager"))
 
-
-def _config(config: Mapping[str, Any]) -> TrainConfig:
-    """run.json's config (JSON types) as the TrainConfig it was written from."""
-    values = {f.name: config[f.name] for f in fields(TrainConfig) if f.name in config}
-    values["eval_splits"] = tuple(values.get("eval_splits", ()))
-    return TrainConfig(**values)
 
 

@@ -6,5 +6,5 @@ inference.py  a model made ready to score (eval, frozen): the one way; errors.py
 dist.py  torchrun / DDP plumbing; stop.py  Ctrl-C honoured at safe points; timing.py  model time
 presets.py    named models, the protocols; metrics.py  trust metrics, pure numpy
 selective.py  e-AUGRC, working points, ECE;  counts.py  rank metrics;  logits.py  logit statistics
-options.py    every shared option declared once; losses.py  which losses exist (torch-free)
+options.py    every shared option declared once; losses/  the losses, a module each
 catalog.py    which metrics the report shows, by name; artifacts.py  artifacts/<dataset> roots"""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.core.losses import LOSSES
+from pipeline.core.losses import get, names
 
 IMAGENET_PRESETS = {
     "vit": "vit_base_patch16_384.orig_in21k_ft_in1k",   # paper: 83.90% top-1 at 384, mean=std=0.5
@@ -181,5 +181,5 @@ DEMO = dict(corruption="gaussian_noise", severity=5, seeds=1, full_seeds=3, head
             mc_dropout=dict(classifier="vit", passes=10, rate=0.1),
             pairs="same", full_pairs="all",
             classifiers=("vit", "resnet"), oracles=("vit", "resnet"),
-            losses=tuple(LOSSES), broadcast_losses=tuple(n for n, l in LOSSES.items() if l.broadcast),
+            losses=names(), broadcast_losses=tuple(n for n in names() if get(n).broadcastable),
             default_broadcast_losses=())

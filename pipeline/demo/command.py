@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from pipeline.core.losses import LOSSES
+from pipeline.core.losses import names
 from pipeline.core.options import (DATA, NO_PROGRESS, Command, Opt, args_option, names_option,
                                    options, typed_flag)
 from pipeline.core.presets import DEMO
@@ -59,7 +59,7 @@ def _names(key: str) -> str:
         help="Comma-separated classifiers.", default_text=_names("classifiers")),
     Opt(("--oracles",), callback=names_option(None), group="model",
         help="Comma-separated oracle backbones.", default_text=_names("oracles")),
-    Opt(("--losses",), callback=names_option(tuple(LOSSES)), group="protocol",
+    Opt(("--losses",), callback=names_option(names()), group="protocol",
         help="Comma-separated oracle losses.", default_text=_names("losses")),
     Opt(("--broadcast-losses",), callback=names_option(DEMO["broadcast_losses"]),
         group="protocol", help="Losses also trained in the authors' broadcasting variant.",

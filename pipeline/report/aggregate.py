@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.catalog import log_name
-from pipeline.core.losses import LOSSES
+from pipeline.core.losses import names
 from pipeline.report.baselines import DISPLAY_ORDER
 from pipeline.report.compare import row_intervals
 from pipeline.report.figures import oc_label
 from pipeline.report.rows import Cell, Row
 
-LOSS_ORDER = {name: i for i, name in enumerate(LOSSES)}      # CE, focal, TCP, SS
+LOSS_ORDER = {name: i for i, name in enumerate(names())}      # CE, focal, TCP, SS
 
 
 def split_order(tag: str) -> tuple:

@@ -13,7 +13,7 @@ from cache.outputs import classifier_ref, read_outputs
 from cache.reader import ClassifierCache, UnverifiedCacheWarning
 from cache.runs import RunDir
 from cache.schema import CacheMismatch
-from pipeline.core.losses import tnr_threshold
+from pipeline.core.losses import tnr_rule, tnr_threshold
 from pipeline.report.baselines import (FITTED, LOGIT_BASELINES, TABLE, TRUST_SCORE, available,
                                        baseline_label, baseline_scores, public)
 from pipeline.report.heldout import FitTask, fit_heldout
@@ -60,7 +60,7 @@ def evaluate_output(task: OutputTask) -> dict:
     _check_against_cache(task, out.columns)
     conf, correct, excluded = valid_rows(task.output, out.columns, "confidence")
     run, k = out.run, int(out.classifier["num_classes"])
-    thresholds = {"paper": tnr_threshold(run.get("loss"), k), "standard": 0.5}
+    thresholds = {"paper": tnr_threshold(tnr_rule(run["loss"], run.get("tnr")), k), "standard": 0.5}
     result = score_summary(conf, correct, thresholds, histogram=True, bootstrap=task.bootstrap)
     result.update(kind="oracle", split=task.tag, source=task.output, run_dir=task.run_dir,
                   cache=task.cache, rows=int(len(out.columns["index"])),

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from pipeline.core.losses import PARAMS, option_losses
+from pipeline.core.losses import all_params, option_losses
 from pipeline.core.options import GROUPS, Command, Opt, options, positive
 from pipeline.oracle.settings.config import train_options
 from pipeline.sweep.grid import CRITERIA, DEFAULT_VALUES
@@ -14,7 +14,7 @@ from pipeline.sweep.grid import CRITERIA, DEFAULT_VALUES
 def _value_list(name: str) -> Opt:
     """The sweep's list of values of one numeric loss option of train-oracle: --<option>-values
     (the old name, the option's own flag, still works: a list here, one value in train-oracle)."""
-    p, default = PARAMS[name], DEFAULT_VALUES.get(name)
+    p, default = all_params()[name], DEFAULT_VALUES.get(name)
     return Opt((f"{p.flag}-values", name), aliases=(p.flag,), group="protocol",
                help=f"{'/'.join(option_losses(name))}: comma-separated values of train-oracle's "
                f"{p.flag} to sweep" + (" (implies --class-balanced)" if name == "cb_beta" else "")
@@ -32,7 +32,7 @@ def passed_on() -> tuple[str, list[tuple[str, str]]]:
     """sweep --help's last section: train-oracle's options it passes on, by group."""
     by_group: dict[str, list[str]] = {}
     for opt in train_options():
-        if opt.hidden or opt.flag in (*SETS, OWN_RUNS_ROOT) or opt.name in PARAMS:
+        if opt.hidden or opt.flag in (*SETS, OWN_RUNS_ROOT) or opt.name in all_params():
             continue
         by_group.setdefault(opt.group, []).append(opt.flag)
     rows = [(GROUPS[g].split()[0].lower(), ", ".join(flags)) for g, flags in
@@ -43,7 +43,7 @@ def passed_on() -> tuple[str, list[tuple[str, str]]]:
 @click.command("sweep", cls=Command, passes_on=passed_on(),
                context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True})
 @options(
-    *(_value_list(name) for name in PARAMS),
+    *(_value_list(name) for name in all_params()),
     Opt(("--fixed-alpha-pos",), type=positive(), group="protocol", help="alpha+ while alpha- "
         "is swept (paper protocol).", default_text="the oracle's preset (ViT 1, ResNet 2; other "
         "backbones: train-oracle's rule, presets.ss_slopes)"),

@@ -3,7 +3,7 @@
 Paper protocol (default, paper §5 "Ablation Study"): α⁻ over its values with α⁺ fixed, then α⁺
 over its values at the chosen α⁻, then each further swept option in turn at the values chosen so
 far.  ``grid``: every combination at once (one stage).  A point is a dict option -> value, the
-options being the numeric loss options of ``pipeline.core.losses.PARAMS`` (in that order).
+options being the numeric loss options of ``pipeline.core.losses.all_params`` (in that order).
 """
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import itertools
 import math
 
 from pipeline.core.catalog import CHECKPOINT_METRIC, log_name
-from pipeline.core.losses import PARAMS, option_losses
+from pipeline.core.losses import all_params, loss_params, option_losses
 
 # Numeric loss options a sweep may vary -> the losses they apply to.  cb_beta implies
 # --class-balanced.
+PARAMS = all_params()
 SWEEPABLE = {name: option_losses(name) for name in PARAMS}
 FLAGS = {name: p.flag for name, p in PARAMS.items()}
 # The paper's Fig. 4 range around its ViT / ResNet choices (alpha+ 1 / 2, alpha- 3 / 5).
@@ -70,9 +71,16 @@ def plan_stages(loss: str, swept: dict[str, tuple[float, ...]], mode: str) -> li
                              f"--loss {'/'.join(SWEEPABLE[name])})")
     if not swept:
         raise SweepError(f"nothing to sweep for --loss {loss}: give value lists, e.g. "
-                         + ("--gamma 0.5,1,2,5" if loss == "focal" else "--neg-weight 1,2,5"))
+                         + _example(loss))
     order = [k for k in SWEEPABLE if k in swept]
     return [order] if mode == "grid" else [[k] for k in order]
+
+
+def _example(loss: str) -> str:
+    """A value list of the loss's first own parameter (or of the class weight)."""
+    own = [n for n, losses in SWEEPABLE.items() if loss in losses]
+    name = own[0] if own and own[0] in loss_params() else "neg_weight"
+    return f"{FLAGS[name]} " + ("0.5,1,2,5" if name != "neg_weight" else "1,2,5")
 
 
 def stage_points(options: list[str], swept: dict[str, tuple[float, ...]],

@@ -9,10 +9,10 @@ import math
 from pathlib import Path
 
 from pipeline.core.catalog import log_name
-from pipeline.core.losses import PARAMS
+from pipeline.core.losses import all_params
 from pipeline.sweep.grid import score_of
 
-NAMES = {name: p.symbol for name, p in PARAMS.items()}
+NAMES = {name: p.symbol for name, p in all_params().items()}
 # the table's metric columns (header, catalog metric) of the held-out validation rows and of the
 # evaluation split; a point holds them under their log.jsonl keys (catalog.log_name)
 RATES = (("TPR", "tpr"), ("TNR", "tnr"))          # also Fig. 4c's curves

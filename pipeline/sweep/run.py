@@ -26,7 +26,7 @@ from cache.outputs import read_outputs
 from cache.reader import slug
 from cache.runlog import finite
 from cache.runs import RunDir, RunError
-from pipeline.core.losses import tnr_logit
+from pipeline.core.losses import Context, get, loss_params, tnr_logit, tnr_rule
 from pipeline.core.presets import ss_slopes
 from pipeline.oracle.finetune.train import train
 from pipeline.oracle.headonly.features import FeatureMemo
@@ -51,12 +51,14 @@ class SweepConfig:
 
 
 def default_fixed(base: TrainConfig) -> dict:
-    """SS's slopes before any stage chose: the oracle family's presets (paper §5; for other
-    backbones train-oracle's rule, presets.ss_slopes)."""
-    if base.loss != "ss":
+    """The slopes of a loss whose defaults follow the oracle (SS's) before any stage chose: the
+    oracle family's presets (paper §5; for other backbones train-oracle's rule,
+    presets.ss_slopes)."""
+    kind = get(base.loss)
+    if not kind.slopes_by_oracle:
         return {}
     alphas, _ = ss_slopes(base.oracle or base.classifier)
-    return {"alpha_pos": alphas[0], "alpha_neg": alphas[1]}
+    return kind.defaults(Context(slopes=alphas))
 
 
 def sweep_dir(cfg: SweepConfig) -> Path:
@@ -71,7 +73,10 @@ def sweep_dir(cfg: SweepConfig) -> Path:
 
 def point_config(cfg: SweepConfig, values: dict, root: Path) -> TrainConfig:
     extra = {"class_balanced": True} if "cb_beta" in values else {}
-    return replace(cfg.base, **values, **extra, head_only=not cfg.fine_tune, out=None,
+    own = {k: v for k, v in values.items() if k in loss_params()}
+    weights = {k: v for k, v in values.items() if k not in own}
+    return replace(cfg.base, loss_params={**cfg.base.loss_params, **own}, **weights, **extra,
+                   head_only=not cfg.fine_tune, out=None,
                    runs_root=str(root / "runs"))
 
 
@@ -115,7 +120,8 @@ def collect(summary: dict, values: dict, eval_tag: str) -> dict:
         cols = read_outputs(Path(path)).columns
         ok = cols["valid"] == 1
         row["eval"] = validation_metrics(cols["z"][ok], cols["correct"][ok], math.nan,
-                                         tnr_logit(run.labels.loss, run.labels.num_classes))
+                                         tnr_logit(tnr_rule(run.labels.loss, run.labels.tnr),
+                                                   run.labels.num_classes))
         row["eval"]["split"] = eval_tag
     return row
 

@@ -48,7 +48,7 @@ from pipeline.core import dist
 from pipeline.oracle.finetune.step import TargetTable, TrainObjects, forward_backward, train_step
 from pipeline.oracle.loop.capture import (GRAPH_MODES, capture, device_unsupported, fell_back,
                                           not_capturable, restore, sgd_step, snapshot, warm_up)
-from pipeline.oracle.nets.losses import CUSTOM_EAGER, CustomLoss
+from pipeline.oracle.nets.losses import CUSTOM_EAGER, eager_only
 from pipeline.oracle.settings.sampler import StepSchedule, derive_seed
 
 
@@ -58,7 +58,7 @@ def unsupported(objs: TrainObjects, accum_steps: int) -> str | None:
     group = objs.optimizer.param_groups
     if why := device_unsupported(objs.device):
         return why
-    if isinstance(objs.loss, CustomLoss):
+    if eager_only(objs.loss):
         return CUSTOM_EAGER
     if accum_steps != 1:
         return "--accum-steps > 1"

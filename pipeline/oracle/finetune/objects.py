@@ -49,7 +49,7 @@ def build_objects(prep: Prepared, info: dist.DistInfo, device: torch.device,
     objs = TrainObjects(model, step_model, None, opt, scheduler, grad_scaler(cfg.precision, device),
                         GpuNormalize(data_cfg, device, cfg.channels_last),
                         make_loss([prep.loss], device, prep.loss_fn), cfg.precision, device, info,
-                        tnr_logit(cfg.loss, prep.record["num_classes"]))
+                        tnr_logit(prep.record["tnr"], prep.record["num_classes"]))
     return objs, data_cfg
 
 

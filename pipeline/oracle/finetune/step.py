@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from pipeline.core import dist
-from pipeline.core.losses import LossConfig
+from pipeline.core.losses import Loss
 from pipeline.core.precision import autocast
 from pipeline.data.images import GpuNormalize
 from pipeline.oracle.loop.log import step_counts
@@ -33,14 +33,14 @@ class TrainObjects:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
     normalize: GpuNormalize
-    loss: HeadLoss | CustomLoss      # one head (P = 1); a LossConfig given becomes its HeadLoss
+    loss: HeadLoss | CustomLoss      # one head (P = 1); a Loss given becomes its HeadLoss
     precision: str
     device: torch.device
     info: dist.DistInfo
     tnr_logit: float                 # TNR counts z below this (logit of 0.5, or of 1/K for TCP)
 
     def __post_init__(self):
-        if isinstance(self.loss, LossConfig):
+        if isinstance(self.loss, Loss):
             self.loss = HeadLoss([self.loss], self.device)
 
 

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from pipeline.core.losses import LossConfig
+from pipeline.core.losses import Loss
 from pipeline.oracle.headonly.bank import BankOptim, train_heads
 from pipeline.oracle.headonly.features import FeatureTable
 from pipeline.oracle.headonly.graph import head_step_path
@@ -35,7 +35,7 @@ from pipeline.oracle.settings.sampler import StepSchedule, carve_rows
 @dataclass(frozen=True)
 class HeadSettings:
     """What a head-only run's options say of its head, its loss and its optimisation."""
-    loss: LossConfig
+    loss: Loss
     hyperplane: bool = False      # z = (w.x + b) / (|w| + 1e-7) (SS's head), else w.x + b
     arch: str = "linear"          # pipeline.oracle.nets.heads: linear or confidnet
     lr: float = 1e-2

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from pipeline.core import dist
-from pipeline.core.losses import LossConfig
+from pipeline.core.losses import Loss
 from pipeline.oracle.headonly.features import FeatureTable
 from pipeline.oracle.headonly.graph import STEPS_PER_REPLAY, GraphedHeadStep, HeadStep
 from pipeline.oracle.loop.fit import fit
@@ -66,7 +66,7 @@ class FeatureSession:
     falls back.  ``loss_fn``: a user's loss for every head
     (``pipeline.oracle.nets.losses.CustomLoss``) instead of ``losses``' own."""
 
-    def __init__(self, table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
+    def __init__(self, table: FeatureTable, schedule: StepSchedule, losses: list[Loss],
                  head: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
                  val_rows: np.ndarray, tnr_logit: float, fast: HeadStep | None = None,
                  loss_fn: Callable | None = None):
@@ -171,7 +171,7 @@ class BankOptim:
     arch: str = "linear"          # --head-arch (pipeline.oracle.nets.heads)
 
 
-def make_bank(table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
+def make_bank(table: FeatureTable, schedule: StepSchedule, losses: list[Loss],
               opt: BankOptim) -> tuple[torch.nn.Module, torch.optim.SGD,
                                        torch.optim.lr_scheduler.OneCycleLR]:
     """A head of one output per entry of ``losses`` (every head the one head ``opt.seed`` gives)
@@ -207,7 +207,7 @@ def onecycle_values(opt: BankOptim, total: int) -> tuple[list[float], list[float
     return lrs, moms
 
 
-def train_heads(table: FeatureTable, schedule: StepSchedule, losses: list[LossConfig],
+def train_heads(table: FeatureTable, schedule: StepSchedule, losses: list[Loss],
                 opt: BankOptim, val_rows: np.ndarray, tnr_logit: float, settings: LoopSettings,
                 logs: list, step_path: dict | None = None, loss_fn: Callable | None = None,
                 per_replay: int = STEPS_PER_REPLAY) -> tuple[LoopState, FeatureSession]:

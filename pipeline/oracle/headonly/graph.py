@@ -58,7 +58,7 @@ import torch
 from torch.optim.optimizer import _default_to_fused_or_foreach
 
 from cache.runs import RunError
-from pipeline.core.losses import LossConfig
+from pipeline.core.losses import Loss
 from pipeline.oracle.headonly.features import FeatureTable
 from pipeline.oracle.loop.capture import (GRAPH_MODES, WARMUP_STEPS, capture, device_unsupported,
                                           fell_back, momentum_buffers, not_capturable, restore,
@@ -96,7 +96,7 @@ class HeadStep:
     graph captures.  Run as it is (``steps``), it is that body without a graph."""
 
     def __init__(self, table: FeatureTable, schedule: StepSchedule, head: torch.nn.Module,
-                 losses: list[LossConfig], values: tuple[list[float], list[float]],
+                 losses: list[Loss], values: tuple[list[float], list[float]],
                  weight_decay: float, window: int, tnr_logit: float, chunk: int = 1024,
                  compiled: bool = False):
         dev = table.x.device

@@ -34,6 +34,7 @@ from pipeline.oracle.loop.outputs import Scorer, finish_run, scored_rows, write_
 from pipeline.oracle.loop.schedule import loop_settings, schedule_of
 from pipeline.oracle.nets.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.oracle.nets.heads import head_from_checkpoint
+from pipeline.oracle.nets.losses import eager_loss
 from pipeline.oracle.settings.config import TrainConfig, bank_key, head_only_misfits
 from pipeline.oracle.loop.rundir import claimed, run_extras, versions, write_val_split
 from pipeline.oracle.settings.prepare import Prepared, prepare
@@ -59,7 +60,7 @@ def train_head_only(cfgs: list[TrainConfig], memo: FeatureMemo | None = None, *,
             raise RunError(f"not a head-only config: head_only={cfg.head_only}, "
                            f"{', '.join(wrong)} set (they apply to fine-tuning only)")
         # --cuda-graph on where impossible: refused
-        head_step_path(device, cfg.cuda_graph, loss_fn is not None, cfg.compile)
+        head_step_path(device, cfg.cuda_graph, eager_loss(cfg.loss, loss_fn), cfg.compile)
     mine = memo is None
     memo = FeatureMemo() if mine else memo
     summaries: dict[int, dict] = {}
@@ -97,7 +98,8 @@ def run_bank(preps: list[Prepared], claims: list[str], info: dist.DistInfo,
              "head_only": True, "backbone": backbone.record, **head_kind(first.cfg)}
     caches = {tag: feature_record(fc) for tag, fc in [(first.train.tag, train_fc), *eval_fcs.items()]}
     # run.json says which step ran: as chosen, or eager where a capture under auto fell back
-    step_path = head_step_path(device, first.cfg.cuda_graph, first.loss_fn is not None,
+    step_path = head_step_path(device, first.cfg.cuda_graph,
+                               eager_loss(first.cfg.loss, first.loss_fn),
                                first.cfg.compile)
     extras = [{**run_extras(p, sched, features_made_on(train_fc)), "head_only": True,
                "feature_caches": caches, "oracle_build": build, "step_path": step_path}
@@ -144,7 +146,7 @@ def train_bank(bank: list[Prepared], train_fc: ClassifierCache, device: torch.de
     try:
         state, session = train_heads(
             table, first.schedule, [p.loss for p in bank], optim, first.val_rows,
-            tnr_logit(cfg.loss, first.record["num_classes"]),
+            tnr_logit(first.record["tnr"], first.record["num_classes"]),
             loop_settings(first, None, f"train {cfg.loss} (head-only)"), logs, step_path,
             first.loss_fn)
     finally:

@@ -43,7 +43,7 @@ def run_extras(prep: Prepared, schedule_info: dict, made: MadeOn) -> dict:
     """What run.json records of a run besides its record and status; ``made``: what makes its
     stored scores (device, precision)."""
     ident = prep.train.cache.identity
-    return {"schedule": schedule_info, "loss": prep.loss.to_dict(),
+    return {"schedule": schedule_info, "loss": prep.loss.record(),
             **cache_record(prep.train.cache.path, prep.run.path),
             "eval_caches": {s.tag: str(s.cache.path.resolve()) for s in prep.evals},
             MADE_ON: made.to_dict(),

@@ -1,119 +1,51 @@
-"""Oracle losses on the heads' scalar outputs z (confidence p = sigmoid(z) for every loss).
+"""The oracle losses on the heads' scalar outputs z, as training computes them (confidence
+p = sigmoid(z) for every loss).
 
 One implementation serves a fine-tuned oracle (one head) and a bank of P head-only heads that
 differ only in their loss parameters (a sweep's points): ``HeadLoss`` maps z of shape (B, P) to the
-PER-SAMPLE losses (B, P) in float32, each column with its own parameters; the caller takes the mean
-over the batch (the authors' reduction).  Shapes: ``o`` (B,) {0, 1} trust labels, ``p_true`` (B,)
-the classifier's softmax probability of the true class.  Which losses exist, their options and
-defaults: ``pipeline.core.losses``.
+PER-SAMPLE losses (B, P) in float32 through the loss class's ``per_sample``, each column with its
+own parameters; the caller takes the mean over the batch (the authors' reduction).  Shapes: ``o``
+(B,) {0, 1} trust labels, ``p_true`` (B,) the classifier's softmax probability of the true class.
+Which losses exist, their parameters and formulas: ``pipeline.core.losses`` (a module each).
 
-Steep slope (SS), with s = z / (1 + |z|):
+The class weights enter as per-sample coefficients c_pos = w+ o and c_neg = w- (1 - o).  CE and
+focal also come in the authors' ``broadcast`` form: the head's (B, 1) output meets labels of
+shape (B,), so the loss is averaged over all B x B (output, label) pairs, which equals the
+per-sample loss against the batch's MEAN (weighted) label.  ``HeadLoss.broadcast_coefficients``
+computes that mean once per global batch, so the variant stays exact under gradient accumulation
+and DDP.
 
-    l = o * (exp(-a_pos * s) - exp(-a_pos)) + (1 - o) * (exp(a_neg * s) - exp(-a_neg))
-
-This is the sign convention of the authors' code (``oracle_loss_steepslope``) and of the paper's
-text: correct predictions (o = 1) slide down towards z -> +inf, incorrect ones towards z -> -inf,
-minimum 0, maximum max(e^a_pos - e^-a_pos, e^a_neg - e^-a_neg).  The paper's PRINTED Eq. (loss_ss)
-has exp(+a_pos s) and exp(-a_neg s) instead: minimising it would push correct predictions to
-z -> -inf, contradicting its own text and the released code, so the printed form is not offered.
-
-CE and focal come in two forms:
-* per-sample (default): each output is compared with its own label;
-* ``broadcast`` — the authors' code: the head's (B, 1) output meets labels of shape (B,), so the
-  loss is averaged over all B x B (output, label) pairs, which equals the per-sample loss against
-  the batch's MEAN (weighted) label.  ``HeadLoss.broadcast_coefficients`` computes that mean once
-  per global batch, so the variant stays exact under gradient accumulation and DDP.
-
-Numerics: log p and log(1 - p) are computed as logsigmoid(z) and logsigmoid(-z); the authors'
-code uses log(sigmoid(z) + 1e-7), which differs only when |z| > ~16.  Per-head parameters enter
-as float32 (P,) tensors, rounded once from the Python values (exp(-a) in float64 first, as
-``math.exp``); focal's exponent stays a Python float per head, since torch computes x ** 2 and
-x ** 0.5 exactly for a scalar exponent and through pow() for a tensor one, so every head computes
-what it would compute alone, in a bank or fine-tuned.
-
-A user's own loss (``CustomLoss``, the public API's ``trust_oracles.training``) trains through the
-same steps: ``loss(z, correct) -> scalar`` on one head's z (B,), applied to each column of z
-(B, P).  The steps call ``batch_mean`` of either kind: (P,) batch means.  For the built-in losses
-that is ``HeadLoss(...).mean(0)``, the very ops the steps ran before, so their numbers do not
-change.
+A user's own loss FUNCTION (``CustomLoss``, the public API's ``trust_oracles.training``) trains
+through the same steps: ``loss(z, correct) -> scalar`` on one head's z (B,), applied to each
+column of z (B, P).  The steps call ``batch_mean`` of either kind: (P,) batch means.  A loss
+CLASS (a registered ``Loss`` subclass) is a ``HeadLoss`` like the built-in ones, checked once on a
+small batch before training (``probe``).
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from pipeline.core.losses import LOSSES, CustomLossError, LossConfig, LossOptionError
-
-
-def cross_entropy(z: torch.Tensor, c_pos: torch.Tensor, c_neg: torch.Tensor) -> torch.Tensor:
-    """-c_pos log p - c_neg log(1 - p); with c_pos = w+ o, c_neg = w- (1 - o) this is weighted BCE."""
-    z = z.float()
-    return -c_pos * F.logsigmoid(z) - c_neg * F.logsigmoid(-z)
-
-
-def focal(z: torch.Tensor, c_pos: torch.Tensor, c_neg: torch.Tensor,
-          gamma: float | Sequence[float] = 2.0) -> torch.Tensor:
-    """-c_pos (1 - p)^gamma log p - c_neg p^gamma log(1 - p)   (no alpha, as the authors).
-    ``gamma``: one float, or one per column of z (B, P)."""
-    z = z.float()
-    p = torch.sigmoid(z)
-    return (-c_pos * _pow(1 - p, gamma) * F.logsigmoid(z)
-            - c_neg * _pow(p, gamma) * F.logsigmoid(-z))
-
-
-def _pow(x: torch.Tensor, exponent: float | Sequence[float]) -> torch.Tensor:
-    """x ** exponent with a Python-float exponent per column (see the module docstring)."""
-    if isinstance(exponent, (int, float)):
-        return x.pow(exponent)
-    if all(e == exponent[0] for e in exponent):
-        return x.pow(exponent[0])
-    return torch.stack([x[:, p].pow(e) for p, e in enumerate(exponent)], dim=1)
-
-
-def tcp(z: torch.Tensor, p_true: torch.Tensor) -> torch.Tensor:
-    """ConfidNet's TCP loss: (p - p_cls(y|x))^2, the target being the true class's probability."""
-    return (torch.sigmoid(z.float()) - p_true.float()).pow(2)
-
-
-def steep_slope(z: torch.Tensor, c_pos: torch.Tensor, c_neg: torch.Tensor,
-                alpha_pos, alpha_neg, shift_pos=None, shift_neg=None) -> torch.Tensor:
-    """SS loss in the authors' sign convention (module docstring); c_pos = w+ o, c_neg = w- (1-o).
-    ``alpha_*``: floats, or (P,) tensors for z (B, P) with ``shift_*`` = their exp(-alpha)."""
-    z = z.float()
-    s = z / (1 + z.abs())
-    pos = torch.exp(-alpha_pos * s) - (math.exp(-alpha_pos) if shift_pos is None else shift_pos)
-    neg = torch.exp(alpha_neg * s) - (math.exp(-alpha_neg) if shift_neg is None else shift_neg)
-    return c_pos * pos + c_neg * neg
-
-
-def steep_slope_max(alpha_pos: float, alpha_neg: float) -> float:
-    """Upper end of SS's range [0, max(e^a+ - e^-a+, e^a- - e^-a-)] (unit weights)."""
-    return max(math.exp(alpha_pos) - math.exp(-alpha_pos), math.exp(alpha_neg) - math.exp(-alpha_neg))
+from pipeline.core.losses import CUSTOM_PREFIX, CustomLossError, Loss, get, is_custom
 
 
 class HeadLoss:
     """The per-sample losses of P heads of ONE loss form: z (B, P) -> (B, P), float32.  Fine-tuning
     is P = 1; a head-only bank trains a sweep's points together (their parameters may differ)."""
 
-    def __init__(self, cfgs: Sequence[LossConfig], device: torch.device | None = None):
-        forms = {(c.name, c.broadcast) for c in cfgs}
+    def __init__(self, heads: Sequence[Loss], device: torch.device | None = None):
+        forms = {(type(h), h.broadcast) for h in heads}
         if len(forms) != 1:
-            raise ValueError(f"one bank trains one loss form; got {sorted(forms)}")
-        self.name, self.broadcast = next(iter(forms))
-        if self.name not in LOSSES:
-            raise LossOptionError(f"--loss {self.name!r}: expected one of {tuple(LOSSES)}")
+            raise ValueError(f"one bank trains one loss form; got "
+                             f"{sorted((k.name, b) for k, b in forms)}")
+        self.kind, self.broadcast = next(iter(forms))
+        self.name = self.kind.name
         vec = lambda values: torch.tensor(values, dtype=torch.float32, device=device)  # noqa: E731
-        self.w_pos = vec([c.pos_weight for c in cfgs])
-        self.w_neg = vec([c.neg_weight for c in cfgs])
-        self.gamma = [c.gamma for c in cfgs]
-        if self.name == "ss":
-            self.a_pos, self.a_neg = vec([c.alpha_pos for c in cfgs]), vec([c.alpha_neg for c in cfgs])
-            self.shift_pos = vec([math.exp(-c.alpha_pos) for c in cfgs])
-            self.shift_neg = vec([math.exp(-c.alpha_neg) for c in cfgs])
+        self.w_pos = vec([h.pos_weight for h in heads])
+        self.w_neg = vec([h.neg_weight for h in heads])
+        self.bank = self.kind.bank(heads, device)
 
     def coefficients(self, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-sample (c_pos, c_neg) = (w+ o, w- (1 - o)), each (B, P)."""
@@ -135,17 +67,11 @@ class HeadLoss:
                  broadcast: bool | None = None) -> torch.Tensor:
         """``coef`` overrides the per-sample coefficients (a micro-batch of a broadcast step);
         ``broadcast=False`` evaluates the per-sample form of a broadcast loss (validation)."""
-        if self.name == "tcp":
-            return tcp(z, p_true[:, None])
-        if coef is None:
+        if coef is None and self.kind.weighted:
             broadcast = self.broadcast if broadcast is None else broadcast
             coef = self.broadcast_coefficients(o, len(o)) if broadcast else self.coefficients(o)
-        c_pos, c_neg = coef
-        if self.name == "ce":
-            return cross_entropy(z, c_pos, c_neg)
-        if self.name == "focal":
-            return focal(z, c_pos, c_neg, self.gamma)
-        return steep_slope(z, c_pos, c_neg, self.a_pos, self.a_neg, self.shift_pos, self.shift_neg)
+        c_pos, c_neg = coef if coef is not None else (None, None)
+        return self.kind.per_sample(z, c_pos, c_neg, p_true[:, None], self.bank)
 
     def batch_mean(self, z: torch.Tensor, o: torch.Tensor, p_true: torch.Tensor,
                    coef: tuple[torch.Tensor, torch.Tensor] | None = None,
@@ -154,16 +80,39 @@ class HeadLoss:
         return self(z, o, p_true, coef, broadcast).mean(0)
 
 
+def probe(kind: type[Loss], heads: Sequence[Loss], device: torch.device | None = None) -> None:
+    """Check a loss class on a small batch before training: per_sample must return finite
+    floating-point (B, P) losses with a gradient in z; otherwise refused, naming what it
+    returned (a few small ops, outside any CUDA graph: no random numbers are drawn)."""
+    z = torch.linspace(-3, 3, 8, device=device)[:, None].repeat(1, len(heads)).requires_grad_()
+    o = (torch.arange(8, device=device) % 2).float()
+    p_true = torch.linspace(0.05, 0.95, 8, device=device)
+    try:
+        out = HeadLoss(heads, device)(z, o, p_true, broadcast=False)
+    except Exception as err:   # a user's code: name the loss, keep the cause
+        raise CustomLossError(f"loss {kind.name!r} failed on a batch of 8 rows: "
+                              f"{type(err).__name__}: {err}") from err
+    where = (f"loss {kind.name!r}: per_sample(z, c_pos, c_neg, p_true, bank) with z of shape "
+             f"{tuple(z.shape)}")
+    if not isinstance(out, torch.Tensor):
+        raise CustomLossError(f"{where} returned a {type(out).__name__}, not a torch.Tensor")
+    if tuple(out.shape) != tuple(z.shape):
+        raise CustomLossError(f"{where} returned shape {tuple(out.shape)}: expected "
+                              f"{tuple(z.shape)}, one loss per row and head (no reduction)")
+    if not out.is_floating_point() or not out.requires_grad:
+        raise CustomLossError(f"{where} returned a {out.dtype} tensor"
+                              f"{'' if out.requires_grad else ' without a gradient in z'}: "
+                              "expected floating-point losses computed from z by torch ops")
+    if not bool(torch.isfinite(out).all()):
+        raise CustomLossError(f"{where} returned non-finite losses for z in [-3, 3]: expected "
+                              "finite numbers")
+
+
 # ------------------------------------------------------------------ a user's own loss --
-CUSTOM_PREFIX = "custom:"     # a run's loss name: custom:<module>.<qualname> (or the name given)
 # Why a custom loss never runs inside a CUDA graph: a graph replays the kernels of one call, so
 # whatever the loss decides in Python (a counter, a schedule, a branch on a value) would freeze.
 CUSTOM_EAGER = ("a custom loss runs eagerly (a graph would replay the kernels of one call and "
                 "freeze whatever the loss does in Python)")
-
-
-def is_custom(name: str) -> bool:
-    return name.startswith(CUSTOM_PREFIX)
 
 
 class CustomLoss:
@@ -217,37 +166,49 @@ class CustomLoss:
                               f"correct of shape ({len(z)},)) {what}")
 
 
-def make_loss(cfgs: Sequence[LossConfig], device: torch.device | None = None,
+def make_loss(heads: Sequence[Loss], device: torch.device | None = None,
               custom: Callable | None = None) -> HeadLoss | CustomLoss:
-    """The loss of a bank's heads: ``HeadLoss`` of ``cfgs``, or ``custom`` (a user's function,
-    named by the configs' ``custom:...`` loss name) for every head."""
+    """The loss of a bank's heads: ``HeadLoss`` of ``heads`` (checked by ``probe``), or
+    ``custom`` (a user's function, named by the heads' ``custom:...`` loss name) for every head."""
     if custom is None:
-        return HeadLoss(cfgs, device)
-    names = {c.name for c in cfgs}
+        probe(type(heads[0]), heads, device)
+        return HeadLoss(heads, device)
+    names = {h.name for h in heads}
     if len(names) != 1 or not is_custom(next(iter(names))):
         raise ValueError(f"a custom loss function trains runs named {CUSTOM_PREFIX}...; got "
                          f"{sorted(names)}")
     return CustomLoss(custom, next(iter(names)), device)
 
 
+def eager_loss(name: str, fn: Callable | None) -> bool:
+    """Whether the loss a run names must train eagerly (``eager_only``), before it is built."""
+    return fn is not None or is_custom(name) or not get(name).graphable
+
+
+def eager_only(loss: HeadLoss | CustomLoss) -> bool:
+    """A loss a CUDA graph must not capture: a user's function, or a class not declared
+    ``graphable`` (CUSTOM_EAGER says why)."""
+    return isinstance(loss, CustomLoss) or not loss.kind.graphable
+
+
 # ---------------------------------------------------------------- one head, as (B,) arrays --
-def coefficients(cfg: LossConfig, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def coefficients(loss: Loss, o: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sample (c_pos, c_neg) = (w+ o, w- (1 - o)) of one loss, each (B,)."""
-    c_pos, c_neg = HeadLoss([cfg], o.device).coefficients(o)
+    c_pos, c_neg = HeadLoss([loss], o.device).coefficients(o)
     return c_pos[:, 0], c_neg[:, 0]
 
 
-def broadcast_coefficients(cfg: LossConfig, o_global: torch.Tensor,
+def broadcast_coefficients(loss: Loss, o_global: torch.Tensor,
                            n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``HeadLoss.broadcast_coefficients`` of one loss, each (n,)."""
-    c_pos, c_neg = HeadLoss([cfg], o_global.device).broadcast_coefficients(o_global, n)
+    c_pos, c_neg = HeadLoss([loss], o_global.device).broadcast_coefficients(o_global, n)
     return c_pos[:, 0], c_neg[:, 0]
 
 
-def per_sample_loss(cfg: LossConfig, z: torch.Tensor, o: torch.Tensor, p_true: torch.Tensor,
+def per_sample_loss(loss: Loss, z: torch.Tensor, o: torch.Tensor, p_true: torch.Tensor,
                     coef: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """One head's per-sample loss (B,): ``HeadLoss`` with P = 1, per sample unless ``coef`` (each
     (B,): ``broadcast_coefficients``) says otherwise."""
     if coef is not None:
         coef = (coef[0][:, None], coef[1][:, None])
-    return HeadLoss([cfg], z.device)(z[:, None], o, p_true, coef, broadcast=False)[:, 0]
+    return HeadLoss([loss], z.device)(z[:, None], o, p_true, coef, broadcast=False)[:, 0]

@@ -23,12 +23,11 @@ from typing import Any, Mapping
 import click
 
 from cache.schema import canonical
-from pipeline.core.losses import (CB_BETA, CB_FOCAL_GAMMA, FOCAL_GAMMA, HEAD_ARCHS, HEADS,
-                                  LOSSES, PARAMS)
+from pipeline.core.losses import HEAD_ARCHS, HEADS, Param, all_params, loss_params, names
 from pipeline.core.options import (BATCH, BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
                                    MODEL_KWARGS, NO_PROGRESS, NON_NEGATIVE, PRECISION, PREPROCESS,
                                    RANDOM_INIT, SEED_OPT, WEIGHTS, WORKERS, Opt, positive)
-from pipeline.core.presets import EMBEDDED_ORACLE, PAPER_ORACLE, SS_ALPHAS
+from pipeline.core.presets import EMBEDDED_ORACLE, PAPER_ORACLE
 from pipeline.data.sources import default_artifacts
 
 PARTS = ("run", "seed", "where", "runtime")
@@ -69,35 +68,25 @@ def setting(default: Any = None, opt: Opt | None = None, part: str = "run", *, f
     return field(default=default, metadata=meta)
 
 
-def _param_type(name: str):
-    p = PARAMS[name]
+def _param_type(p: Param):
     return positive(max_open_one=True) if p.below_one else positive() if p.open_min else NON_NEGATIVE
 
 
-VIT_ALPHAS, RESNET_ALPHAS = SS_ALPHAS["vit"], SS_ALPHAS["resnet"]
-# The defaults resolve_loss fills in, as --help shows them ([default: ...])
-LOSS_DEFAULTS = {
-    "alpha_neg": f"by oracle: ViT {VIT_ALPHAS[1]:g}, ResNet {RESNET_ALPHAS[1]:g}; other "
-                 "backbones: an attention model's name the ViT's, else the ResNet's "
-                 "(presets.ss_slopes, with a note)",
-    "alpha_pos": f"by oracle: ViT {VIT_ALPHAS[0]:g}, ResNet {RESNET_ALPHAS[0]:g}; other "
-                 "backbones as for --alpha-neg",
-    "gamma": f"{FOCAL_GAMMA:g} ({CB_FOCAL_GAMMA:g} with --class-balanced, as the paper's "
-             "class-balanced runs)",
-    "pos_weight": "1", "neg_weight": "1", "cb_beta": f"{CB_BETA:g}",
-}
-
-
 def _help_without_default(text: str) -> str:
-    """PARAMS' help less the default it states in words: --help shows LOSS_DEFAULTS instead."""
+    """A Param's help less the default it states in words: --help shows the default instead."""
     return re.sub(r" \(default [^)]*\)", "", text).split(" Default")[0]
 
 
+def param_option(p: Param) -> Opt:
+    """The option of a numeric loss parameter (``pipeline.core.losses``: the losses' own ones
+    and the class weights), value None when not given: the loss fills its default."""
+    return Opt((p.flag,), type=_param_type(p), group="protocol", help=_help_without_default(p.help),
+               default_text=p.default_text or f"{p.default:g}")
+
+
 def loss_param(name: str) -> Field:
-    """A numeric loss option, declared by ``pipeline.core.losses.PARAMS``."""
-    return setting(None, Opt((PARAMS[name].flag,), type=_param_type(name), group="protocol",
-                             help=_help_without_default(PARAMS[name].help),
-                             default_text=LOSS_DEFAULTS[name]), loss=True, bank_free=True)
+    """A class-weight option of every weighted loss (``WEIGHT_PARAMS``) as a TrainConfig field."""
+    return setting(None, param_option(all_params()[name]), loss=True, bank_free=True)
 
 
 @dataclass(frozen=True)
@@ -108,7 +97,7 @@ class TrainConfig:
     oracle: str | None = setting(None, Opt(("--oracle",), group="model", help="Oracle backbone: "
                                  "preset or timm name.", default_text="the classifier's name (on "
                                  "Fashion-MNIST vit/resnet = the fitted small models)"))
-    loss: str = setting("ss", Opt(("--loss",), type=click.Choice(list(LOSSES)), group="protocol",
+    loss: str = setting("ss", Opt(("--loss",), type=click.Choice(list(names())), group="protocol",
                                   help="The oracle's loss: cross-entropy, focal, TCP (ConfidNet's) "
                                   "or SS (the paper's steep slope)."), loss=True)
     data: str | None = setting(None, DATA, "where")          # None: the embedded Fashion-MNIST
@@ -168,10 +157,9 @@ class TrainConfig:
                             "slopes act on: hyperplane = the signed distance (w.x+b)/(|w|+1e-7) "
                             "(the authors'), linear = the plain w.x+b ('linear z' in the "
                             "report).", default_text="hyperplane"), loss=True)
-    # the loss (None / False = not given: pipeline.core.losses.resolve_loss fills the defaults)
-    gamma: float | None = loss_param("gamma")
-    alpha_pos: float | None = loss_param("alpha_pos")
-    alpha_neg: float | None = loss_param("alpha_neg")
+    # the loss (None / False = not given: the loss's resolve fills the defaults).  Its own
+    # parameters, given ones only, by name: their options come from pipeline.core.losses, here
+    loss_params: dict = setting(opt=None, factory=dict, loss=True, bank_free=True)
     class_balanced: bool = setting(False, Opt(("--class-balanced",), is_flag=True,
                                    group="protocol", help="ce/focal/ss: Cui et al. "
                                    "effective-number weights from the training rows' "
@@ -313,14 +301,22 @@ def option_of(name: str) -> Opt:
 
 
 def train_options() -> list[Opt]:
-    """train-oracle's click options, in --help order."""
-    return [f.metadata["opt"] for f in fields(TrainConfig) if f.metadata["opt"] is not None]
+    """train-oracle's click options, in --help order: the losses' own parameters where
+    ``loss_params`` is declared."""
+    out = []
+    for f in fields(TrainConfig):
+        if f.name == "loss_params":
+            out += [param_option(p) for p in loss_params().values()]
+        elif f.metadata["opt"] is not None:
+            out.append(f.metadata["opt"])
+    return out
 
 
 def config_from_params(params: Mapping[str, Any]) -> TrainConfig:
     """train-oracle's parsed options (click's ``ctx.params``) -> TrainConfig (also ``cli.py
     sweep``).  Paths become strings; the cache root defaults to artifacts/<dataset>/cache."""
-    values = {}
+    values = {"loss_params": {name: params[name] for name in loss_params()
+                              if params.get(name) is not None}}
     for f in fields(TrainConfig):
         opt = f.metadata["opt"]
         if opt is None:
@@ -372,9 +368,28 @@ def group_hash(config: Mapping[str, Any], train_identity: Mapping[str, Any]) -> 
     return hashlib.sha256(json.dumps(canonical(keep), sort_keys=True).encode()).hexdigest()[:12]
 
 
+# The losses' own parameters run.json's config names at top level, null where the run's loss
+# lacks them: the record every run directory's group hash was computed from.  A parameter not
+# listed here is recorded only by the runs of its loss.
+FLAT_PARAMS = ("gamma", "alpha_pos", "alpha_neg")
+
+
 def as_record(cfg: TrainConfig) -> dict:
-    """The config as run.json and every checkpoint record it (JSON types)."""
-    return canonical(asdict(cfg))
+    """The config as run.json and every checkpoint record it (JSON types): the loss's own
+    parameters at top level (``FLAT_PARAMS``)."""
+    record = asdict(cfg)
+    params = record.pop("loss_params")
+    return canonical({**record, **dict.fromkeys(FLAT_PARAMS), **params})
+
+
+def config_from_record(config: Mapping[str, Any]) -> TrainConfig:
+    """run.json's config (``as_record``) as the TrainConfig it was written from."""
+    names = {f.name for f in fields(TrainConfig)}
+    values = {k: v for k, v in config.items() if k in names}
+    values["loss_params"] = {k: v for k, v in config.items()
+                             if k not in names and v is not None and k in loss_params()}
+    values["eval_splits"] = tuple(values.get("eval_splits", ()))
+    return TrainConfig(**values)
 
 
 def bank_key(cfg: TrainConfig) -> str:

@@ -17,14 +17,13 @@ import torch
 from cache.reader import slug
 from cache.runs import RunDir, RunError, default_run_dir, run_record
 from pipeline.core import dist
-from pipeline.core.losses import (HEADS, PARAMS, LossConfig, LossOptionError, check_loss_options,
-                                  flag, head_of, loss_label, resolve_loss, variant_tags)
+from pipeline.core.losses import (CUSTOM_PREFIX, HEADS, Context, FunctionLoss, Loss,
+                                  LossOptionError, check_options, flag, get, is_custom)
 from pipeline.core.models import ModelSpec, file_sha256, resolve_spec
 from pipeline.core.precision import default_precision
 from pipeline.core.presets import ss_slopes
 from pipeline.data.loader import default_workers
 from pipeline.data.sources import is_embedded_dataset
-from pipeline.oracle.nets.losses import CUSTOM_PREFIX, is_custom
 from pipeline.oracle.settings.config import (LOSS_OPTIONS, TrainConfig, as_record, group_hash,
                                              resolve_protocol)
 from pipeline.oracle.settings.defaults import (classifier_weights, heldout_note, say,
@@ -45,7 +44,7 @@ class Prepared:
     targets: dict[str, np.ndarray]
     train_rows: np.ndarray
     val_rows: np.ndarray
-    loss: LossConfig
+    loss: Loss                    # the resolved loss (a FunctionLoss for a user's function)
     spec: ModelSpec
     schedule: StepSchedule
     counts: tuple[int, int]       # (incorrect, correct) training rows
@@ -137,7 +136,8 @@ def prepare(cfg: TrainConfig, device: torch.device, splits: SplitMemo | None = N
     cfg = replace(cfg, oracle=cfg.oracle or cfg.classifier, eval_splits=eval_tags,
                   preprocess=cfg.preprocess or train.cache.identity["preprocess"], z=z_head,
                   weights_sha256=file_sha256(cfg.weights) if cfg.weights else None,
-                  **{name: getattr(loss, name) for name, p in PARAMS.items() if p.recorded})
+                  loss_params={p.name: loss.values[p.name] for p in loss.params if p.recorded},
+                  cb_beta=loss.cb_beta)
     record = _run_record(cfg, loss, spec, train)
     runs_root = Path(cfg.runs_root) if cfg.runs_root else Path(cfg.artifacts) / "runs"
     # a custom loss's name (custom:module.qualname) as a folder name: slugged
@@ -148,24 +148,24 @@ def prepare(cfg: TrainConfig, device: torch.device, splits: SplitMemo | None = N
                     val_rows, loss, spec, schedule, counts, protocol, loss_fn)
 
 
-def _run_record(cfg: TrainConfig, loss: LossConfig, spec: ModelSpec, train: Split) -> dict:
+def _run_record(cfg: TrainConfig, loss: Loss, spec: ModelSpec, train: Split) -> dict:
     """The DATA_CONTRACT ``run`` record of a resolved config: its variant tags, label and group.
     A custom loss is labelled by its name; the built-in losses' tags (weights, broadcasting,
     linear z) are forms of those losses."""
     config = as_record(cfg)
     custom = is_custom(cfg.loss)
     slopes = ss_slopes(cfg.oracle or cfg.classifier, spec.name)[0]
-    tags = ([] if custom else variant_tags(loss, cfg.z, slopes)) + \
+    tags = ([] if custom else loss.tags(cfg.z, slopes)) + \
         [t for t, on in (("head-only", cfg.head_only), ("confidnet", cfg.head_arch == "confidnet"),
                          ("stacked", cfg.head_inputs == "stacked")) if on]
     if custom:
         label = cfg.loss + (f" ({', '.join(tags)})" if tags else "")
     else:
-        label = loss_label(loss, tags)
+        label = loss.display(tags)
     return run_record(config, oracle_model=spec.name, variant="+".join(tags), loss_label=label,
                       group=group_hash(config, train.cache.identity),
                       dataset=train.samples.dataset,
-                      num_classes=train.cache.identity["num_classes"])
+                      num_classes=train.cache.identity["num_classes"], tnr=loss.tnr)
 
 
 def check_loss(cfg: TrainConfig, loss_fn: Callable | None) -> dict:
@@ -173,12 +173,12 @@ def check_loss(cfg: TrainConfig, loss_fn: Callable | None) -> dict:
     built-in loss (``pipeline.core.losses``), or, for a user's loss (``custom:...``, trained only
     with its function), none but the head (--ss-distance): the others are parameters of the built-in
     losses, which a custom loss does not read."""
-    given = {k: getattr(cfg, k) for k in LOSS_OPTIONS}
+    given = {**cfg.loss_params, **{k: getattr(cfg, k) for k in LOSS_OPTIONS if k != "loss_params"}}
     if not is_custom(cfg.loss):
         if loss_fn is not None:
-            raise RunError(f"a loss function was given for a run of the built-in loss "
+            raise RunError(f"a loss function was given for a run of the registered loss "
                            f"{cfg.loss!r}: its config's loss must be named {CUSTOM_PREFIX}...")
-        check_loss_options(cfg.loss, given)
+        check_options(cfg.loss, given)
         return given
     if loss_fn is None:
         raise RunError(f"the loss {cfg.loss!r} is a user's function, which the command line "
@@ -195,18 +195,20 @@ def check_loss(cfg: TrainConfig, loss_fn: Callable | None) -> dict:
 
 
 def _resolve_loss(cfg: TrainConfig, given: dict, alphas: tuple[float, float],
-                  counts: tuple[int, int]) -> tuple[LossConfig, str]:
-    """The resolved loss and the head it trains.  A custom loss has no options; its head is
-    --ss-distance's, linear by default (the built-in losses' own default head but SS's)."""
+                  counts: tuple[int, int]) -> tuple[Loss, str]:
+    """The resolved loss and the head it trains.  A loss function has no options; its head is
+    --ss-distance's, linear by default (the registered losses' default head but SS's)."""
     if is_custom(cfg.loss):
-        return LossConfig(cfg.loss), cfg.z or "linear"
-    return resolve_loss(cfg.loss, given, alphas, counts), head_of(cfg.loss, cfg.z)
+        return FunctionLoss(function_name=cfg.loss), cfg.z or "linear"
+    loss = get(cfg.loss).resolve(given, Context(alphas), counts)
+    return loss, loss.head_of(cfg.z)
 
 
-def _slopes_note(cfg: TrainConfig, spec: ModelSpec, loss: LossConfig,
+def _slopes_note(cfg: TrainConfig, spec: ModelSpec, loss: Loss,
                  why: str | None) -> str | None:
     """SS's slopes for a backbone the paper did not train, when not both were given."""
-    if cfg.loss != "ss" or why is None or (cfg.alpha_pos is not None and cfg.alpha_neg is not None):
+    if (not loss.slopes_by_oracle or why is None or
+            all(p.name in cfg.loss_params for p in loss.params)):
         return None
     if cfg.val_fraction == 0:
         raise RunError(f"--loss ss on oracle {spec.name}: the paper gives SS slopes for ViT and "
