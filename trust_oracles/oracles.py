@@ -34,6 +34,7 @@ from pipeline.data.errors import BadImageError, worker_message
 from pipeline.data.labels import class_names
 from pipeline.data.orientation import EXIF_TRANSPOSE
 from pipeline.oracle.deploy import images as deploy
+from pipeline.oracle.deploy import rebuild
 from pipeline.oracle.deploy.predict import note_other_numerics
 from pipeline.oracle.deploy.threshold import given_threshold, pick_threshold
 from trust_oracles import _inputs as inputs
@@ -82,7 +83,7 @@ class TrustOracle:
     classes: tuple[str, ...] = field(repr=False)
     _run: RunFile = field(repr=False)
     _classifier: dict = field(repr=False)       # the training cache's identity
-    _models: tuple = field(repr=False)          # deploy.deployed_models' ((clf...), (oracle...))
+    _models: tuple = field(repr=False)          # rebuild.deployed_models' ((clf...), (oracle...))
     _choices: dict = field(default_factory=dict, repr=False)
 
     def threshold(self, target: str | tuple[str, float] = deploy.DEFAULT_TARGET) -> float:
@@ -295,13 +296,13 @@ def load_oracle(run_dir: str | Path, *, weights: str | Path | None = None,
     if precision is not None and precision not in PRECISIONS:
         raise received("load_oracle(precision)", repr(precision), f"one of {PRECISIONS} or None")
     run_dir = Path(run_dir)
-    run = deploy.complete_run(run_dir)
+    run = rebuild.complete_run(run_dir)
     device = check_device(None if device is None else str(device))
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     cache = deploy.training_cache(run_dir, run)
-    models = deploy.deployed_models(run_dir, run, cache, None if weights is None else str(weights),
-                                    precision, device, option="load_oracle(weights={})")
+    models = rebuild.deployed_models(run_dir, run, cache, None if weights is None else str(weights),
+                                     precision, device, option="load_oracle(weights={})")
     (_, clf_cfg, clf_prec), (oracle, orc_cfg, orc_prec) = models
     made = made_on(device, orc_prec)
     note_other_numerics(run_dir, run, made)
