@@ -374,7 +374,7 @@ def stacked_run(trained, tmp_path_factory):
 
 def test_a_stacked_oracle_reads_the_classifiers_logits(trained, stacked_run, tmp_path):
     from pipeline.data.images import GpuNormalize, ResizeCrop, decode_file
-    from pipeline.oracle.deploy.images import load_classifier
+    from pipeline.oracle.deploy.rebuild import load_classifier
 
     data = trained[0]
     oracle = load_oracle(stacked_run, device="cpu")

@@ -111,14 +111,14 @@ def test_a_name_that_is_not_utf8_is_refused_by_predict_before_any_work(trained, 
                                                                        monkeypatch):
     """It crashed with a UnicodeEncodeError traceback writing the table, after the whole
     forward pass."""
-    import pipeline.oracle.deploy.images as deploy
+    import pipeline.oracle.deploy.rebuild as rebuild
 
     _, _, run = trained
     folder, _ = latin1
 
     def no_model(*_args, **_kw):
         raise AssertionError("the classifier was loaded before the names were checked")
-    monkeypatch.setattr(deploy, "load_classifier", no_model)
+    monkeypatch.setattr(rebuild, "load_classifier", no_model)
     for spec in (folder, f"{folder}/**/*.jpg"):
         result = run_cli(["predict", "--run", run, "--images", spec, *FAST], expect=None)
         assert_error(result, rf"error: 1 image file name\(s\) under .* are not valid UTF-8, e.g. "

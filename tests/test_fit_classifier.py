@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from cli import cli
 from conftest import TINY_VIT
 from fmnist_subset import write_fmnist_subset
-from pipeline.classifier.fit import augment, lr_at, split_rows
+from pipeline.classifier.fit import split_rows
+from pipeline.classifier.recipe import augment, lr_at
 from pipeline.core.models import CHECKPOINT_FORMAT
 from pipeline.data.sources import fashion_mnist
 

@@ -83,7 +83,7 @@ def test_labelled_outputs_name_each_rows_file(trained):
     # row i is the file whose pixels gave the cache's row i: a direct forward of the classifier
     from pipeline.core.models import DataConfig
     from pipeline.data.images import GpuNormalize, ResizeCrop, decode_file
-    from pipeline.oracle.deploy.images import load_classifier
+    from pipeline.oracle.deploy.rebuild import load_classifier
     val = ClassifierCache.open(cache / CLASSIFIER / "val")
     model = load_classifier(val, None)
     cfg = DataConfig.from_dict(val.identity["data_config"])

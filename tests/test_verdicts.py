@@ -12,7 +12,7 @@ import pytest
 
 from bench.synthetic_runs import write_cache, write_run
 from oracle_fixtures import run_cli
-from pipeline.report.verdicts import hierarchical, holm, p_value
+from pipeline.report.significance import hierarchical, holm, p_value
 
 
 def study(root, ss_separation: dict[int, float], fits=(0,), ce_separation: float = 0.8,

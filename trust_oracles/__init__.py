@@ -11,10 +11,10 @@ line as typed objects, for a notebook.  docs/API.md shows each use as a runnable
     result = to.train(to.settings(loss="ss", head_only=True), loss=my_loss)
 
 Modules: caches.py (open_cache, Cache), runs.py (open_run: a run directory and its scores per
-split), oracles.py (load_oracle, TrustOracle; scores.py: Scores; _inputs.py checks their arguments),
-evaluation.py (evaluate, Evaluation), comparison.py (compare),
-posthoc.py (the post-hoc baselines and your own score functions), training.py (settings, train,
-RunResult), heads.py (train_head: a head on features in memory), losses.py (your own loss),
+split), oracles.py (load_oracle, TrustOracle; scores.py: Scores; _inputs.py checks their arguments,
+_batches.py scores them batch by batch), evaluation.py (evaluate, Evaluation), comparison.py
+(compare), posthoc.py (the post-hoc baselines and your own score functions), training.py (settings,
+train, RunResult), heads.py (train_head: a head on features in memory), losses.py (your own loss),
 errors.py (every exception the API raises).  Each is a caller of the functions the commands run,
 never a second version of them.  Names are loaded on first use: the metrics (evaluate, compare,
 posthoc) load no torch.

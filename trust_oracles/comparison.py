@@ -16,7 +16,7 @@ import numpy as np
 from pipeline.core.catalog import CATALOG, names
 from pipeline.report.bootstrap import NO_CI
 from pipeline.report.compare import VERSUS_METRICS, paired_interval
-from pipeline.report.verdicts import hierarchical, p_value
+from pipeline.report.significance import hierarchical, p_value
 from trust_oracles.errors import received
 from trust_oracles.evaluation import (DEFAULT_RESAMPLES, Interval, _check_options, _summary,
                                       check_scores)

@@ -5,13 +5,13 @@ it judges, scoring image files, PIL images or tensors.
     scores = oracle.score_files(["a.jpg", "b.png"])
     scores.pred, scores.confidence, scores.trust          # (2,) each
 
-Every batch of images is scored by ``pipeline.oracle.deploy.images.score_batch``, the step of
-``cli.py predict --images``, with the models that command builds (``deployed_models``: the
-classifier its training cache recorded, weights checked by hash; the run's best oracle; each in
-the precision it ran in before), so the numbers equal that command's table.  A row is trusted
-when its confidence is >= the threshold, chosen as ``predict --images`` chooses it
-(``pipeline.oracle.deploy.threshold``): a number as given, or a target met on the run's held-out
-rows; by default ``("tpr", 0.95)``.
+Every batch of images is scored (``_batches.py``) by ``pipeline.oracle.deploy.images``'
+``score_batch``, the step of ``cli.py predict --images``, with the models that command builds
+(``rebuild.deployed_models``: the classifier its training cache recorded, weights checked by hash;
+the run's best oracle; each in the precision it ran in before), so the numbers equal that
+command's table.  A row is trusted when its confidence is >= the threshold, chosen as ``predict
+--images`` chooses it (``pipeline.oracle.deploy.threshold``): a number as given, or a target met on
+the run's held-out rows; by default ``("tpr", 0.95)``.
 """
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 import torch
 from PIL import Image
 
@@ -30,12 +29,13 @@ from cache.schema import CLASSIFIER_KEYS, check_identity
 from pipeline.core.models import DataConfig
 from pipeline.core.options import check_device
 from pipeline.core.precision import PRECISIONS, made_on
-from pipeline.data.errors import BadImageError, worker_message
 from pipeline.data.labels import class_names
 from pipeline.data.orientation import EXIF_TRANSPOSE
 from pipeline.oracle.deploy import images as deploy
+from pipeline.oracle.deploy import rebuild
 from pipeline.oracle.deploy.predict import note_other_numerics
 from pipeline.oracle.deploy.threshold import given_threshold, pick_threshold
+from trust_oracles import _batches as batches
 from trust_oracles import _inputs as inputs
 from trust_oracles._inputs import ThresholdSpec
 from trust_oracles.caches import Cache
@@ -82,7 +82,7 @@ class TrustOracle:
     classes: tuple[str, ...] = field(repr=False)
     _run: RunFile = field(repr=False)
     _classifier: dict = field(repr=False)       # the training cache's identity
-    _models: tuple = field(repr=False)          # deploy.deployed_models' ((clf...), (oracle...))
+    _models: tuple = field(repr=False)          # rebuild.deployed_models' ((clf...), (oracle...))
     _choices: dict = field(default_factory=dict, repr=False)
 
     def threshold(self, target: str | tuple[str, float] = deploy.DEFAULT_TARGET) -> float:
@@ -148,22 +148,7 @@ class TrustOracle:
         x = inputs.checked_batch(x, self.data_config.input_size, self.device)
         logits = inputs.checked_logits(logits, len(x), int(self._classifier["num_classes"]),
                                        self.stacked, self.device)
-        norm = deploy.normalizers(self._models, self.device)[1]
-        oracle, _, precision = self._models[1]
-        parts = []
-        with torch.inference_mode():
-            for i in range(0, len(x), self.batch_size):
-                xb = x[i:i + self.batch_size]
-                xb = norm(xb) if xb.dtype == torch.uint8 else \
-                    xb.to(self.device).contiguous(memory_format=norm.memory_format)
-                lb = None if logits is None else logits[i:i + self.batch_size].to(self.device)
-                parts.append(deploy.oracle_z(oracle, precision, xb, lb, self.device).float().cpu())
-        out = {"z": inputs.concat(parts), "valid": np.ones(len(x), bool)}
-        deploy.check_finite(lambda i: f"row {i} of x", {**out, "msp": np.zeros(len(x))})
-        if logits is not None:
-            probs = logits.float().softmax(dim=-1)
-            out.update(pred=probs.argmax(dim=-1).cpu().numpy(),
-                       msp=probs.max(dim=-1).values.cpu().numpy())
+        out = batches.score_tensors(self._models, x, logits, self.device, self.batch_size)
         return scores_from(out, cut, pixels=logits is not None)
 
     def score_images(self, images: Sequence[Image.Image], *,
@@ -194,20 +179,7 @@ class TrustOracle:
         cut = self.threshold_choice(threshold)["threshold"]
         inputs.refuse_single(images, Image.Image, "score_images(images)", "PIL images")
         upright = self._classifier.get(EXIF_TRANSPOSE, False)
-        views = deploy.model_views(self._models)
-        norm = deploy.normalizers(self._models, self.device)
-        parts = []
-        with torch.inference_mode():
-            for start in range(0, len(images), self.batch_size):
-                batch = [inputs.image_views(views, im, start + j, upright)
-                         for j, im in enumerate(images[start:start + self.batch_size])]
-                stacked = [torch.stack(v) for v in zip(*batch)]
-                parts.append({k: v.cpu() for k, v in
-                              deploy.score_batch(self._models, norm, stacked, self.device).items()})
-        out = {k: inputs.concat([p[k] for p in parts], dtype) for k, dtype in
-               (("z", np.float32), ("pred", np.int64), ("msp", np.float32))}
-        out["valid"] = np.ones(len(images), bool)
-        deploy.check_finite(lambda i: f"image {i}", out)
+        out = batches.score_images(self._models, images, upright, self.device, self.batch_size)
         return scores_from(out, cut, pixels=True)
 
     def score_files(self, paths: Sequence[str | Path], *, threshold: ThresholdSpec = None,
@@ -236,13 +208,8 @@ class TrustOracle:
         cut = self.threshold_choice(threshold)["threshold"]
         inputs.refuse_single(paths, (str, Path), "score_files(paths)", "paths of image files")
         samples = inputs.file_list(paths, self._classifier.get(EXIF_TRANSPOSE, False), skip_bad)
-        try:
-            out = deploy.score_files(samples, self._models, self.device,
-                                     batch_size=self.batch_size, workers=workers,
-                                     skip_bad=skip_bad)
-        except BadImageError as err:
-            raise BadImageError(worker_message(err).replace(
-                "re-run with --skip-bad", "pass skip_bad=True")) from None
+        out = batches.score_files(samples, self._models, self.device, self.batch_size, workers,
+                                  skip_bad)
         return scores_from(out, cut, pixels=True)
 
     def check_cache(self, cache: Cache) -> None:
@@ -295,13 +262,13 @@ def load_oracle(run_dir: str | Path, *, weights: str | Path | None = None,
     if precision is not None and precision not in PRECISIONS:
         raise received("load_oracle(precision)", repr(precision), f"one of {PRECISIONS} or None")
     run_dir = Path(run_dir)
-    run = deploy.complete_run(run_dir)
+    run = rebuild.complete_run(run_dir)
     device = check_device(None if device is None else str(device))
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     cache = deploy.training_cache(run_dir, run)
-    models = deploy.deployed_models(run_dir, run, cache, None if weights is None else str(weights),
-                                    precision, device, option="load_oracle(weights={})")
+    models = rebuild.deployed_models(run_dir, run, cache, None if weights is None else str(weights),
+                                     precision, device, option="load_oracle(weights={})")
     (_, clf_cfg, clf_prec), (oracle, orc_cfg, orc_prec) = models
     made = made_on(device, orc_prec)
     note_other_numerics(run_dir, run, made)

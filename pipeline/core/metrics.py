@@ -1,6 +1,6 @@
 """Trustworthiness metrics: pure numpy functions of ``(confidence, correct)`` arrays.
 
-    from pipeline.metrics import evaluate
+    from pipeline.core.metrics import evaluate
     evaluate(confidence, correct, definition="paper", tnr_threshold=1 / 1000)["values"]
 
 Two definitions exist (docs/METRICS.md has them side by side):
@@ -12,23 +12,23 @@ Two definitions exist (docs/METRICS.md has them side by side):
 * ``standard``: FPR at the first ROC point with TPR >= 0.9495 (exact, fd-shifts), AUPR-Error scored
   by the negated confidence (higher is better), plus AURC, E-AURC and AUGRC with ties grouped.
 
-Every metric sorts the rows once (``rank``) and is then O(number of distinct confidences): no
-Python loop over thresholds, no O(n^2).  The rank metrics (AUC, AUPR, the standard FPR-95%-TPR,
-AURC, E-AURC, AUGRC) are thin wrappers over the one vectorised implementation,
-``pipeline.core.counts.counts_metrics``, applied to the tie groups' counts; what is only here
-is the paper's grid FPR-95%-TPR, TPR/TNR at a threshold and the risk-coverage curve itself.  A metric that does not exist for the input (one class
-only) raises ``UndefinedMetric`` with the reason; ``evaluate`` records the reason instead of a
-value, so a report never shows a silent NaN.
+Every metric sorts the rows once (``rank``, ``ranked.py``) and is then O(number of distinct
+confidences): no Python loop over thresholds, no O(n^2).  The rank metrics (AUC, AUPR, the standard
+FPR-95%-TPR, AURC, E-AURC, AUGRC) are thin wrappers over the one vectorised implementation,
+``pipeline.core.counts.counts_metrics``, applied to the tie groups' counts; what is only here is
+the paper's grid FPR-95%-TPR, TPR/TNR at a threshold and the risk-coverage curve itself.  A metric
+that does not exist for the input (one class only) raises ``UndefinedMetric`` with the reason;
+``evaluate`` records the reason instead of a value, so a report never shows a silent NaN.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
 from pipeline.core.catalog import DEFINITIONS, names
-from pipeline.core.counts import Levels, level_metrics, optimal_aurc as _optimal_aurc, tpr95_level
+from pipeline.core.counts import level_metrics, optimal_aurc as _optimal_aurc, tpr95_level
+# the one sort (ranked.py): check_inputs, Ranked, rank and group_counts stay importable from here,
+# where the report, the API and the tests take them with the metrics
+from pipeline.core.ranked import Ranked, check_inputs, group_counts, rank  # noqa: F401
 
 # what ``evaluate`` computes for each definition (pipeline/core/catalog.py)
 PAPER_METRICS = names("paper", "scalar")
@@ -41,80 +41,6 @@ class UndefinedMetric(ValueError):
     """The metric does not exist for this input; ``str(err)`` says why."""
 
 
-def check_inputs(confidence, correct) -> tuple[np.ndarray, np.ndarray]:
-    """Validate and convert: ``confidence`` (n,) finite floats, ``correct`` (n,) of {0, 1}/bool.
-
-    Returns ``(confidence, correct)`` as (n,) floating and (n,) bool arrays.  Raises ValueError
-    naming the first offending row.
-    """
-    conf = np.asarray(confidence)
-    corr = np.asarray(correct)
-    if conf.ndim != 1 or corr.ndim != 1 or conf.shape != corr.shape:
-        raise ValueError(f"expected confidence and correct of the same shape (n,), got "
-                         f"{conf.shape} and {corr.shape}")
-    if conf.shape[0] == 0:
-        raise ValueError("expected at least one row, got empty arrays")
-    if not np.issubdtype(conf.dtype, np.floating):
-        conf = conf.astype(np.float64)
-    bad = ~np.isfinite(conf)
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"confidence must be finite: {int(bad.sum())} non-finite value(s), first "
-                         f"at row {first} ({conf[first]!r})")
-    if corr.dtype != np.bool_:
-        off = (corr != 0) & (corr != 1)
-        if off.any():
-            first = int(np.flatnonzero(off)[0])
-            raise ValueError(f"correct must hold 0/1 values, row {first} holds {corr[first]!r}")
-        corr = corr.astype(bool)
-    return conf, corr
-
-
-@dataclass(frozen=True)
-class Ranked:
-    """Rows sorted once by confidence and grouped by distinct value (ties form one threshold).
-
-    ``thresholds`` (T,) distinct confidences, DESCENDING; ``tp`` / ``fp`` (T,) number of correct /
-    incorrect rows with confidence >= threshold; ``pos`` / ``neg`` ascending confidences of the
-    correct / incorrect rows.
-    """
-    thresholds: np.ndarray
-    tp: np.ndarray
-    fp: np.ndarray
-    pos: np.ndarray
-    neg: np.ndarray
-
-    @property
-    def n_pos(self) -> int:
-        return len(self.pos)
-
-    @property
-    def n_neg(self) -> int:
-        return len(self.neg)
-
-    @property
-    def n(self) -> int:
-        return len(self.pos) + len(self.neg)
-
-    @cached_property      # computed once: every metric of the split reads it
-    def levels(self) -> Levels:
-        """The tie groups' counts, cumulated, for ``pipeline.core.counts``."""
-        return Levels.of(*group_counts(self))
-
-
-def rank(confidence, correct) -> Ranked:
-    """Sort ``confidence`` (n,) once and accumulate the counts every metric needs."""
-    conf, corr = check_inputs(confidence, correct)
-    order = np.argsort(conf)
-    s, c = conf[order], corr[order]
-    n, n_pos = len(s), int(c.sum())
-    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])       # ascending tie groups
-    pos_below = np.r_[0, np.cumsum(c, dtype=np.int64)][starts]  # correct rows below each group
-    tp = (n_pos - pos_below)[::-1]
-    fp = (n - starts)[::-1] - tp
-    return Ranked(s[starts][::-1], tp, fp, s[c], s[~c])
-
-
 def _ranked(confidence, correct) -> Ranked:
     return confidence if isinstance(confidence, Ranked) else rank(confidence, correct)
 
@@ -124,11 +50,6 @@ def _require(r: Ranked, metric: str, pos: bool = True, neg: bool = True) -> None
         raise UndefinedMetric(f"{metric} is undefined: no correct predictions in the split")
     if neg and r.n_neg == 0:
         raise UndefinedMetric(f"{metric} is undefined: no incorrect predictions in the split")
-
-
-def group_counts(r: Ranked) -> tuple[np.ndarray, np.ndarray]:
-    """Correct / incorrect rows in each tie group, DESCENDING confidence: (T,), (T,)."""
-    return np.diff(r.tp, prepend=0), np.diff(r.fp, prepend=0)
 
 
 def _counted(r: Ranked, name: str) -> float:

@@ -1,19 +1,16 @@
-"""``cli.py extract``: options -> ``ExtractConfig`` -> one ``extract`` call per split."""
+"""``cli.py extract``: options -> ``ExtractConfig`` -> one ``extract`` call per split (the work
+below the options: ``splits.py``)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import click
 
-from cache.manifest import check_cache_root
-from cache.reader import cache_dir_for, split_tag
 from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
                                    MODEL_KWARGS, NO_PROGRESS, PRECISION, PREPROCESS, RANDOM_INIT,
                                    SEED_OPT, WEIGHTS, WORKERS, Command, Opt, check_device,
                                    options)
-from pipeline.core.presets import EMBEDDED_EXTRACT
 from pipeline.data.imagenet_c import CORRUPTIONS
-from pipeline.data.sources import check_splits, default_artifacts, default_splits, embedded_data
 
 
 @click.command(cls=Command)
@@ -95,8 +92,30 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
     # stays free of torch.
     from pipeline.core import dist
-    from pipeline.extract.run import ExtractConfig, extract as run_extract
+    from pipeline.extract.splits import extract_split, split_configs
 
+    _refuse_conflicting_options(weights, random_init, mc_dropout, mc_dropout_rate, exif_transpose,
+                                decode, device)
+    configs = split_configs(
+        out, splits, corruption, severity, classifier=classifier, data=data,
+        labels_file=labels_file, batch_size=batch_size, workers=workers, precision=precision,
+        device=device, weights=weights, random_init=random_init, model_kwargs=model_kwargs,
+        preprocess=preprocess, features=features, flip_view=flip_view, skip_bad=skip_bad,
+        shard_size=shard_size, compile=compile_, decode=decode, exif_transpose=exif_transpose,
+        seed=seed, verify=verify, mc_dropout=mc_dropout or 0, mc_dropout_rate=mc_dropout_rate,
+        progress=not no_progress)
+    for cfg in configs:
+        summary = extract_split(cfg)
+        if dist.info().is_main:
+            for note in summary["notes"]:
+                click.echo(f"note: {note}", err=True)
+            _print_extract_summary(cfg.split, summary)
+    dist.shutdown(dist.info())
+
+
+def _refuse_conflicting_options(weights, random_init, mc_dropout, mc_dropout_rate, exif_transpose,
+                                decode, device) -> None:
+    """Options that exclude each other, or ask for what this machine lacks (a usage error)."""
     if weights and random_init:
         raise click.UsageError("--weights and --random-init exclude each other")
     if mc_dropout_rate is not None and not mc_dropout:
@@ -118,40 +137,6 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
         # a cache as gpu-decoded when no GPU decoded it
         raise click.UsageError(f"--decode {decode} decodes JPEGs on a CUDA device; this run's "
                                f"device is {check_device(device)}: use --decode cpu")
-    root = out or default_artifacts(data) / "cache"
-    check_cache_root(root)
-    if flip_view is None:
-        flip_view = embedded_data(data) and EMBEDDED_EXTRACT["flip_view"]
-    if features is None:
-        features = embedded_data(data) and EMBEDDED_EXTRACT["features"]
-    if precision is None and embedded_data(data):
-        precision = EMBEDDED_EXTRACT["precision"]
-    splits = splits or default_splits(data)
-    check_splits(data, splits)
-    for split in splits:
-        tag = split_tag(split, corruption, severity)
-        cfg = ExtractConfig(
-            classifier=classifier, out=cache_dir_for(root, classifier, tag), data=data,
-            split=split, labels_file=labels_file, batch_size=batch_size, workers=workers,
-            precision=precision, device=device, weights=weights, random_init=random_init,
-            model_kwargs=model_kwargs, preprocess=preprocess, features=features,
-            flip_view=flip_view,
-            skip_bad=skip_bad, shard_size=shard_size, compile=compile_, decode=decode,
-            exif_transpose=exif_transpose,
-            corruption=corruption, severity=severity if corruption else 0, seed=seed,
-            verify=verify, mc_dropout=mc_dropout or 0, mc_dropout_rate=mc_dropout_rate,
-            progress=not no_progress)
-        existed = cfg.out.exists()
-        try:
-            summary = run_extract(cfg)
-        except BaseException:
-            _unclaim_if_nothing_written(cfg.out, existed, dist.info().world)
-            raise
-        if dist.info().is_main:
-            for note in summary["notes"]:
-                click.echo(f"note: {note}", err=True)
-            _print_extract_summary(split, summary)
-    dist.shutdown(dist.info())
 
 
 def _print_extract_summary(split: str, s: dict) -> None:
@@ -166,19 +151,3 @@ def _print_extract_summary(split: str, s: dict) -> None:
                    f"(forward only, {t['device']}, batch {t['batch_size']}, {t['precision']}"
                    f"{', incl. warm-up: one batch only' if t.get('includes_warmup') else ''})")
 
-
-def _unclaim_if_nothing_written(out: Path, existed: bool, world: int) -> None:
-    """A start that failed before any shard was written (a bad first image, a model that does
-    not fit the device...) leaves no claimed cache folder behind: identity.json goes, and the
-    folders this run created if they are then empty.  Single process only: under torchrun another
-    rank may still be writing."""
-    from cache.manifest import IDENTITY_FILE
-
-    if existed or world > 1 or not out.is_dir() or any(out.glob("*.h5")):
-        return
-    (out / IDENTITY_FILE).unlink(missing_ok=True)
-    for folder in (out, out.parent):   # <root>/<classifier>/<split tag>
-        try:
-            folder.rmdir()              # only if empty
-        except OSError:
-            return

@@ -1,7 +1,8 @@
 """Stage 1: run a frozen classifier over a split once and cache what every later stage needs.
 
 resolve config -> claim the cache directory -> loader over this rank's missing shards -> loop
-under ``torch.inference_mode()`` -> one HDF5 shard per fixed row range -> manifest (rank 0, last).
+under ``torch.inference_mode()`` (``forward.py``) -> one HDF5 shard per fixed row range
+(``sink.py``) -> manifest (rank 0, last: ``finish.py``).
 
 Shard boundaries and the batches inside a shard depend only on the split, ``--shard-size`` and
 ``--batch-size``: the cache is the same whatever the number of processes, and an interrupted run
@@ -9,33 +10,25 @@ resumes by computing only the shards that are missing.
 """
 from __future__ import annotations
 
-import platform
-import socket
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import timm
 import torch
 from tqdm import tqdm
 
 from cache import manifest as mf
 from cache.atomic import temp_files
-from cache.outputs import MADE_ON
-from cache.schema import (FEATURE_COLUMN, FEATURE_DTYPE, KIND_CLASSIFIER, MC_DROPOUT,
-                          SCHEMA_VERSION, CacheError, cache_columns)
-from cache.shards import (read_attrs, read_columns, shard_entry, shard_is_complete, shard_path,
-                          shard_ranges)
+from cache.schema import KIND_CLASSIFIER, MC_DROPOUT, SCHEMA_VERSION
+from cache.shards import shard_is_complete, shard_path, shard_ranges
 from pipeline.core import dist
-from pipeline.core.models import (build_model, file_sha256, resolve_data_config, resolve_spec,
-                                  weights_sha256)
-from pipeline.core.precision import autocast, default_precision, made_on
+from pipeline.core.models import build_model, resolve_data_config, resolve_spec, weights_sha256
+from pipeline.core.precision import default_precision
 from pipeline.core.stop import StopSignals
 from pipeline.data.classes import check_num_classes
 from pipeline.core.timing import ModelTimer
 from pipeline.data.corruptions import make_corruption as corruption_fn
-from pipeline.data.decode import DeviceDecoder, collate_raw, make_dataset, uses_hardware
-from pipeline.data.hwdecode import version as nvimgcodec_version
+from pipeline.data.decode import DeviceDecoder, collate_raw, make_dataset
 from pipeline.data.images import GpuNormalize, transform_for
 from pipeline.data.loader import chunk_batches, default_workers, make_loader
 from pipeline.data.orientation import EXIF_TRANSPOSE, reading_exif
@@ -44,9 +37,9 @@ from pipeline.data.sources import SampleList, is_embedded_dataset, list_split
 from pipeline.extract import mcdropout as mc
 from pipeline.extract.claim import claim, locked
 from pipeline.data.stamps import SourceRecorder
-from pipeline.extract.sink import (FINITE, ShardSink, check_finite_parameters, closing_loop,
-                                  model_text)
-
+from pipeline.extract.finish import write_manifest
+from pipeline.extract.forward import classify_batches, forward_fn, warm_up
+from pipeline.extract.sink import ShardSink, check_finite_parameters, model_text
 
 @dataclass(frozen=True)
 class ExtractConfig:
@@ -109,33 +102,6 @@ def build_identity(cfg: ExtractConfig, samples: SampleList, spec, model, data_cf
                 shard_size=cfg.shard_size, decode=cfg.decode, **both)
 
 
-def forward_fn(model, features: bool, compile_: bool):
-    """x -> (logits, pooled pre-logit features or None); compiled as one graph with --compile."""
-    def logits_only(x):
-        return model(x), None
-
-    def with_features(x):
-        feats = model.forward_head(model.forward_features(x), pre_logits=True)
-        return model.get_classifier()(feats), feats
-
-    fn = with_features if features else logits_only
-    return torch.compile(fn) if compile_ else fn
-
-
-def classify(fn, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per-row outputs of one view; softmax columns from float32 logits before fp16 storage."""
-    logits, feats = fn(x)
-    logits = logits.float()
-    probs = logits.softmax(dim=-1)
-    pred = logits.argmax(dim=-1)
-    out = {FINITE: torch.isfinite(logits).all(dim=-1),   # checked (and dropped) by the sink
-           "logits": logits.half(), "pred": pred, "correct": (pred == labels).to(torch.uint8),
-           "p_true": probs.gather(1, labels[:, None]).squeeze(1), "p_max": probs.max(dim=-1).values}
-    if feats is not None:
-        out[FEATURE_COLUMN] = feats.float().to(getattr(torch, FEATURE_DTYPE))
-    return out
-
-
 def extract(cfg: ExtractConfig) -> dict:
     """Run stage 1 for one split; returns the summary dict (also stored in the manifest)."""
     info, device = dist.init(cfg.device)
@@ -192,7 +158,7 @@ def _extract_missing(cfg, complete, samples, dataset, decoder, model, data_cfg, 
                       steady_rows=dist.sum_int(info, timing["steady_rows"]),
                       steady_s=dist.max_float(info, timing["steady_s"] or 0.0) or None)
         if info.is_main:
-            _write_manifest(cfg, samples, identity, ranges, timing, info, device)
+            write_manifest(cfg, samples, identity, ranges, timing, info, device)
         dist.barrier(info)
 
 
@@ -218,7 +184,7 @@ def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, 
     fn = forward_fn(model, cfg.features, cfg.compile)
     normalize = GpuNormalize(data_cfg, device)
     if device.type == "cuda" and batch_rows:
-        _warm_up(cfg, fn, normalize, data_cfg, len(batch_rows[0]), device)
+        warm_up(cfg, fn, normalize, data_cfg, len(batch_rows[0]), device)
     labels_all = torch.from_numpy(dataset.samples.labels)
     sink = ShardSink(cfg.out, identity, ranges, dataset.samples, dataset.recorder, text)
     total = sum(b - a for a, b in my_ranges)
@@ -228,104 +194,9 @@ def _run_shards(cfg, dataset, decoder, model, data_cfg, identity, ranges, todo, 
     with StopSignals() as stop:   # before iter(loader) forks the workers: they inherit it
         batches = iter(loader) if decoder is None else StagedPrefetch(iter(loader),
                                                                       decoder.stages, device)
-        first, t_first = _classify_batches(cfg, batches, sink, stop,
-                                           (fn, normalize, timer, model), labels_all, bar, device)
+        first, t_first = classify_batches(cfg, batches, sink, stop,
+                                          (fn, normalize, timer, model), labels_all, bar, device)
     bar.close()
     steady = time.perf_counter() - t_first if t_first else None
     return {"rows": total, "steady_rows": total - first, "steady_s": steady,
             "model": timer.result(cfg.precision)}
-
-
-def _classify_batches(cfg, batches, sink, stop, model, labels_all, bar, device):
-    """The loop of ``_run_shards``; returns the first batch's rows and when the second began.
-    Ctrl-C stops it between batches (``StopSignals``); ``closing_loop`` keeps every shard the
-    classified batches complete."""
-    fn, normalize, timer, model = model
-    first, t_first = 0, None
-    # backbone passes per row (MC-Dropout: one where all its dropout is in the head)
-    head = bool(cfg.mc_dropout) and sink.identity[MC_DROPOUT]["head_only"]
-    views = (2 if cfg.flip_view else 1) + (1 if head else cfg.mc_dropout)
-    with torch.inference_mode(), closing_loop(sink, batches):
-        for images, rows, valid in batches:
-            if stop.requested:
-                raise KeyboardInterrupt
-            if t_first is None and first:  # the second batch: start-up (workers, compile) is over
-                t_first = time.perf_counter()
-            labels = labels_all[rows].to(device, non_blocking=True)
-            with timer.time(len(rows), views=views), \
-                    autocast(cfg.precision, device):
-                x = normalize(images)
-                outputs = classify(fn, x, labels)
-                if cfg.flip_view:
-                    flipped = classify(fn, x.flip(-1), labels)   # features -> features_flip
-                    outputs.update({f"{k}_flip": v for k, v in flipped.items()})
-                if cfg.mc_dropout:   # after the deterministic passes, which it leaves unchanged
-                    outputs.update(mc.mc_columns(model, x, cfg.mc_dropout, cfg.seed,
-                                                 int(rows.min()), device, head))
-            sink.push(rows, valid, outputs)
-            first = first or len(rows)
-            bar.update(len(rows))
-    return first, t_first
-
-
-def _warm_up(cfg, fn, normalize, data_cfg, rows: int, device) -> None:
-    """Compile / let cuDNN pick kernels on a batch of the first batch's shape before the loader
-    workers start: otherwise they prefetch batches meanwhile (workers x 2), the first batches
-    after start-up arrive at once, and the throughput measured after the first batch is inflated
-    (up to 2x in the extraction benchmark)."""
-    x = torch.randint(0, 256, (rows, *data_cfg.input_size), dtype=torch.uint8, device=device)
-    labels = torch.zeros(rows, dtype=torch.int64, device=device)
-    with torch.inference_mode(), autocast(cfg.precision, device):
-        classify(fn, normalize(x), labels)
-        if cfg.flip_view:
-            classify(fn, normalize(x).flip(-1), labels)
-    torch.cuda.synchronize(device)
-
-
-def _summary(samples, shard_stats: tuple, timing: dict) -> dict:
-    valid, correct, bad = shard_stats
-    steady = timing.get("steady_s")
-    return {"rows": len(samples), "valid_rows": valid, "bad_rows": len(bad),
-            "accuracy": correct / valid if valid else float("nan"),
-            "elapsed_s": round(timing["elapsed"], 3), "computed_rows": timing["rows"],
-            "img_per_s": round(timing["rows"] / timing["elapsed"], 1) if timing["elapsed"] else None,
-            # throughput after each process's first batch (excludes worker start-up and
-            # compilation), over every process's rows
-            "steady_img_per_s": round(timing["steady_rows"] / steady, 1) if steady else None,
-            "steady_rows": timing["steady_rows"],
-            # this process's forward passes alone (pipeline/core/timing.py)
-            "inference": {**timing.get("model", {}), "wall_ms_per_img": round(
-                1000.0 * steady / timing["steady_rows"], 4) if steady and timing["steady_rows"]
-                else None, "wall_what": "steady wall time per image incl. data loading"}}
-
-
-def _write_manifest(cfg, samples, identity, ranges, timing, info, device) -> None:
-    shards, bad, correct, valid = [], [], 0, 0
-    for s, (a, b) in enumerate(ranges):
-        path = shard_path(cfg.out, s)
-        if not shard_is_complete(path, identity, a, b):
-            raise CacheError(f"shard {path} is missing after extraction; re-run to resume")
-        cols = read_columns(path, ["correct", "valid"])
-        valid += int(cols["valid"].sum())
-        correct += int(cols["correct"][cols["valid"] == 1].sum())
-        bad.extend(read_attrs(path)["bad_rows"])
-        shards.append(shard_entry(path, a, b))
-    columns = cache_columns(cfg.flip_view, cfg.features, bool(cfg.mc_dropout))
-    mf.write_json_atomic(Path(cfg.out) / mf.MANIFEST_FILE, {
-        "identity": identity, "columns": columns, "shards": shards,
-        "summary": _summary(samples, (valid, correct, bad), timing),
-        "classes": list(samples.classes), "root": samples.root,
-        "bad_rows": [{"index": i, "path": str(samples.path(i))} for i in bad],
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
-        # where train-oracle finds the classifier's weights from any working directory (an
-        # oracle of its architecture starts from them; checked against weights_sha256), and the
-        # file's own hash, which refuses another file before any model is built (predict)
-        **({"weights_file": str(Path(cfg.weights).resolve()),
-            "weights_file_sha256": file_sha256(cfg.weights)} if cfg.weights else {}),
-        "info": {"torch": torch.__version__, "timm": timm.__version__, "host": socket.gethostname(),
-                 "python": platform.python_version(), "world_size": info.world,
-                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                 # what made the logits and features (a head-only run's scores are made from them)
-                 MADE_ON: made_on(device, cfg.precision).to_dict(),
-                 # the hardware decoder's pixels come from this library (identity: decode)
-                 **({"nvimgcodec": nvimgcodec_version()} if uses_hardware(cfg.decode) else {})}})

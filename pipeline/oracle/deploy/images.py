@@ -5,9 +5,9 @@ list the images (``pipeline.data.unlabelled``: a folder, nested or flat, or a gl
 threshold (``threshold.py``: given, or picked on the run's held-out rows for a target) -> the
 classifier rebuilt as its cache recorded it (the run's training cache: model, weights file, seed,
 data config, classes; its weights checked against the cache's ``weights_sha256``, so a changed or
-different file is refused) and the oracle of ``model.load_trained_oracle`` -> one pass over the
-files (each decoded once, resized for each model: ``images.Views``), batched, rows placed by
-index -> the table (``cache.predictions``: CSV, JSON lines or Parquet) and its meta JSON.
+different file is refused) and the oracle of ``model.load_trained_oracle`` (``rebuild.py``) -> one
+pass over the files (each decoded once, resized for each model: ``images.Views``), batched, rows
+placed by index -> the table (``cache.predictions``: CSV, JSON lines or Parquet) and its meta JSON.
 One batch is scored by ``score_batch``, which the Python API (``trust_oracles.oracles``) calls
 too, so both give the same numbers.
 
@@ -28,25 +28,23 @@ from tqdm import tqdm
 from cache.integrity import not_writable
 from cache.outputs import MADE_ON
 from cache.predictions import table_format, write_table
-from cache.reader import ClassifierCache, slug
+from cache.reader import slug
 from cache.runcache import training_cache
 from cache.runfile import RunFile
 from cache.runs import RunDir, RunError
 from pipeline.core import dist
-from pipeline.core.models import (DataConfig, ModelError, checkpoint_model, file_sha256,
-                                  weights_sha256)
+from pipeline.core.models import ModelError
 from pipeline.core.precision import autocast, made_on
 from pipeline.data.images import GpuNormalize, ImageRows, ResizeCrop, Views, decode_file
 from pipeline.data.loader import make_loader
 from pipeline.data.labels import class_names
 from pipeline.data.orientation import EXIF_TRANSPOSE, reading_exif
 from pipeline.data.unlabelled import list_images
-from pipeline.oracle.deploy.predict import note_other_numerics, run_precision
+from pipeline.oracle.deploy.predict import note_other_numerics
+from pipeline.oracle.deploy.rebuild import complete_run, deployed_models
 from pipeline.oracle.deploy.threshold import given_threshold, pick_threshold
-from pipeline.oracle.nets.model import cache_classifier, load_trained_oracle, recorded_weights
 
 DEFAULT_TARGET = ("tpr", 0.95)
-WEIGHTS_OPTION = "--weights {}"    # how messages name a weights file given by the caller
 
 
 @dataclass(frozen=True)
@@ -67,91 +65,10 @@ class DeployConfig:
     progress: bool = True
 
 
-def load_classifier(cache: ClassifierCache, weights: str | None,
-                    option: str = WEIGHTS_OPTION) -> torch.nn.Module:
-    """The classifier of ``cache``, built as ``extract`` built it (``weights``: another path to
-    the same weights; ``option``: how the caller names it, e.g. "--weights {}"), refused unless
-    its weights are the cache's: the file's sha256 against the one the cache recorded before any
-    model is built (where recorded), then the built model's weights against ``weights_sha256``."""
-    recorded = recorded_weights(cache)
-    path = weights or recorded
-    source = (option.format(weights) if weights else
-              f"the classifier's weights file {recorded} (recorded by cache {cache.path})")
-    fix = (f"pass {option.format('FILE')} with the file the cache was extracted with" if weights
-           else f"restore that file, or pass {option.format('FILE')} with the original weights")
-    if path and not Path(path).is_file():
-        raise ModelError(f"{source} is not there now (moved or deleted{_relative(path)}): pass "
-                         f"{option.format('FILE')}, the weights the cache was extracted with "
-                         "(checked by their hash)")
-    if path:
-        check_weights_file(cache, path, source, fix)
-    random_init = bool(cache.manifest.get("config", {}).get("random_init")) and not weights
-    try:
-        model = cache_classifier(cache, path, random_init)
-    except ModelError:
-        if not path:
-            raise
-        raise ModelError(f"{source} does not hold the weights of the classifier of cache "
-                         f"{cache.path} ({cache.identity['model']}): they do not load into it; "
-                         f"{fix}") from None
-    found = weights_sha256(model)
-    if found != cache.identity["weights_sha256"]:
-        raise ModelError(f"{source} holds other weights than the classifier of cache {cache.path} "
-                         f"(weights_sha256 {found[:12]}..., the cache records "
-                         f"{cache.identity['weights_sha256'][:12]}...): {fix}")
-    return model
-
-
-def check_weights_file(cache: ClassifierCache, path: str, source: str, fix: str) -> None:
-    """Before any model is built: the file must be the one the cache was extracted with (its
-    bytes' sha256, recorded by caches since), or at least a checkpoint of the cache's model."""
-    want = cache.manifest.get("weights_file_sha256")
-    model = cache.identity["model"]
-    if want:
-        found = file_sha256(path)
-        if found != want:
-            raise ModelError(f"{source} is not the weights file the classifier of cache "
-                             f"{cache.path} ({model}) was extracted with: its sha256 is "
-                             f"{found[:12]}..., the cache records {want[:12]}... (for "
-                             f"{recorded_weights(cache)}): {fix}")
-        return
-    named = checkpoint_model(path)          # caches written before the file's hash: its model
-    if named not in (None, model):
-        raise ModelError(f"{source} is a checkpoint of {named}, not of the classifier of cache "
-                         f"{cache.path} ({model}): {fix}")
-
-
-def _relative(path) -> str:
-    """A path recorded as given on a command line: relative to the folder that command ran in."""
-    return ("" if Path(path).is_absolute() else
-            ", or recorded relative to the folder the command that wrote it ran in: run predict "
-            "from there")
-
-
 def choose_threshold(cfg: DeployConfig, run: RunFile) -> dict:
     if cfg.threshold is not None:
         return given_threshold(cfg.run, run, cfg.threshold)
     return pick_threshold(cfg.run, run, *(cfg.target or DEFAULT_TARGET))
-
-
-def complete_run(run_dir: Path) -> RunFile:
-    """run.json of a finished run; a folder that is no run, or a run still training, stopped or
-    failed, is refused (``RunError``)."""
-    return RunDir(run_dir).require_record().require_complete(run_dir)
-
-
-def deployed_models(run_dir: Path, run: RunFile, cache: ClassifierCache, weights: str | None,
-                    precision: str | None, device: torch.device,
-                    option: str = WEIGHTS_OPTION) -> tuple:
-    """((classifier, its DataConfig, precision), (oracle, its DataConfig, precision)) on
-    ``device``, each model in the precision it ran in before unless ``precision`` overrides both
-    (module docstring); what ``score_files`` and ``score_batch`` take as ``models``.  ``option``:
-    how the caller names ``weights`` in its messages."""
-    classifier = load_classifier(cache, weights, option).to(device)
-    oracle, oracle_cfg, _ = load_trained_oracle(run_dir, run, weights, option)
-    return ((classifier, DataConfig.from_dict(cache.identity["data_config"]),
-             precision or cache.identity["precision"]),
-            (oracle.to(device), oracle_cfg, precision or run_precision(run)))
 
 
 def predict_images(cfg: DeployConfig) -> dict:

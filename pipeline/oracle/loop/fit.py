@@ -47,21 +47,9 @@ def fit(session: Session, state: LoopState, s: LoopSettings, logs: list[StepLog]
     bar = tqdm(total=s.total, initial=state.step, unit="step", desc=s.desc,
                disable=not (s.progress and info.is_main), dynamic_ncols=True)
     window: list[torch.Tensor] = []
-    pending: deque[Window] = deque()   # windows collected, not yet settled, oldest first
-    t0 = time.perf_counter()
+    pending = _Pending(session, state, logs, bar, s.batch_size)
     with StopSignals() if s.ckpt_every is not None else nullcontext() as stop:
         requested = lambda: stop is not None and stop.requested  # noqa: E731
-
-        def settle(every: bool = True) -> None:
-            """Every pending window (else the oldest beyond AHEAD, and in one process those on
-            the host by now: under torchrun every rank settles the same windows at the same
-            sync, so that a divergence stops them all there, never one rank alone)."""
-            nonlocal t0
-            while pending and (every or len(pending) > AHEAD
-                               or (not info.enabled and pending[0].arrived())):
-                t0 = settle_window(session, state, pending.popleft(), logs, bar, t0,
-                                   s.batch_size)
-
         session.start(state.step)
         try:
             while state.step < s.total:
@@ -72,19 +60,19 @@ def fit(session: Session, state: LoopState, s: LoopSettings, logs: list[StepLog]
                 if not (s.syncs(step) or (requested() and not info.enabled)):
                     continue
                 val_now, ckpt_now = s.validates(step), s.checkpoints(step)
-                pending.append(collect(session, window, step))
+                pending.windows.append(collect(session, window, step))
                 window = []
-                settle(every=False)
+                pending.settle(every=False)
                 # the loop acts on this window now (a signal under torchrun: once all ranks
                 # know, below, so that every rank checks the same windows before all_ok)
                 local_stop = requested() and not info.enabled
                 if val_now or ckpt_now or local_stop or step in (s.total, s.stop_at_step):
-                    settle()
+                    pending.settle()
                 if val_now:
                     _validate(session, state, logs)
                 signalled = not dist.all_ok(info, not requested())
                 if ckpt_now or signalled:
-                    settle()
+                    pending.settle()
                     for log in logs:     # the checkpoint's steps are in its log first
                         log.flush()
                     session.save_last(step, state)
@@ -92,7 +80,7 @@ def fit(session: Session, state: LoopState, s: LoopSettings, logs: list[StepLog]
                 if (signalled or step == s.stop_at_step) and step < s.total:
                     return "interrupted" if signalled else "stopped"
                 if all(h.diverged_at is not None for h in state.heads):
-                    settle()
+                    pending.settle()
                     return "diverged"
         finally:
             bar.close()
@@ -100,6 +88,27 @@ def fit(session: Session, state: LoopState, s: LoopSettings, logs: list[StepLog]
                 log.flush()
             session.finish()
     return "trained"
+
+
+class _Pending:
+    """The windows collected and not yet settled, oldest first, and when the last one was settled
+    (the next one's img/s in the log and the bar is measured from there)."""
+
+    def __init__(self, session: Session, state: LoopState, logs: list[StepLog], bar,
+                 batch_size: int):
+        self.session, self.state, self.logs, self.bar = session, state, logs, bar
+        self.batch_size = batch_size
+        self.windows: deque[Window] = deque()
+        self.t0 = time.perf_counter()
+
+    def settle(self, every: bool = True) -> None:
+        """Every pending window (else the oldest beyond AHEAD, and in one process those on
+        the host by now: under torchrun every rank settles the same windows at the same
+        sync, so that a divergence stops them all there, never one rank alone)."""
+        while self.windows and (every or len(self.windows) > AHEAD or
+                                (not self.session.info.enabled and self.windows[0].arrived())):
+            self.t0 = settle_window(self.session, self.state, self.windows.popleft(), self.logs,
+                                    self.bar, self.t0, self.batch_size)
 
 
 def _validate(session: Session, state: LoopState, logs: list[StepLog]) -> None:
