@@ -15,6 +15,9 @@ import warnings
 
 import click
 
+# The base of every error a user can fix: printed as one line (no traceback), exit code its
+# class's exit_code.  Its module imports nothing, so `--help` and `report` load no torch for it.
+from cache.errors import TrustOraclesError
 from pipeline.attack.command import attack
 from pipeline.classifier.command import fit_classifier, import_weights
 from pipeline.corrupt.command import corrupt
@@ -24,19 +27,6 @@ from pipeline.extract.command import extract
 from pipeline.oracle.command import predict, train_oracle
 from pipeline.report.command import report
 from pipeline.sweep.command import sweep
-
-
-# Errors a user can fix: printed as one clear message, exit code 1 (no traceback).  An error of
-# one of these classes can only have been raised once its module was imported, so only imported
-# modules are asked: `--help` and `report` never import torch to handle an error.
-_USER_ERRORS = {"cache.schema": "CacheError", "cache.runfile": "RunError",
-                "pipeline.data.errors": "DataError", "pipeline.core.models": "ModelError",
-                "pipeline.data.images": "BadImageError"}
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    return tuple(getattr(sys.modules[m], name) for m, name in _USER_ERRORS.items()
-                 if m in sys.modules)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
@@ -64,8 +54,8 @@ class Group(click.Group):
             raise       # exit 2 with click's usage text: the options themselves do not fit
         except click.ClickException as err:   # a stage's run error (exit 1): one line, as below
             _leave(err, err.format_message(), err.exit_code)
-        except _user_errors() as err:
-            _leave(err, worker_message(err), 1)
+        except TrustOraclesError as err:
+            _leave(err, worker_message(err), err.exit_code)
 
 
 def _leave(err: BaseException, message: str, code: int) -> None:

@@ -1,5 +1,6 @@
 """Versioned on-disk formats: classifier caches (stage 1) and oracle outputs (stage 2).
 
+errors.py     TrustOraclesError: the base of every error a user can fix (exit code, one line)
 schema.py     the schema version, columns, identity attributes, CacheError
 shards.py     HDF5 shard writer/reader: column hashes, identity and size checks, load_split
 columns.py    one column of a whole cache read by threads, verified, into an array or a sink

@@ -16,10 +16,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from cache.errors import TrustOraclesError
 from cache.schema import CacheError
 
 
-class RunError(RuntimeError):
+class RunError(TrustOraclesError, RuntimeError):
     """A run directory holds another run, a run cannot resume, or training failed (NaN/inf)."""
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from cache.errors import TrustOraclesError
+
 SCHEMA_VERSION = 1
 
 KIND_CLASSIFIER = "classifier"
@@ -116,7 +118,7 @@ ORACLE_IDENTITY = (
 )
 
 
-class CacheError(RuntimeError):
+class CacheError(TrustOraclesError, RuntimeError):
     """A cache file or directory is missing, incomplete, foreign or corrupt."""
 
 

@@ -39,7 +39,8 @@ _WHERE = {
     **dict.fromkeys(("BadImageError", "CacheError", "CacheMismatch", "CustomLossError",
                      "DataError", "DeviceError", "HubUnreachable", "InputError",
                      "LossOptionError", "MissingDependencyError", "ModelError",
-                     "OtherDeviceNote", "RunError", "TrainingDiverged"), "errors"),
+                     "OtherDeviceNote", "RunError", "TrainingDiverged", "TrustOraclesError"),
+                    "errors"),
 }
 __all__ = sorted(_WHERE)
 

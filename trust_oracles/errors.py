@@ -5,6 +5,12 @@ what is wrong, named (the file, the run, the attribute), and the fix.  The class
 pipeline's own, re-exported here so one import catches them all; none is wrapped or renamed, so
 ``except CacheError`` catches the same errors from ``trust_oracles`` and from ``cli.py``.
 
+TrustOraclesError
+    The base class of the errors below but the two loss errors (``CustomLossError`` and
+    ``LossOptionError``: ``ValueError`` only), not of the notes: ``except TrustOraclesError``
+    catches an error a user can fix.  Each keeps its built-in base too (``ValueError``,
+    ``RuntimeError``, ``ImportError``), named with it below.  ``exit_code``: the exit status the
+    command line gives it (1).
 CacheError
     A classifier cache or an oracle output file is missing, incomplete, damaged, foreign, or
     lacks a column (``Cache.features`` of a cache extracted without ``--features``); its images
@@ -60,6 +66,7 @@ OtherDeviceNote
 from __future__ import annotations
 
 # every class from where it is defined, in modules that load no torch: catching them loads nothing
+from cache.errors import TrustOraclesError
 from cache.outputs import OtherDeviceNote
 from cache.reader import UnstampedCacheWarning, UnverifiedCacheWarning
 from cache.runs import RunError
@@ -72,15 +79,15 @@ from pipeline.data.errors import BadImageError, DataError
 __all__ = ["BadImageError", "CacheError", "CacheMismatch", "CustomLossError", "DataError",
            "DeviceError", "HubUnreachable", "InputError", "LossOptionError",
            "MissingDependencyError", "ModelError", "OtherDeviceNote", "RunError",
-           "TrainingDiverged",
+           "TrainingDiverged", "TrustOraclesError",
            "UnstampedCacheWarning", "UnverifiedCacheWarning"]
 
 
-class InputError(ValueError):
+class InputError(TrustOraclesError, ValueError):
     """An argument the API cannot take: says what was received and what is expected."""
 
 
-class MissingDependencyError(ImportError):
+class MissingDependencyError(TrustOraclesError, ImportError):
     """An optional package is not installed; the message names the ``pip install`` command."""
 
 

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cache.errors import TrustOraclesError
 from pipeline.attack import recolor
 from pipeline.core.models import DataConfig
 from pipeline.core.precision import autocast
@@ -33,7 +34,7 @@ DEFAULTS_SOURCE = {LIBRARY: "torchattacks constructor defaults (pipeline/attack/
                    recolor.LIBRARY: recolor.SOURCE}
 
 
-class AttackError(ValueError):
+class AttackError(TrustOraclesError, ValueError):
     """An attack option out of range, a missing library, or a classifier it cannot attack."""
 
 

@@ -39,6 +39,8 @@ from importlib.metadata import PackageNotFoundError, version as dist_version
 import torch
 from torch import nn
 
+from cache.errors import TrustOraclesError
+
 LIBRARY = "recoloradv"
 VERSION = "0.0.1"
 EXTRA = "pip install '.[recoloradv]'"
@@ -50,7 +52,7 @@ _QUIET = ("Converting a tensor with requires_grad=True to a scalar",
           "As of >=pytorch0.4.0 this is no longer necessary")
 
 
-class MissingLibrary(ImportError):
+class MissingLibrary(TrustOraclesError, ImportError):
     """The extra is not installed; the message says how to install it."""
 
 

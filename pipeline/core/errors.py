@@ -2,10 +2,12 @@
 (``trust_oracles.errors``) without importing what raises them."""
 from __future__ import annotations
 
+from cache.errors import TrustOraclesError
 
-class ModelError(ValueError):
+
+class ModelError(TrustOraclesError, ValueError):
     """Unknown model name, unreadable weights file, or weights that do not fit the model."""
 
 
-class HubUnreachable(RuntimeError):
+class HubUnreachable(TrustOraclesError, RuntimeError):
     """The weights are in no local cache and their source cannot be reached."""

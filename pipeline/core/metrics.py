@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cache.errors import TrustOraclesError
 from pipeline.core.catalog import DEFINITIONS, names
 from pipeline.core.counts import level_metrics, optimal_aurc as _optimal_aurc, tpr95_level
 # the one sort (ranked.py): check_inputs, Ranked, rank and group_counts stay importable from here,
@@ -37,8 +38,9 @@ GRID_SIZE = 10_000                         # thresholds of the paper's FPR-95%-T
 TPR_WINDOW = (0.95 - 0.0005, 0.95 + 0.0005)  # exactly the authors' expression (0.9495, 0.95049..)
 
 
-class UndefinedMetric(ValueError):
-    """The metric does not exist for this input; ``str(err)`` says why."""
+class UndefinedMetric(TrustOraclesError, ValueError):
+    """The metric does not exist for this input; ``str(err)`` says why.  The input is the user's
+    data, so a user error where it escapes; ``evaluate`` records the reason instead."""
 
 
 def _ranked(confidence, correct) -> Ranked:

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import click
 
+from cache.errors import TrustOraclesError
 from pipeline.core.precision import PRECISIONS, PRECISION_RULE
 
 # The headings of --help, in this order (as timm's train.py groups its argparse options).  An
@@ -286,7 +287,7 @@ SEED = click.IntRange(0)                                    # numpy refuses nega
 BATCH = click.IntRange(1)
 
 
-class DeviceError(ValueError):
+class DeviceError(TrustOraclesError, ValueError):
     """``--device`` names no device, or one this machine does not have."""
 
 

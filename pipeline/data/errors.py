@@ -1,12 +1,15 @@
 """The errors every data module raises for a user's data problem (printed without a traceback);
 no torch here, so a caller can catch them without loading what raises them."""
+from __future__ import annotations
+
+from cache.errors import TrustOraclesError
 
 
-class DataError(ValueError):
+class DataError(TrustOraclesError, ValueError):
     """The data root, a split, a class folder or a labels file is missing or inconsistent."""
 
 
-class BadImageError(RuntimeError):
+class BadImageError(TrustOraclesError, RuntimeError):
     """An image file could not be decoded; the message names the file and its row index."""
 
 

@@ -19,6 +19,7 @@ from torchvision.io import ImageReadMode, decode_image, read_file
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
+from cache.errors import TrustOraclesError
 from pipeline.core.models import DataConfig
 from pipeline.data.errors import BadImageError
 from pipeline.data.orientation import orientation, turned
@@ -29,7 +30,7 @@ _INTERP = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.
            "nearest": InterpolationMode.NEAREST}
 
 
-class UnusableImage(ValueError):
+class UnusableImage(TrustOraclesError, ValueError):
     """A decoded image the model's resize/crop cannot take (``ResizeCrop.too_long``)."""
 
 

@@ -25,6 +25,7 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Callable
 
+from cache.errors import TrustOraclesError
 from cache.manifest import read_json, write_json_atomic
 from pipeline.demo.plan import expand, plan
 from pipeline.demo.run import run_step
@@ -33,7 +34,7 @@ from pipeline.demo.steps import DemoConfig, Step
 SCHEMA = "trust-oracles-jobs/1"
 
 
-class JobError(RuntimeError):
+class JobError(TrustOraclesError, RuntimeError):
     """A job list that cannot be run as asked: the message names the file, the job and the fix."""
 
 

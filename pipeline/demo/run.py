@@ -33,6 +33,7 @@ from pathlib import Path
 
 import click
 
+from cache.errors import TrustOraclesError
 from cache.manifest import write_json_atomic
 from pipeline.core.options import usable_cpus
 from pipeline.demo.plan import expand, plan, with_slopes
@@ -42,7 +43,7 @@ from pipeline.oracle.command import predict, train_oracle
 from pipeline.report import tables as T
 from pipeline.sweep.command import sweep
 
-class DemoError(RuntimeError):
+class DemoError(TrustOraclesError, RuntimeError):
     """A step of the demo failed; the message names the command and its exit code."""
 
 

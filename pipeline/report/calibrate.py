@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cache.errors import TrustOraclesError
 from pipeline.core.logits import FIT_CHUNK, msp64, pnorm_grid, softmax64
 from pipeline.core.metrics import aurc
 from pipeline.core.presets import MIN_HELDOUT_PER_KIND, MIN_HELDOUT_ROWS
@@ -39,8 +40,9 @@ MIN_PER_KIND = MIN_HELDOUT_PER_KIND      # correct and incorrect fit rows each
 CHUNK = FIT_CHUNK
 
 
-class FitError(ValueError):
-    """T or p cannot be fitted on these rows; ``str(err)`` says why."""
+class FitError(TrustOraclesError, ValueError):
+    """T or p cannot be fitted on these rows; ``str(err)`` says why.  The rows are the user's
+    data, so a user error where it escapes; the report and ``fit_posthoc`` record the reason."""
 
 
 def check_fit_rows(logits: np.ndarray, labels: np.ndarray, what: str) -> np.ndarray:

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from cache.errors import TrustOraclesError
+
 MIN_DIST = 1e-12            # the reference's min_dist: a query on a kept row of its class
 CPU_BLOCK_BYTES = 32 << 20   # one float64 distance block (query chunk x class rows)
 DEVICE_BLOCK_BYTES = 2 << 30
 
 
-class KnnError(ValueError):
+class KnnError(TrustOraclesError, ValueError):
     """The device cannot be used; ``str(err)`` says why and what to pass instead."""
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cache.errors import TrustOraclesError
 from cache.reader import ClassifierCache
 from cache.schema import FEATURE_COLUMN
 from pipeline.report import knn
@@ -48,7 +49,7 @@ class TrustTask:
     bootstrap: object = None
 
 
-class TrustScoreError(ValueError):
+class TrustScoreError(TrustOraclesError, ValueError):
     """Why TrustScore cannot be computed for a cache; a note, or an error when requested."""
 
 

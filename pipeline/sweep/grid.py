@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 
+from cache.errors import TrustOraclesError
 from pipeline.core.catalog import CHECKPOINT_METRIC, log_name
 from pipeline.core.losses import all_params, loss_params, option_losses
 
@@ -40,7 +41,7 @@ CRITERIA = {
 }
 
 
-class SweepError(ValueError):
+class SweepError(TrustOraclesError, ValueError):
     """A sweep that cannot be run as asked (option, value or protocol)."""
 
 
