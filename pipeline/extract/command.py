@@ -7,10 +7,10 @@ import click
 
 from cache.manifest import check_cache_root
 from cache.reader import cache_dir_for, split_tag
+from pipeline.core.commandline import Command, options
 from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
                                    MODEL_KWARGS, NO_PROGRESS, PRECISION, PREPROCESS, RANDOM_INIT,
-                                   SEED_OPT, WEIGHTS, WORKERS, Command, Opt, check_device,
-                                   options)
+                                   SEED_OPT, WEIGHTS, WORKERS, Opt, check_device)
 from pipeline.core.presets import EMBEDDED_EXTRACT
 from pipeline.data.imagenet_c import CORRUPTIONS
 from pipeline.data.sources import check_splits, default_artifacts, default_splits, embedded_data
