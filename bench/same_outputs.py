@@ -32,6 +32,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from cache.outputs import read_outputs  # noqa: E402
+from cache.runs import RunDir  # noqa: E402
 
 COMMANDS = ("extract", "train-oracle", "predict", "sweep", "report", "fit-classifier",
             "import-weights", "attack", "corrupt", "demo")
@@ -101,27 +102,24 @@ def compare_runs(a: Path, b: Path) -> int:
     names = sorted({p.name for p in (a / "runs").iterdir()} & {p.name for p in (b / "runs").iterdir()})
     bad = 0
     for name in names:
-        ra, rb = a / "runs" / name, b / "runs" / name
-        for out in sorted((ra / "outputs").glob("*.h5")):
-            other = rb / "outputs" / out.name
-            ca, cb = read_outputs(out).columns, read_outputs(other).columns
+        ra, rb = RunDir(a / "runs" / name), RunDir(b / "runs" / name)
+        oa, ob = ra.record().outputs, rb.record().outputs
+        for tag in sorted(oa):
+            ca = read_outputs(Path(oa[tag])).columns
+            cb = read_outputs(Path(ob[tag])).columns if tag in ob else {}
             differ = [k for k in ca if k not in cb or not np.array_equal(ca[k], cb[k])]
             if differ:
                 bad += 1
-                print(f"{name}/outputs/{out.name}: columns {differ} differ")
-        la, lb = (_losses(r / "log.jsonl") for r in (ra, rb))
-        if la != lb:
+                print(f"{name}: output {tag}: columns {differ} differ")
+        if _losses(ra) != _losses(rb):
             bad += 1
-            print(f"{name}/log.jsonl: training losses differ")
+            print(f"{name}: the training losses of its log differ")
     print(f"runs: {len(names)} shared by name, {bad} differing file(s)")
     return bad
 
 
-def _losses(path: Path) -> list:
-    if not path.exists():
-        return []
-    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [(e["step"], e["loss"]) for e in entries if "loss" in e]
+def _losses(run: RunDir) -> list:
+    return [(e["step"], e["loss"]) for e in run.log_entries() if "loss" in e]
 
 
 def main() -> None:

@@ -35,7 +35,10 @@ ALLOWED = {
 TORCH_FREE_CORE = {"pipeline.core", "pipeline.core.metrics", "pipeline.core.counts",
                    "pipeline.core.selective", "pipeline.core.losses", "pipeline.core.presets",
                    "pipeline.core.catalog", "pipeline.core.artifacts",
-                   "pipeline.core.options", "pipeline.core.logits"}
+                   "pipeline.core.options", "pipeline.core.logits", "pipeline.core.values",
+                   "pipeline.core.commandline",
+                   *(f"pipeline.core.losses.{m}" for m in ("base", "registry", "ce", "focal",
+                                                           "tcp", "ss"))}
 TORCH = ("torch", "torchvision", "timm")
 # Where a function-level import of a first-party module is allowed: a command loads its stage on
 # call, which keeps torch out of the commands that do not need it.
@@ -158,6 +161,32 @@ def test_no_import_cycles():
         if m not in state:
             visit(m)
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+# The command layer: the only modules that may import click or a command module.
+COMMAND_LAYER = ("cli.py", "command.py", "commandline.py")
+
+
+def _imports_click(path: Path) -> list[int]:
+    tree = ast.parse(path.read_text())
+    return [n.lineno for n in ast.walk(tree)
+            if isinstance(n, ast.Import) and any(a.name.split(".")[0] == "click" for a in n.names)
+            or isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "click"]
+
+
+def test_click_and_the_commands_only_in_the_command_layer():
+    """The library stands below the command line (timm's train.py calls timm, never the
+    reverse): the settings, the API and every stage's modules import neither click nor a
+    command module; the commands convert their options through the same value types
+    (pipeline.core.values) as the API."""
+    wrong = []
+    for m, path in MODULES.items():
+        if path.name in COMMAND_LAYER:
+            continue
+        wrong += [f"{path.relative_to(ROOT)}:{line} imports click" for line in _imports_click(path)]
+        wrong += [f"{path.relative_to(ROOT)}:{line} imports {t}" for t, line, _ in imports(m)
+                  if t in MODULES and MODULES[t].name in COMMAND_LAYER]
+    assert not wrong, "below the command layer:\n" + "\n".join(wrong)
 
 
 def test_function_level_imports_of_the_project_only_in_commands():

@@ -21,8 +21,8 @@ from conftest import ROOT, TINY_VIT, make_imagenet_tree
 from pipeline.core.losses import all_params
 
 PARAMS = all_params()
-from pipeline.core.options import (BUNDLES, GROUPS, MODEL_KWARGS, PRECISION, DeclaredOption,
-                                   options)
+from pipeline.core.commandline import DeclaredOption, options
+from pipeline.core.options import BUNDLES, GROUPS, MODEL_KWARGS, PRECISION
 from pipeline.core.precision import PRECISION_RULE, default_precision
 from pipeline.data.labels import imagenet_synsets
 

@@ -7,9 +7,10 @@ your own, and (re-exported) a head on features held in memory.
     result = train(cfg, loss=squared_hinge)    # the same run with your loss (trust_oracles.losses)
     oracle = train_head(features, correct)     # trust_oracles.heads: no cache, no run directory
 
-``settings`` is the command line's option parsing in Python: each option converted and checked
-by its own parser, the others at their defaults, the head-only refusals, then
-``config_from_params`` (``pipeline.oracle.command``, ``pipeline.oracle.settings.config``); the
+``settings`` is the command line's option handling in Python: each option converted and checked
+by its own value type (``Opt.convert``, as click's parser does for train-oracle), the others at
+their defaults, the head-only refusals, then ``config_from_params``
+(``pipeline.oracle.settings.config``, which the command calls too); the
 dataset's preset fills the protocol options left None when the run is prepared, as on the
 command line.  ``train`` calls what the command calls (``pipeline.oracle.finetune.train.train``
 or ``pipeline.oracle.headonly.train.train_head_only``), so a run trained here is the command's:
@@ -19,23 +20,20 @@ same loop, recorded as ``custom:<module>.<qualname>`` (``trust_oracles.losses``)
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
-
-import click
-from click.core import ParameterSource
+from typing import Any
 
 from cache.runs import RunDir
 from pipeline.core.catalog import BEST_KEY
 from pipeline.core.losses import LossOptionError, loss_params, names
-from pipeline.oracle.command import check_head_only_options, train_oracle
+from pipeline.core.values import OptionValueError
 from pipeline.oracle.finetune.train import train as train_finetuned
 from pipeline.oracle.headonly.train import train_head_only
 from pipeline.oracle.loop.state import TrainingDiverged
-from pipeline.oracle.settings.config import (TrainConfig, config_from_params, config_from_record,
-                                             param_option)
+from pipeline.oracle.settings.config import (SettingsError, TrainConfig, check_given,
+                                             config_from_params, config_from_record,
+                                             default_params, param_option)
 from trust_oracles.errors import InputError, received
 from trust_oracles.heads import HeadOracle, train_head
 from trust_oracles.runs import RunRecord
@@ -79,9 +77,7 @@ def settings(**options: Any) -> TrainConfig:
         An unknown option, a value its option refuses, or options that do not go together
         (the command line's usage errors, with its message).
     """
-    ctx = train_oracle.make_context("train-oracle", [])
-    params = {p.name: p for p in train_oracle.params}
-    known = _options()
+    known, params = _options(), default_params()
     for key, value in options.items():
         if key not in known:
             raise received("settings()", f"option {key!r}", f"one of {', '.join(known)}")
@@ -89,29 +85,15 @@ def settings(**options: Any) -> TrainConfig:
             raise received("settings(loss=...)", "a function", f"a registered loss {names()}",
                            "Pass your own loss to train(settings, loss=fn)")
         invert, opt = known[key]
-        value = _as_option_value(invert, opt, value)
         try:
-            ctx.params[opt.name] = params[opt.name].process_value(ctx, value)
-        except click.ClickException as err:
-            raise InputError(f"settings({key}={options[key]!r}): {err.format_message()}") from None
-        ctx.set_parameter_source(opt.name, ParameterSource.COMMANDLINE)
+            params[opt.name] = opt.convert(not value if invert else value)
+        except OptionValueError as err:
+            raise InputError(f"settings({key}={value!r}): {err}") from None
     try:
-        check_head_only_options(ctx)
-        return config_from_params(ctx.params)
-    except click.ClickException as err:
-        raise InputError(err.format_message()) from None
-
-
-def _as_option_value(invert: bool, opt, value: Any) -> Any:
-    """A Python value as its option's parser takes it (a --no-X flag inverted, a dict as JSON,
-    one name of a repeatable option as a list of one)."""
-    if invert:
-        return not value
-    if isinstance(value, Mapping):
-        return json.dumps(dict(value))
-    if opt.multiple and isinstance(value, (str, Path)):
-        return (value,)
-    return value
+        check_given(bool(params["head_only"]), {known[k][1].name for k in options})
+        return config_from_params(params)
+    except SettingsError as err:
+        raise InputError(str(err)) from None
 
 
 # ------------------------------------------------------------------------ train a run --

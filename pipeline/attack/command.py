@@ -5,9 +5,10 @@ from pathlib import Path
 
 import click
 
+from pipeline.core.commandline import Command, options
 from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, LABELS, MODEL_KWARGS,
                                    NO_PROGRESS, PRECISION, PREPROCESS, RANDOM_INIT, SEED_OPT,
-                                   WEIGHTS, WORKERS, Command, Opt, options)
+                                   WEIGHTS, WORKERS, Opt)
 from pipeline.data.sources import check_splits, default_artifacts, is_embedded
 
 # pipeline/attack/methods.py ATTACKS (torch-free here)

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import click
 
+from pipeline.core.commandline import Command, options, typed_flag
 from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
-                                   MODEL_KWARGS, NO_PROGRESS, NON_NEGATIVE, PRECISION, SEED_OPT,
-                                   WEIGHTS, WORKERS, Command, FiniteFloatRange, Opt, options,
-                                   positive, typed_flag)
+                                   MODEL_KWARGS, NON_NEGATIVE, NO_PROGRESS, PRECISION, SEED_OPT,
+                                   WEIGHTS, WORKERS, FloatRange, Opt, positive)
 from pipeline.core.presets import DEFAULT_FIT, EMBEDDED_FIT
 
 
@@ -76,7 +76,7 @@ def _preset(key: str, none: str = "") -> str:
         default_text=_preset("flip")),
     Opt(("--label-smoothing",), type=FRACTION, group="protocol", help="Label smoothing of the "
         "cross-entropy.", default_text=_preset("label_smoothing")),
-    Opt(("--val-fraction",), type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
+    Opt(("--val-fraction",), type=FloatRange(0, 1, min_open=True, max_open=True),
         group="protocol", help="Seeded share of the split held out and scored.",
         default_text=_preset("val_fraction")),
     Opt(("--max-samples",), type=click.IntRange(2), group="data", help="Fit on a seeded subset "

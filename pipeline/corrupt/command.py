@@ -5,8 +5,8 @@ from pathlib import Path
 
 import click
 
-from pipeline.core.options import (DATA, LABELS, NO_PROGRESS, SEED_OPT, WORKERS, Command, Opt,
-                                   options)
+from pipeline.core.commandline import Command, options
+from pipeline.core.options import DATA, LABELS, NO_PROGRESS, SEED_OPT, WORKERS, Opt
 from pipeline.data.imagenet_c import CORRUPTIONS, SEVERITIES
 
 

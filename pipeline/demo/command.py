@@ -1,14 +1,17 @@
 """``cli.py demo``: options -> ``DemoConfig`` -> the whole pipeline as printed ``cli.py`` commands."""
 from __future__ import annotations
 
+import io
 import os
+import time
+from contextlib import ExitStack, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import click
 
 from pipeline.core.losses import names
-from pipeline.core.options import (DATA, NO_PROGRESS, Command, Opt, args_option, names_option,
-                                   options, typed_flag)
+from pipeline.core.commandline import Command, args_option, names_option, options, typed_flag
+from pipeline.core.options import DATA, NO_PROGRESS, Opt
 from pipeline.core.presets import DEMO
 from pipeline.data.imagenet_c import CORRUPTIONS
 from pipeline.data.sources import default_artifacts
@@ -111,7 +114,7 @@ def demo(seeds, full, pretrained, pretrained_only, pairs, head_seeds, data, corr
 
     if job is not None:
         try:
-            code = run_job(Path(job[0]), job[1], click.echo)
+            code = run_job(Path(job[0]), job[1], click.echo, run_in_process)
         except JobError as err:
             raise click.ClickException(str(err)) from None
         raise click.exceptions.Exit(code)
@@ -143,7 +146,7 @@ def demo(seeds, full, pretrained, pretrained_only, pairs, head_seeds, data, corr
     if job_list:
         return _write_jobs(write_job_list(cfg, Path(job_list)), job_list)
     try:
-        s = run(cfg, echo=click.echo)
+        s = run(cfg, echo=click.echo, in_process=run_in_process)
     except DemoError as err:
         raise click.ClickException(str(err)) from None
     if dry_run:
@@ -164,3 +167,35 @@ def _write_jobs(doc: dict, path: str) -> None:
         click.echo(f"  jobs {w['first']}-{w['last']}: {w['stage']}")
     click.echo(f"run a job: python cli.py demo --job {path} N (every job of a wave after the "
                "wave before; cluster/run_waves.sh, cluster/slurm_waves.sh)")
+
+
+def run_in_process(step, capture: bool):
+    """The step's click command called in this process; a failure is its exit code, as for a
+    subprocess (click's usage/run errors, a user error of the stage: 1, with its message).
+    The demo's runner of its seconds-long steps (``pipeline.demo.run.IN_PROCESS_STAGES``): the
+    same click objects cli.py dispatches to, sparing an interpreter start-up each."""
+    from pipeline.demo.run import StepResult, run_subprocess
+    from pipeline.oracle.command import predict, train_oracle
+    from pipeline.sweep.command import sweep
+
+    commands = {"train-oracle": train_oracle, "sweep": sweep, "predict": predict}
+    if step.args[0] not in commands:
+        return run_subprocess(step, capture)
+    t0, buf = time.perf_counter(), io.StringIO()
+    with ExitStack() as stack:
+        if capture:
+            stack.enter_context(redirect_stdout(buf))
+            stack.enter_context(redirect_stderr(buf))
+        try:
+            commands[step.args[0]].main(list(step.args[1:]), prog_name="cli.py",
+                                        standalone_mode=False)
+            code = 0
+        except click.ClickException as err:
+            err.show()
+            code = err.exit_code
+        except click.exceptions.Exit as err:
+            code = err.exit_code
+        except Exception as err:  # noqa: BLE001 - a stage's user error (CacheError, ...)
+            click.echo(f"error: {err}", err=True)
+            code = 1
+    return StepResult(step, time.perf_counter() - t0, code, buf.getvalue().splitlines())

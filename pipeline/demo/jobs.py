@@ -28,7 +28,7 @@ from typing import Callable
 from cache.errors import TrustOraclesError
 from cache.manifest import read_json, write_json_atomic
 from pipeline.demo.plan import expand, plan
-from pipeline.demo.run import run_step
+from pipeline.demo.run import StepRunner, run_step
 from pipeline.demo.steps import DemoConfig, Step
 
 SCHEMA = "trust-oracles-jobs/1"
@@ -73,9 +73,10 @@ def read_config(doc: dict, path: Path) -> DemoConfig:
     return DemoConfig(**{**values, "artifacts": Path(values["artifacts"])})
 
 
-def run_job(path: Path, index: int, echo: Callable[[str], None]) -> int:
+def run_job(path: Path, index: int, echo: Callable[[str], None],
+            in_process: StepRunner | None = None) -> int:
     """Job ``index`` of the list at ``path``: its step's command(s), run as the demo runs them;
-    returns the first non-zero exit code, else 0."""
+    returns the first non-zero exit code, else 0 (``in_process``: as ``run.run_step``)."""
     doc = read_json(Path(path), "job list")
     cfg = read_config(doc, Path(path))
     if Path.cwd().resolve() != Path(doc["folder"]):
@@ -92,7 +93,7 @@ def run_job(path: Path, index: int, echo: Callable[[str], None]) -> int:
         raise JobError(f"{path} has jobs 0 to {len(steps) - 1}, not job {index}")
     for step in expand(steps[index], Path(cfg.artifacts) / "runs"):
         echo(f"[job {index}] {step.stage}: {step.label}\n$ {step.command()}")
-        result = run_step(step, capture=False)
+        result = run_step(step, False, in_process)
         if result.returncode:
             return result.returncode
     return 0

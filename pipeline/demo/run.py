@@ -19,7 +19,6 @@ they come from ``pipeline/core/presets.py``, exactly as for the bare commands.
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -27,11 +26,9 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, redirect_stderr, redirect_stdout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import click
+from typing import Callable
 
 from cache.errors import TrustOraclesError
 from cache.manifest import write_json_atomic
@@ -39,9 +36,7 @@ from pipeline.core.options import usable_cpus
 from pipeline.demo.plan import expand, plan, with_slopes
 from pipeline.demo.pretrained import missing_wheel, paths
 from pipeline.demo.steps import CLI, DemoConfig, Step
-from pipeline.oracle.command import predict, train_oracle
 from pipeline.report import tables as T
-from pipeline.sweep.command import sweep
 
 class DemoError(TrustOraclesError, RuntimeError):
     """A step of the demo failed; the message names the command and its exit code."""
@@ -55,39 +50,19 @@ class StepResult:
     output: list[str] = field(default_factory=list)
 
 
-def run_step(step: Step, capture: bool) -> StepResult:
+# A step run inside the demo's process: given by the command layer (``pipeline.demo.command``), which
+# holds the click commands; without it every step is a subprocess.
+StepRunner = Callable[[Step, bool], StepResult]
+# The seconds-long stages, where an interpreter start-up (~3 s with torch) would be most of the
+# cost: run in process where a runner is given.
+IN_PROCESS_STAGES = ("head-only", "sweep", "predict")
+
+
+def run_step(step: Step, capture: bool, in_process: StepRunner | None = None) -> StepResult:
     """One ``cli.py`` command; its output goes to the terminal (progress bars) or is kept."""
-    if step.args[0] in IN_PROCESS and step.stage in ("head-only", "sweep", "predict"):
-        return run_in_process(step, capture)
+    if in_process is not None and step.stage in IN_PROCESS_STAGES:
+        return in_process(step, capture)
     return run_subprocess(step, capture)
-
-
-# Commands the demo runs inside its own process (the same click objects cli.py dispatches to):
-# seconds-long steps, where an interpreter start-up (~3 s with torch) would be most of the cost.
-IN_PROCESS = {"train-oracle": train_oracle, "sweep": sweep, "predict": predict}
-
-
-def run_in_process(step: Step, capture: bool) -> StepResult:
-    """The step's click command called in this process; a failure is its exit code, as for a
-    subprocess (click's usage/run errors, a user error of the stage: 1, with its message)."""
-    t0, buf = time.perf_counter(), io.StringIO()
-    with ExitStack() as stack:
-        if capture:
-            stack.enter_context(redirect_stdout(buf))
-            stack.enter_context(redirect_stderr(buf))
-        try:
-            IN_PROCESS[step.args[0]].main(list(step.args[1:]), prog_name="cli.py",
-                                          standalone_mode=False)
-            code = 0
-        except click.ClickException as err:
-            err.show()
-            code = err.exit_code
-        except click.exceptions.Exit as err:
-            code = err.exit_code
-        except Exception as err:  # noqa: BLE001 - a stage's user error (CacheError, ...)
-            click.echo(f"error: {err}", err=True)
-            code = 1
-    return StepResult(step, time.perf_counter() - t0, code, buf.getvalue().splitlines())
 
 
 def run_subprocess(step: Step, capture: bool, env: dict | None = None,
@@ -104,7 +79,8 @@ def run_subprocess(step: Step, capture: bool, env: dict | None = None,
     return StepResult(step, time.perf_counter() - t0, proc.returncode, lines)
 
 
-def run(cfg: DemoConfig, echo=print, capture: bool = False) -> dict:
+def run(cfg: DemoConfig, echo=print, capture: bool = False,
+        in_process: StepRunner | None = None) -> dict:
     """Run (or, with ``dry_run``, list) every step; stop at the first failure (DemoError).
     Returns a summary; ``log_path(cfg)`` (demo.json) records the commands and their wall
     times."""
@@ -128,7 +104,7 @@ def run(cfg: DemoConfig, echo=print, capture: bool = False) -> dict:
             echo(f"\n[{k}/{len(steps)}] {step.stage}: {step.label}   "
                  f"({_clock(time.perf_counter() - t0)} elapsed)")
             echo(f"$ {step.command()}")
-        done = _run_batch(batch, capture)
+        done = _run_batch(batch, capture, in_process)
         for k, result in enumerate(done, start=i + 1):
             results.append(result)
             if len(batch) > 1:
@@ -179,13 +155,14 @@ def _batch(steps: list[Step], i: int, jobs: int, stages: tuple[str, ...]) -> lis
     return steps[i:k]
 
 
-def _run_batch(batch: list[Step], capture: bool) -> list[StepResult]:
+def _run_batch(batch: list[Step], capture: bool,
+               in_process: StepRunner | None) -> list[StepResult]:
     """The batch's results in plan order; several steps run at once with their output kept
     (printed when each is done), each with an equal share of the cores as its threads (small
     models gain little from a second thread: two runs side by side finish sooner than one after
     the other with two threads each)."""
     if len(batch) == 1:
-        return [run_step(batch[0], capture)]
+        return [run_step(batch[0], capture, in_process)]
     jobs = len(batch)       # the cores shared among the batch's steps, a short batch's too
     threads = str(max(1, (os.cpu_count() or 1) // jobs))
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads)}

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
+from pipeline.core.commandline import Command, options
 from pipeline.core.options import (BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
                                    MODEL_KWARGS, NO_PROGRESS, PRECISION, PREPROCESS, RANDOM_INIT,
-                                   SEED_OPT, WEIGHTS, WORKERS, Command, Opt, check_device,
-                                   options)
+                                   SEED_OPT, WEIGHTS, WORKERS, Opt, check_device)
 from pipeline.data.imagenet_c import CORRUPTIONS
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import click
 
 from pipeline.core.catalog import BEST_KEY
+from pipeline.core.commandline import Command, options, output_name_option, typed_flag
 from pipeline.core.options import (BATCH_SIZE, DATA, DEVICE, LABELS, NO_PROGRESS, PRECISION,
-                                   WEIGHTS, WORKERS, Command, FiniteFloatRange, Opt, options,
-                                   output_name_option, typed_flag)
+                                   WEIGHTS, WORKERS, FloatRange, Opt)
 from pipeline.data.sources import default_artifacts
-from pipeline.oracle.settings.config import (FINE_TUNE_ONLY, HEAD_ONLY, config_from_params,
-                                             option_of, train_options)
+from pipeline.oracle.settings.config import (SettingsError, check_given, config_from_params,
+                                             train_options)
 
 
 def _run_stage2(fn, *args):
@@ -47,7 +47,7 @@ def train_oracle(ctx, **params):
     from pipeline.oracle.finetune.train import train
     from pipeline.oracle.headonly.train import train_head_only
 
-    cfg = config_from_params(params)
+    cfg = config_of(params)
     check_head_only_options(ctx)
     if cfg.head_only:
         summary = _run_stage2(lambda c: train_head_only([c])[0], cfg)
@@ -59,25 +59,22 @@ def train_oracle(ctx, **params):
 
 
 def check_head_only_options(ctx: click.Context) -> None:
-    """--head-only with an option of the fine-tuned loop (or --features-cache without it): a
-    usage error naming the option, instead of silently ignoring it."""
+    """The options given on this command line against --head-only (``check_given``): a usage
+    error naming the option, instead of silently ignoring it."""
     given = {p.name for p in ctx.command.params
              if ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE}
-    if not ctx.params.get("head_only"):
-        if option_of("features_cache").name in given:
-            raise click.UsageError("--features-cache applies to --head-only training only")
-        wrong = [option_of(f).flag for f in HEAD_ONLY if option_of(f).name in given]
-        if wrong:
-            verb = "applies" if len(wrong) == 1 else "apply"
-            raise click.UsageError(f"{' and '.join(wrong)} {verb} to --head-only runs only (the "
-                                   "head trained on the oracle's cached features): add --head-only")
-        return
-    wrong = [option_of(f).flag for f in FINE_TUNE_ONLY if option_of(f).name in given]
-    if wrong:
-        raise click.UsageError(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not "
-                               "apply to --head-only (the head trains in float32 on cached "
-                               "features, in one process, without a DataLoader or mid-run "
-                               "checkpoints; a re-run retrains an incomplete run)")
+    try:
+        check_given(bool(ctx.params.get("head_only")), given)
+    except SettingsError as err:
+        raise click.UsageError(str(err)) from None
+
+
+def config_of(params: dict):
+    """``config_from_params``, its refusals as usage errors."""
+    try:
+        return config_from_params(params)
+    except SettingsError as err:
+        raise click.UsageError(str(err)) from None
 
 
 def _print_train_summary(s: dict) -> None:
@@ -156,7 +153,7 @@ IMAGES_ONLY = ("out", "threshold", "target", "skip_bad")
                 "run's backbone weights where they are not where the run recorded them (e.g. "
                 "moved). Either way checked against the recorded weights hashes.",
                 default_text="the files the cache and the run recorded"),
-    Opt(("--threshold",), type=FiniteFloatRange(0, 1), group="protocol", help="With --images: "
+    Opt(("--threshold",), type=FloatRange(0, 1), group="protocol", help="With --images: "
         "trust a row when the oracle's confidence is >= this.", default_text="--target's"),
     Opt(("--target",), callback=target_option, group="protocol", help="With --images: pick the "
         "threshold on the run's held-out rows: tpr=T (trust >= T of the classifier's correct "

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import click
 
-from pipeline.core.options import Command, Opt, options
-
-
+from pipeline.core.commandline import Command, options
+from pipeline.core.options import Opt
 @click.command(cls=Command)
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str))
 @options(

@@ -6,7 +6,8 @@ from pathlib import Path
 import click
 
 from pipeline.core.losses import all_params, option_losses
-from pipeline.core.options import GROUPS, Command, Opt, options, positive
+from pipeline.core.commandline import Command, options
+from pipeline.core.options import GROUPS, Opt, positive
 from pipeline.oracle.settings.config import train_options
 from pipeline.sweep.grid import CRITERIA, DEFAULT_VALUES
 
@@ -82,8 +83,7 @@ def sweep(fixed_alpha_pos, fixed_alpha_neg, mode, criterion, fine_tune, out, no_
     """
     from cache.runs import RunError
     from pipeline.core.losses import LossOptionError
-    from pipeline.oracle.command import check_head_only_options, train_oracle
-    from pipeline.oracle.settings.config import config_from_params
+    from pipeline.oracle.command import check_head_only_options, config_of, train_oracle
     from pipeline.sweep.grid import SweepError, parse_values
     from pipeline.sweep.run import SweepConfig, default_fixed, run_sweep
 
@@ -101,7 +101,7 @@ def sweep(fixed_alpha_pos, fixed_alpha_neg, mode, criterion, fine_tune, out, no_
             args += ["--data", data]
             ctx = train_oracle.make_context("train-oracle", args + head)
     check_head_only_options(ctx)     # fine-tuned points refuse the head-only options too
-    base = config_from_params(ctx.params)
+    base = config_of(ctx.params)
     try:
         swept = {k: parse_values(v, k) for k, v in value_lists.items() if v}
         if base.loss == "ss" and not swept:

@@ -20,19 +20,23 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replac
 from pathlib import Path
 from typing import Any, Mapping
 
-import click
-
 from cache.schema import canonical
 from pipeline.core.losses import HEAD_ARCHS, HEADS, Param, all_params, loss_params, names
 from pipeline.core.options import (BATCH, BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
                                    MODEL_KWARGS, NO_PROGRESS, NON_NEGATIVE, PRECISION, PREPROCESS,
-                                   RANDOM_INIT, SEED_OPT, WEIGHTS, WORKERS, Opt, positive)
+                                   RANDOM_INIT, SEED_OPT, WEIGHTS, WORKERS, Choice, IntRange, Opt,
+                                   PathValue, positive)
 from pipeline.core.presets import EMBEDDED_ORACLE, PAPER_ORACLE
 from pipeline.data.sources import default_artifacts
 
 PARTS = ("run", "seed", "where", "runtime")
+
+
+class SettingsError(ValueError):
+    """Options that do not go together (the command line's usage error, the API's InputError)."""
+
 HEAD_INPUTS = ("features", "stacked")
-PATH = click.Path(path_type=Path)
+PATH = PathValue()
 
 
 def preset_default(key: str, none: str) -> str:
@@ -97,7 +101,7 @@ class TrainConfig:
     oracle: str | None = setting(None, Opt(("--oracle",), group="model", help="Oracle backbone: "
                                  "preset or timm name.", default_text="the classifier's name (on "
                                  "Fashion-MNIST vit/resnet = the fitted small models)"))
-    loss: str = setting("ss", Opt(("--loss",), type=click.Choice(list(names())), group="protocol",
+    loss: str = setting("ss", Opt(("--loss",), type=Choice(names()), group="protocol",
                                   help="The oracle's loss: cross-entropy, focal, TCP (ConfidNet's) "
                                   "or SS (the paper's steep slope)."), loss=True)
     data: str | None = setting(None, DATA, "where")          # None: the embedded Fashion-MNIST
@@ -153,7 +157,7 @@ class TrainConfig:
                                      "preprocessing (model or paper, as for extract).",
                                      default_text="the classifier cache's"))
     z: str | None = setting(None, Opt(("--ss-distance", "z"), aliases=("--z",),
-                            type=click.Choice(HEADS), group="protocol", help="SS only: what its "
+                            type=Choice(HEADS), group="protocol", help="SS only: what its "
                             "slopes act on: hyperplane = the signed distance (w.x+b)/(|w|+1e-7) "
                             "(the authors'), linear = the plain w.x+b ('linear z' in the "
                             "report).", default_text="hyperplane"), loss=True)
@@ -184,7 +188,7 @@ class TrainConfig:
     momentum: float | None = setting(None, Opt(("--momentum",), type=FRACTION, group="protocol",
                                                help="SGD momentum, 0 <= m < 1.",
                                                default_text=preset_default("momentum", "")))
-    warmup_steps: int | None = setting(None, Opt(("--warmup-steps",), type=click.IntRange(0),
+    warmup_steps: int | None = setting(None, Opt(("--warmup-steps",), type=IntRange(0),
                                        group="protocol", help="OneCycle warm-up (capped at 30%% "
                                        "of short runs).",
                                        default_text=preset_default("warmup_steps", "")))
@@ -196,10 +200,10 @@ class TrainConfig:
                                                           group="protocol",
                                                           default_text=preset_default(
                                                               "batch_size", "")))
-    accum_steps: int = setting(1, Opt(("--accum-steps",), type=click.IntRange(1),
+    accum_steps: int = setting(1, Opt(("--accum-steps",), type=IntRange(1),
                                group="runtime", help="Micro-batches per optimizer step and GPU "
                                "(same global batch)."), fine_tune_only=True)
-    epochs: int | None = setting(None, Opt(("--epochs",), type=click.IntRange(1),
+    epochs: int | None = setting(None, Opt(("--epochs",), type=IntRange(1),
                                  group="protocol", help="Training epochs. A split too small for "
                                  "the paper's one epoch (< 100 optimizer steps) trains the fewest "
                                  "epochs that reach 100 steps, at most 50, with a note.",
@@ -208,7 +212,7 @@ class TrainConfig:
                                    help="Random horizontal flip."))
     # which rows
     train_limit: int | None = setting(None, Opt(("--max-samples", "train_limit"),
-                                      aliases=("--train-limit",), type=click.IntRange(0),
+                                      aliases=("--train-limit",), type=IntRange(0),
                                       group="data", help="Train on a seeded subset of N training "
                                       "rows; 0 = every row.",
                                       default_text=preset_default("train_limit", "every row")))
@@ -216,7 +220,7 @@ class TrainConfig:
                                   help="Held-out rows carved from the training split to choose "
                                   "the checkpoint (0: keep the final model); under 100 rows (or "
                                   "10 right or wrong ones) warns."))
-    val_every: int | None = setting(None, Opt(("--val-every",), type=click.IntRange(1),
+    val_every: int | None = setting(None, Opt(("--val-every",), type=IntRange(1),
                                     group="protocol", help="Validate every N steps and at the "
                                     "end.", default_text=preset_default("val_every",
                                                                         "4 times per run")))
@@ -235,8 +239,8 @@ class TrainConfig:
                             "step, not bit for bit the eager step; compiling takes seconds, more "
                             "than one epoch of ImageNet's head-only steps saves). Inside the "
                             "CUDA graph where there is one."), "runtime")
-    cuda_graph: str = setting("auto", Opt(("--cuda-graph",), type=click.Choice(["auto", "on",
-                              "off"]), group="runtime", hidden=True, help="Capture the whole "
+    cuda_graph: str = setting("auto", Opt(("--cuda-graph",), type=Choice(("auto", "on",
+                              "off")), group="runtime", hidden=True, help="Capture the whole "
                               "training step (optimizer and schedule included) in one CUDA "
                               "graph: auto = where possible (one CUDA process, no --accum-steps, "
                               "bf16/fp32; with or without --compile; --head-only: any CUDA "
@@ -248,13 +252,13 @@ class TrainConfig:
                                    hidden=True, help="Rows per batch of the evaluation passes "
                                    "(held-out rows, scored splits)."), "runtime",
                                    fine_tune_only=True)
-    ckpt_every: int = setting(2000, Opt(("--ckpt-every",), type=click.IntRange(1),
+    ckpt_every: int = setting(2000, Opt(("--ckpt-every",), type=IntRange(1),
                               group="runtime", hidden=True, help="Write a resumable checkpoint "
                               "every N steps."), "runtime", fine_tune_only=True)
-    log_every: int = setting(10, Opt(("--log-every",), type=click.IntRange(1), group="runtime",
+    log_every: int = setting(10, Opt(("--log-every",), type=IntRange(1), group="runtime",
                              hidden=True, help="Log the training loss every N steps."),
                              "runtime")
-    stop_at_step: int | None = setting(None, Opt(("--stop-at-step",), type=click.IntRange(1),
+    stop_at_step: int | None = setting(None, Opt(("--stop-at-step",), type=IntRange(1),
                                        group="runtime", help="Stop cleanly after step N "
                                        "(checkpoint written), e.g. to fit a job's time limit; "
                                        "re-run to continue.", default_text="the last step"),
@@ -273,10 +277,10 @@ class TrainConfig:
                                          group="data", help="--head-only: cache root holding the "
                                          "oracle's feature caches.", default_text="--cache"),
                                          "where")
-    head_arch: str = setting("linear", Opt(("--head-arch",), type=click.Choice(HEAD_ARCHS),
+    head_arch: str = setting("linear", Opt(("--head-arch",), type=Choice(HEAD_ARCHS),
                              group="model", help="--head-only: one linear layer, or ConfidNet's "
                              "MLP (docs/TRAINING.md)."), head_only=True, later=True)
-    head_inputs: str = setting("features", Opt(("--head-inputs",), type=click.Choice(HEAD_INPUTS),
+    head_inputs: str = setting("features", Opt(("--head-inputs",), type=Choice(HEAD_INPUTS),
                                group="model", help="--head-only: the features, or them and 6 "
                                "statistics of the classifier's logits."),
                                head_only=True, later=True)
@@ -313,8 +317,9 @@ def train_options() -> list[Opt]:
 
 
 def config_from_params(params: Mapping[str, Any]) -> TrainConfig:
-    """train-oracle's parsed options (click's ``ctx.params``) -> TrainConfig (also ``cli.py
-    sweep``).  Paths become strings; the cache root defaults to artifacts/<dataset>/cache."""
+    """train-oracle's converted options by parameter name (click's ``ctx.params``, or the API's
+    ``default_params`` updated) -> TrainConfig (also ``cli.py sweep``).  Paths become strings;
+    the cache root defaults to artifacts/<dataset>/cache."""
     values = {"loss_params": {name: params[name] for name in loss_params()
                               if params.get(name) is not None}}
     for f in fields(TrainConfig):
@@ -330,11 +335,47 @@ def config_from_params(params: Mapping[str, Any]) -> TrainConfig:
             value = tuple(value)
         values[f.name] = value
     if values["hub_weights"] and (values["weights"] or values["random_init"]):
-        raise click.UsageError("--hub-weights excludes --weights and --random-init (each says "
+        raise SettingsError("--hub-weights excludes --weights and --random-init (each says "
                                "where the oracle's starting weights come from)")
     artifacts = default_artifacts(values["data"])
     values["cache"] = values["cache"] or str(artifacts / "cache")
     return TrainConfig(**values, artifacts=str(artifacts))
+
+
+def default_params() -> dict[str, Any]:
+    """Every train-oracle option at the value it takes when not given (as click parses it)."""
+    out = {}
+    for opt in train_options():
+        if opt.is_flag:
+            out[opt.name] = bool(opt.default)
+        elif opt.multiple:
+            out[opt.name] = tuple(opt.default or ())
+        elif opt.default is None:
+            out[opt.name] = opt.type.missing() if hasattr(opt.type, "missing") else None
+        else:
+            out[opt.name] = opt.convert(opt.default)
+    return out
+
+
+def check_given(head_only: bool, given: set[str]) -> None:
+    """--head-only with an option of the fine-tuned loop (or --features-cache or a head-only
+    option without it): refused, naming the option, instead of silently ignoring it.
+    ``given``: the parameter names set explicitly."""
+    if not head_only:
+        if option_of("features_cache").name in given:
+            raise SettingsError("--features-cache applies to --head-only training only")
+        wrong = [option_of(f).flag for f in HEAD_ONLY if option_of(f).name in given]
+        if wrong:
+            verb = "applies" if len(wrong) == 1 else "apply"
+            raise SettingsError(f"{' and '.join(wrong)} {verb} to --head-only runs only (the "
+                                "head trained on the oracle's cached features): add --head-only")
+        return
+    wrong = [option_of(f).flag for f in FINE_TUNE_ONLY if option_of(f).name in given]
+    if wrong:
+        raise SettingsError(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not "
+                            "apply to --head-only (the head trains in float32 on cached "
+                            "features, in one process, without a DataLoader or mid-run "
+                            "checkpoints; a re-run retrains an incomplete run)")
 
 
 def resolve_protocol(cfg: TrainConfig, embedded: bool) -> tuple[TrainConfig, dict]:
