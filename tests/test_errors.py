@@ -18,15 +18,11 @@ from conftest import ROOT
 
 # Exception classes of the project that do not derive from TrustOraclesError, and why.
 _NOTE = "a warning, printed as one line `note: ...` (cli.py _show_warning), never raised"
-_LOSSES = ("defined in pipeline/core/losses.py, which another change rewrites; that change "
-           "derives it from TrustOraclesError")
 NOT_USER_ERRORS = {
     "cache.reader.UnverifiedCacheWarning": _NOTE,
     "cache.reader.UnstampedCacheWarning": _NOTE,
     "cache.outputs.OtherDeviceNote": _NOTE,
     "pipeline.data.listing.SkippedLinkNote": _NOTE,
-    "pipeline.core.losses.LossOptionError": _LOSSES,
-    "pipeline.core.losses.CustomLossError": _LOSSES,
 }
 PACKAGES = ("cache", "pipeline", "trust_oracles")
 

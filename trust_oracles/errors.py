@@ -6,11 +6,10 @@ pipeline's own, re-exported here so one import catches them all; none is wrapped
 ``except CacheError`` catches the same errors from ``trust_oracles`` and from ``cli.py``.
 
 TrustOraclesError
-    The base class of the errors below but the two loss errors (``CustomLossError`` and
-    ``LossOptionError``: ``ValueError`` only), not of the notes: ``except TrustOraclesError``
-    catches an error a user can fix.  Each keeps its built-in base too (``ValueError``,
+    The base class of the errors below, not of the notes: ``except TrustOraclesError`` catches
+    an error a user can fix.  Each keeps its built-in base too (``ValueError``,
     ``RuntimeError``, ``ImportError``), named with it below.  ``exit_code``: the exit status the
-    command line gives it (1).
+    command line gives it (1; 2 for options that do not fit, as click's usage errors).
 CacheError
     A classifier cache or an oracle output file is missing, incomplete, damaged, foreign, or
     lacks a column (``Cache.features`` of a cache extracted without ``--features``); its images
@@ -38,8 +37,10 @@ HubUnreachable
     Pretrained weights are in no local cache and their source cannot be reached.  A
     ``RuntimeError``.
 CustomLossError
-    A loss of your own (``train(..., loss=fn)``, ``train_head``) returned something other than one
-    finite, differentiable number; names the loss.  A ``ValueError``.
+    A loss of your own (``train(..., loss=...)``, ``train_head``): a class that lacks a name,
+    label, TNR rule or formula, or takes a name another class holds; or a loss that returned
+    something other than finite, differentiable losses of the expected shape.  Names the loss.
+    A ``ValueError``.
 LossOptionError
     A loss option that does not apply to the chosen loss, or an invalid value.  A ``ValueError``.
 TrainingDiverged

@@ -14,9 +14,13 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from cache.errors import TrustOraclesError
 
-class OptionValueError(ValueError):
-    """A value an option does not accept (the message says what it expects)."""
+
+class OptionValueError(TrustOraclesError, ValueError):
+    """A value an option does not accept (the message says what it expects; exit 2, as the
+    command line's usage errors)."""
+    exit_code = 2
 
 
 class Value:

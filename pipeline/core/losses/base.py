@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Mapping, Sequence
 
+from cache.errors import TrustOraclesError
+
 HEADS = ("hyperplane", "linear")
 HEAD_ARCHS = ("linear", "confidnet")     # pipeline.oracle.nets.heads builds them
 TNR_RULES = {"half": "TNR counts a row rejected below confidence 0.5",
@@ -25,11 +27,13 @@ CB_BETA = 0.999
 CUSTOM_PREFIX = "custom:"     # a user's loss function: custom:<module>.<qualname> (or its name)
 
 
-class LossOptionError(ValueError):
-    """A loss option that does not apply to the chosen loss, or an invalid value."""
+class LossOptionError(TrustOraclesError, ValueError):
+    """A loss option that does not apply to the chosen loss, or an invalid value (the command
+    line's usage error: exit 2)."""
+    exit_code = 2
 
 
-class CustomLossError(ValueError):
+class CustomLossError(TrustOraclesError, ValueError):
     """A user's loss that lacks what training needs, or returned something other than finite,
     differentiable losses of the expected shape."""
 

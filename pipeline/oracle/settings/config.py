@@ -20,6 +20,7 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replac
 from pathlib import Path
 from typing import Any, Mapping
 
+from cache.errors import TrustOraclesError
 from cache.schema import canonical
 from pipeline.core.losses import HEAD_ARCHS, HEADS, Param, all_params, loss_params, names
 from pipeline.core.options import (BATCH, BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
@@ -32,8 +33,10 @@ from pipeline.data.sources import default_artifacts
 PARTS = ("run", "seed", "where", "runtime")
 
 
-class SettingsError(ValueError):
-    """Options that do not go together (the command line's usage error, the API's InputError)."""
+class SettingsError(TrustOraclesError, ValueError):
+    """Options that do not go together (the command line's usage error, exit 2; the API's
+    InputError)."""
+    exit_code = 2
 
 HEAD_INPUTS = ("features", "stacked")
 PATH = PathValue()
