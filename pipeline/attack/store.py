@@ -19,28 +19,13 @@ from torchvision.io import encode_png
 
 from cache.atomic import atomic_file, atomic_path
 from cache.manifest import write_json_atomic
+from cache.schema import identity_diff
 from pipeline.data import attacked as fmt
 from pipeline.data.sources import SampleList
 from pipeline.attack.methods import AttackError
 
 RECORD_COLUMNS = ("position", "source_index", "label", "clean_pred", "adv_pred", "stored_pred",
                   "stored_logits", "linf")
-
-
-def flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def identity_diff(found: dict, expected: dict) -> list[str]:
-    a, b = flatten(json.loads(json.dumps(found))), flatten(json.loads(json.dumps(expected)))
-    return [f"{k}: the folder has {a.get(k)!r}, this command {b.get(k)!r}"
-            for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
 def claim(split_dir: Path, identity: dict) -> bool:
@@ -50,7 +35,9 @@ def claim(split_dir: Path, identity: dict) -> bool:
     split_dir = Path(split_dir)
     path = fmt.meta_dir(split_dir) / fmt.CLAIM_FILE
     if path.exists():
-        diffs = identity_diff(json.loads(path.read_text()), identity)
+        found = json.loads(path.read_text())
+        diffs = identity_diff(found, identity, sorted(set(found) | set(identity)), "the folder",
+                              expected_in="this command", nested=True, show=repr)
         if diffs:
             raise AttackError(f"{split_dir} holds an adversarial split written by another attack "
                               "run:\n  " + "\n  ".join(diffs) + "\nChoose another --out-split or "
