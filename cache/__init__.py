@@ -12,6 +12,6 @@ runlog.py     log.jsonl's lines: written as strict JSON, read with a torn last l
 runcache.py   the classifier cache a run trained on, found from any folder, checked by identity
 predictions.py  predict --images' tables
 integrity.py  checksums (XXH3) and the one "disk full" error
-atomic.py     every file written under a temporary name, then renamed over the old one
+atomic.py     every file written under a temporary name, then renamed over the old one; JSON records
 lock.py       DIR/.lock: one writing process per cache or run directory
 """

@@ -5,27 +5,15 @@ identity) or refuses it naming the differing attribute.  The manifest's presence
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from cache.atomic import atomic_file
+from cache.atomic import read_json, write_json_atomic
 from cache.shards import shard_entry, shard_path, shard_problem
-from cache.schema import (CLASSIFIER_IDENTITY, SOURCE_STAMP, CacheError, canonical,
-                          check_identity)
+from cache.schema import CLASSIFIER_IDENTITY, SOURCE_STAMP, CacheError, check_identity
 
 IDENTITY_FILE = "identity.json"
 MANIFEST_FILE = "manifest.json"
-
-
-def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
-    """Write to a temporary name, fsync, then rename: readers never see half a file.  On any
-    failure (disk full, interrupt) the temporary file is removed and nothing else changes."""
-    path = Path(path)
-    with atomic_file(path, "w", kept=f"{path.name} is unchanged and everything complete "
-                     "is kept") as fh:
-        json.dump(canonical(payload), fh, indent=2, sort_keys=True)
-        fh.write("\n")
 
 
 def check_cache_root(root: Path) -> None:
@@ -57,16 +45,6 @@ def check_cache_root(root: Path) -> None:
 
 def _visible(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if not p.name.startswith("."))
-
-
-def read_json(path: Path, what: str) -> dict:
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise CacheError(f"{what} not found: {path}") from None
-    except (OSError, json.JSONDecodeError) as err:
-        raise CacheError(f"{what} {path} is unreadable ({err}); delete it and re-run") from None
 
 
 def claim_directory(cache_dir: Path, identity: Mapping[str, Any]) -> bool:
