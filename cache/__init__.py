@@ -3,7 +3,8 @@
 schema.py     the schema version, columns, identity attributes, CacheError
 shards.py     HDF5 shard writer/reader: column hashes, identity and size checks, load_split
 columns.py    one column of a whole cache read by threads, verified, into an array or a sink
-manifest.py   identity.json / manifest.json, claiming a directory, finding damaged shards
+claim.py      an output folder claimed (new, resumed, complete, or refused naming what differs)
+manifest.py   identity.json / manifest.json, the cache directory's claim rule, damaged shards
 reader.py     ClassifierCache: the API later stages read a complete cache with
 outputs.py    oracle output files (one per evaluated split of a run); MadeOn, what made scores
 runs.py       run directories (RunDir): the one module naming their files
