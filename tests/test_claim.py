@@ -132,3 +132,38 @@ def test_the_cache_directory_claim(tmp_path):
     with pytest.raises(CacheMismatch, match=rf"cache directory {re.escape(str(d))} was written "
                                             r"with cache schema version 0"):
         mf.claim_directory(d, IDENT)
+
+
+# ----------------------------------------------------------------- train-oracle: run.json's rule --
+RECORD = {"oracle": "vit", "oracle_model": "vit", "classifier": "c", "loss": "ss", "variant": "",
+          "loss_label": "SS", "seed": 0, "group": "g1", "dataset": "d", "num_classes": 3,
+          "config": {"lr": 0.1, "weights_sha256": "aa"}}
+
+
+def test_the_run_directory_claim(tmp_path):
+    from cache.runs import LAST, RunDir, RunError
+
+    run = RunDir(tmp_path / "run")
+    assert run.claim(RECORD, False, ("lr",)) == "new" and not run.path.exists()  # run.json later
+    with pytest.raises(RunError, match="--resume: .* has no checkpoint to resume from"):
+        run.claim(RECORD, True, ("lr",))
+    run.write(RECORD, "running", {"torch": "x"})
+    assert run.claim(RECORD, False, ("lr",)) == "new"                 # no checkpoint yet
+    run.checkpoint(LAST).parent.mkdir()
+    run.checkpoint(LAST).write_bytes(b"x")
+    assert run.claim(RECORD, True, ("lr",)) == "resume"
+    run.write(RECORD, "complete", {"torch": "x"})
+    assert run.claim(RECORD, False, ("lr",)) == "complete"
+    other = {**RECORD, "group": "g2", "config": {"lr": 0.2, "weights_sha256": "bb"}}
+    with pytest.raises(RunError) as err:
+        run.claim(other, False, ("lr", "weights_sha256"), {"weights_sha256": "restore the file"})
+    assert refusal(err).splitlines() == [
+        f"run directory {run.path} holds another run:", '  group: run has "g1", expected "g2"',
+        "  lr: run has 0.1, expected 0.2", '  weights_sha256: run has "aa", expected "bb"',
+        "  restore the file", "Use another --out, or delete that directory to start over."]
+    assert json.loads(run.run_file.read_text())["status"] == "complete"   # untouched
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("x")
+    with pytest.raises(RunError, match=r"--out .*mine is not empty and is not a run directory "
+                                       r"\(no run\.json\)"):
+        RunDir(tmp_path / "mine").claim(RECORD, False, ())
