@@ -167,3 +167,36 @@ def test_the_run_directory_claim(tmp_path):
     with pytest.raises(RunError, match=r"--out .*mine is not empty and is not a run directory "
                                        r"\(no run\.json\)"):
         RunDir(tmp_path / "mine").claim(RECORD, False, ())
+
+
+# -------------------------------------------------------------- attack: .attack/claim.json's rule --
+ATTACK = {"format": "trust-oracles-adversarial-split", "format_version": 1, "attack": "pgd_linf",
+          "params": {"eps": 0.125, "steps": 3}, "seed": 0,
+          "classifier": {"name": "c", "model_kwargs": {}}}
+
+
+def test_the_adversarial_split_claim(tmp_path):
+    from pipeline.attack import store
+    from pipeline.attack.methods import AttackError
+
+    split = tmp_path / "adv" / "val-adv"
+    assert store.claim(split, ATTACK) is False
+    assert (split / ".attack" / "claim.json").read_text() == json.dumps(
+        ATTACK, indent=2, sort_keys=True) + "\n"
+    assert store.claim(split, ATTACK) is False                             # resume
+    (split / ".attack" / "manifest.json").write_text("{}")
+    assert store.claim(split, ATTACK) is True                              # complete
+    with pytest.raises(AttackError) as err:
+        store.claim(split, {**ATTACK, "attack": "pgd_l2", "params": {"eps": 0.03, "steps": 3},
+                            "classifier": {"name": "c", "model_kwargs": {"depth": 1}}})
+    assert refusal(err).splitlines() == [
+        f"{split} holds an adversarial split written by another attack run:",
+        "  attack: the folder has 'pgd_linf', this command 'pgd_l2'",
+        "  classifier.model_kwargs.depth: the folder has None, this command 1",
+        "  params.eps: the folder has 0.125, this command 0.03",
+        "Choose another --out-split or --out, or delete the folder to rebuild it."]
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "x.png").write_bytes(b"")
+    with pytest.raises(AttackError, match=r"mine exists and was not written by `cli.py attack` "
+                                          r"\(no \.attack/claim\.json\)"):
+        store.claim(tmp_path / "mine", ATTACK)

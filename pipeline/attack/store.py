@@ -18,8 +18,7 @@ import torch
 from torchvision.io import encode_png
 
 from cache.atomic import atomic_file, atomic_path
-from cache.manifest import write_json_atomic
-from cache.schema import identity_diff
+from cache.claim import Claim
 from pipeline.data import attacked as fmt
 from pipeline.data.sources import SampleList
 from pipeline.attack.methods import AttackError
@@ -28,27 +27,21 @@ RECORD_COLUMNS = ("position", "source_index", "label", "clean_pred", "adv_pred",
                   "stored_logits", "linf")
 
 
+# The split folder's claim (cache.claim): .attack/claim.json first, .attack/manifest.json last.
+CLAIM = Claim(
+    record=f"{fmt.META_DIR}/{fmt.CLAIM_FILE}", marker=f"{fmt.META_DIR}/{fmt.MANIFEST_FILE}",
+    what="attack claim", error=AttackError,
+    refused="{folder} holds an adversarial split written by another attack run",
+    fix="Choose another --out-split or --out, or delete the folder to rebuild it.",
+    foreign="{folder} exists and was not written by `cli.py attack` (no {record}); choose "
+            "another --out-split or --out")
+
+
 def claim(split_dir: Path, identity: dict) -> bool:
     """Create or re-open ``split_dir`` for ``identity``; True if it is already complete.  A folder
     holding another attack's (or classifier's, or parameters') images is refused, naming what
     differs; a folder holding anything else is refused too."""
-    split_dir = Path(split_dir)
-    path = fmt.meta_dir(split_dir) / fmt.CLAIM_FILE
-    if path.exists():
-        found = json.loads(path.read_text())
-        diffs = identity_diff(found, identity, sorted(set(found) | set(identity)), "the folder",
-                              expected_in="this command", nested=True, show=repr)
-        if diffs:
-            raise AttackError(f"{split_dir} holds an adversarial split written by another attack "
-                              "run:\n  " + "\n  ".join(diffs) + "\nChoose another --out-split or "
-                              "--out, or delete the folder to rebuild it.")
-        return (fmt.meta_dir(split_dir) / fmt.MANIFEST_FILE).exists()
-    if split_dir.exists() and any(not p.name.startswith(".") for p in split_dir.iterdir()):
-        raise AttackError(f"{split_dir} exists and was not written by `cli.py attack` (no "
-                          f"{fmt.META_DIR}/{fmt.CLAIM_FILE}); choose another --out-split or --out")
-    fmt.meta_dir(split_dir).mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, identity)
-    return False
+    return CLAIM.take(split_dir, identity) == "complete"
 
 
 def claim_classes(root: Path, dataset: str, dirnames: tuple[str, ...]) -> None:
