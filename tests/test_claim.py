@@ -200,3 +200,30 @@ def test_the_adversarial_split_claim(tmp_path):
     with pytest.raises(AttackError, match=r"mine exists and was not written by `cli.py attack` "
                                           r"\(no \.attack/claim\.json\)"):
         store.claim(tmp_path / "mine", ATTACK)
+
+
+# --------------------------------------------------------------- corrupt: manifest.json's rule --
+CORRUPT = {"format_version": 1, "writer": "cli.py corrupt",
+           "source": {"dataset": "d", "split": "test", "rows": 12, "fingerprint": "ff"},
+           "protocol": "native", "format": "png", "seed": 3, "jpeg_quality": None,
+           "imagecorruptions": "1.1"}
+
+
+def test_the_corrupted_folder_claim(tmp_path):
+    from pipeline.corrupt.run import CLAIM
+    from pipeline.data.errors import DataError
+
+    out = tmp_path / "c"
+    assert CLAIM.take(out, CORRUPT) == "new"
+    assert (out / "manifest.json").read_text() == json.dumps(CORRUPT, indent=2)  # as it was
+    assert CLAIM.take(out, CORRUPT) == "resume"             # files are skipped one by one
+    with pytest.raises(DataError) as err:
+        CLAIM.take(out, {**CORRUPT, "seed": 4, "source": {**CORRUPT["source"], "rows": 10}})
+    assert refusal(err).splitlines() == [
+        f"{out} was written by another corruption run:",
+        "  seed: the folder has 3, this command 4",
+        "  source.rows: the folder has 12, this command 10",
+        "Use another --out, or delete the folder to write it again."]
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "gaussian_noise").mkdir()                # a folder without a manifest:
+    assert CLAIM.take(tmp_path / "d", CORRUPT) == "new"        # taken, as before the shared claim
