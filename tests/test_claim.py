@@ -169,7 +169,7 @@ def test_the_run_directory_claim(tmp_path):
         RunDir(tmp_path / "mine").claim(RECORD, False, ())
 
 
-# -------------------------------------------------------------- attack: .attack/claim.json's rule --
+# ------------------------------------------------------------- attack: .attack/claim.json's rule --
 ATTACK = {"format": "trust-oracles-adversarial-split", "format_version": 1, "attack": "pgd_linf",
           "params": {"eps": 0.125, "steps": 3}, "seed": 0,
           "classifier": {"name": "c", "model_kwargs": {}}}
