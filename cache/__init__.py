@@ -4,7 +4,8 @@ errors.py     TrustOraclesError: the base of every error a user can fix (exit co
 schema.py     the schema version, columns, identity attributes, CacheError
 shards.py     HDF5 shard writer/reader: column hashes, identity and size checks, load_split
 columns.py    one column of a whole cache read by threads, verified, into an array or a sink
-manifest.py   identity.json / manifest.json, claiming a directory, finding damaged shards
+claim.py      an output folder claimed (new, resumed, complete, or refused naming what differs)
+manifest.py   identity.json / manifest.json, the cache directory's claim rule, damaged shards
 reader.py     ClassifierCache: the API later stages read a complete cache with
 outputs.py    oracle output files (one per evaluated split of a run); MadeOn, what made scores
 runs.py       run directories (RunDir): the one module naming their files
@@ -13,6 +14,6 @@ runlog.py     log.jsonl's lines: written as strict JSON, read with a torn last l
 runcache.py   the classifier cache a run trained on, found from any folder, checked by identity
 predictions.py  predict --images' tables
 integrity.py  checksums (XXH3) and the one "disk full" error
-atomic.py     every file written under a temporary name, then renamed over the old one
+atomic.py     every file written under a temporary name, then renamed over the old one; JSON records
 lock.py       DIR/.lock: one writing process per cache or run directory
 """

@@ -11,16 +11,21 @@ The temporary name is ``.<name>.tmp-<pid><suffix>``: hidden (listings skip it), 
 (two processes never write the same one), ``suffix`` for the libraries that choose the format by
 the file's extension (numpy's ``.npz``, matplotlib's ``.png``).  On any failure it is removed;
 with ``kept`` (what the failure leaves intact, as the message says it), a failure for lack of
-room is re-raised as ``cache.integrity``'s one "disk full" error.
+room is re-raised as ``cache.integrity``'s one "disk full" error.  ``write_json_atomic`` writes a
+JSON document that way (sorted keys, indented, one trailing newline: the format of every JSON
+record of caches and runs); ``read_json`` reads one back, a missing or damaged file refused with
+one clear ``CacheError``.
 """
 from __future__ import annotations
 
+import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator, Mapping
 
 from cache.integrity import no_room, no_room_reason
+from cache.schema import CacheError, canonical
 
 
 def temp_name(path: Path, suffix: str = "") -> Path:
@@ -64,6 +69,26 @@ def atomic_file(path: Path | str, mode: str = "wb", *, kept: str | None = None,
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
+
+
+def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
+    """Write to a temporary name, fsync, then rename: readers never see half a file.  On any
+    failure (disk full, interrupt) the temporary file is removed and nothing else changes."""
+    path = Path(path)
+    with atomic_file(path, "w", kept=f"{path.name} is unchanged and everything complete "
+                     "is kept") as fh:
+        json.dump(canonical(payload), fh, indent=2, sort_keys=True)
+        fh.write("\n")
+
+
+def read_json(path: Path, what: str) -> dict:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise CacheError(f"{what} not found: {path}") from None
+    except (OSError, json.JSONDecodeError) as err:
+        raise CacheError(f"{what} {path} is unreadable ({err}); delete it and re-run") from None
 
 
 def _fsync(path: Path) -> None:

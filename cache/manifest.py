@@ -5,27 +5,17 @@ identity) or refuses it naming the differing attribute.  The manifest's presence
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from cache.atomic import atomic_file
+from cache.atomic import read_json, write_json_atomic
+from cache.claim import Claim
 from cache.shards import shard_entry, shard_path, shard_problem
-from cache.schema import (CLASSIFIER_IDENTITY, SOURCE_STAMP, CacheError, canonical,
-                          check_identity)
+from cache.schema import (CLASSIFIER_IDENTITY, SCHEMA_VERSION, SOURCE_STAMP, CacheError,
+                          CacheMismatch, check_schema_version)
 
 IDENTITY_FILE = "identity.json"
 MANIFEST_FILE = "manifest.json"
-
-
-def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
-    """Write to a temporary name, fsync, then rename: readers never see half a file.  On any
-    failure (disk full, interrupt) the temporary file is removed and nothing else changes."""
-    path = Path(path)
-    with atomic_file(path, "w", kept=f"{path.name} is unchanged and everything complete "
-                     "is kept") as fh:
-        json.dump(canonical(payload), fh, indent=2, sort_keys=True)
-        fh.write("\n")
 
 
 def check_cache_root(root: Path) -> None:
@@ -59,14 +49,23 @@ def _visible(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if not p.name.startswith("."))
 
 
-def read_json(path: Path, what: str) -> dict:
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise CacheError(f"{what} not found: {path}") from None
-    except (OSError, json.JSONDecodeError) as err:
-        raise CacheError(f"{what} {path} is unreadable ({err}); delete it and re-run") from None
+def _same_schema(folder: Path, found: Mapping[str, Any], identity: Mapping[str, Any]) -> None:
+    check_schema_version(found, f"cache directory {folder}",
+                         identity.get("schema_version", SCHEMA_VERSION))
+
+
+# A classifier cache directory's claim (cache.claim): identity.json first, manifest.json last.
+CACHE_CLAIM = Claim(
+    record=IDENTITY_FILE, marker=MANIFEST_FILE, what="cache identity", check=_same_schema,
+    keys=CLASSIFIER_IDENTITY, found_in="cache", expected_in="expected", nested=False, show=None,
+    error=CacheError, mismatch=CacheMismatch,
+    refused="cache directory {folder} holds a different cache",
+    fix="To complete or reuse it, pass the --data, --weights FILE and other options it was "
+        "extracted with (a complete cache's manifest.json records them under config); else use "
+        "another --out directory, or delete this one to rebuild it.",
+    foreign="cache directory {folder} is not empty and holds no cache (no {record}); choose "
+            "another --out or empty it",
+    unwritable="cannot create the cache directory {folder} ({err}); choose another --out")
 
 
 def claim_directory(cache_dir: Path, identity: Mapping[str, Any]) -> bool:
@@ -75,26 +74,7 @@ def claim_directory(cache_dir: Path, identity: Mapping[str, Any]) -> bool:
     Refuses a directory that holds another cache (naming the differing attributes) or unrelated
     files, so nothing already written is ever overwritten or silently mixed.
     """
-    cache_dir = Path(cache_dir)
-    id_path = cache_dir / IDENTITY_FILE
-    if id_path.exists():
-        check_identity(read_json(id_path, "cache identity"), identity, f"cache directory {cache_dir}",
-                       keys=CLASSIFIER_IDENTITY,
-                       hint="To complete or reuse it, pass the --data, --weights FILE and other "
-                            "options it was extracted with (a complete cache's manifest.json "
-                            "records them under config); else use another --out directory, or "
-                            "delete this one to rebuild it.")
-        return (cache_dir / MANIFEST_FILE).exists()
-    if cache_dir.exists() and any(p for p in cache_dir.iterdir() if not p.name.startswith(".")):
-        raise CacheError(f"cache directory {cache_dir} is not empty and holds no cache (no "
-                         f"{IDENTITY_FILE}); choose another --out or empty it")
-    try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(id_path, identity)
-    except (PermissionError, FileExistsError, NotADirectoryError) as err:
-        raise CacheError(f"cannot create the cache directory {cache_dir} ({err}); choose "
-                         "another --out") from None
-    return False
+    return CACHE_CLAIM.take(cache_dir, identity) == "complete"
 
 
 def load_manifest(cache_dir: Path) -> dict:

@@ -16,11 +16,15 @@ directories).  See docs/DATA_CONTRACT.md (Stage 2) for the layout.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from cache.atomic import read_json, write_json_atomic
+from cache.claim import Claim
 from cache.lock import DirLock
-from cache.manifest import IDENTITY_FILE, MANIFEST_FILE, read_json, write_json_atomic
+from cache.manifest import IDENTITY_FILE, MANIFEST_FILE
 from cache.outputs import read_outputs
 from cache.reader import slug
 from cache.runfile import RunError, RunFile
@@ -38,6 +42,15 @@ TIMING_SUFFIX = ".timing.json"
 RUN_IDENTITY = ("oracle", "classifier", "loss", "variant", "seed", "group")
 # run.json keys written by ``write`` itself, not part of a run's extras.
 FRAME_KEYS = ("run", "status", "versions", "updated")
+# A run directory's claim (cache.claim): run.json, written by ``write`` once the run starts.
+RUN_CLAIM = Claim(
+    record=RUN_FILE, section="run", write=None, what="run file", error=RunError,
+    finished=lambda payload: payload.get("status") == "complete",
+    keys=RUN_IDENTITY, found_in="run", expected_in="expected", nested=False, show=None,
+    refused="run directory {folder} holds another run",
+    fix="Use another --out, or delete that directory to start over.",
+    foreign="--out {folder} is not empty and is not a run directory (no {record}); choose an "
+            "empty or new directory")
 
 
 class RunLock(DirLock):
@@ -188,34 +201,19 @@ class RunDir:
 
     def claim(self, record: Mapping[str, Any], must_resume: bool,
               compared: Iterable[str], hints: Mapping[str, str] | None = None) -> str:
-        """'new', 'resume' or 'complete'.  Refuses a directory that holds another run, naming the
-        differing labels and the differing settings among ``compared`` (with ``hints[setting]``,
-        what to do about that one, where given)."""
-        if self.run_file.exists():
-            found = self.read()
-            old, new = found.get("run", {}), dict(record)
-            diffs = identity_diff(old, new, RUN_IDENTITY, found_in="run")
-            if diffs:
-                compared = tuple(compared)
-                cfg_diffs = identity_diff(old.get("config", {}), new["config"], compared,
-                                          found_in="run")
-                fixes = [hints[k] for k in compared if k in (hints or {}) and
-                         identity_diff(old.get("config", {}), new["config"], (k,))]
-                raise RunError(f"run directory {self.path} holds another run:\n  "
-                               + "\n  ".join(diffs + cfg_diffs + fixes)
-                               + "\nUse another --out, or delete that directory to start over.")
-            if found.get("status") == "complete":
-                return "complete"
-            if self.checkpoint(LAST).exists():
-                return "resume"
-        elif self.path.exists() and any(not p.name.startswith(".") for p in self.path.iterdir()):
-            raise RunError(f"--out {self.path} is not empty and is not a run directory (no "
-                           f"{RUN_FILE}); choose an empty or new directory")
-        if must_resume:
+        """'new', 'resume' or 'complete' (``RUN_CLAIM``; resumed only from a last checkpoint).
+        Refuses a directory that holds another run, naming the differing labels and the
+        differing settings among ``compared`` (with ``hints[setting]``, what to do about that
+        one, where given)."""
+        explain = partial(_setting_diffs, tuple(compared), dict(hints or {}))
+        state = replace(RUN_CLAIM, explain=explain).take(self.path, record)
+        if state == "resume" and not self.checkpoint(LAST).exists():
+            state = "new"
+        if state == "new" and must_resume:
             raise RunError(f"--resume: {self.path} has no checkpoint to resume from (settings "
                            "that differ from the interrupted run change the run directory; "
                            "compare run.json of the runs under its parent)")
-        return "new"
+        return state
 
     # -- val_split.json ----------------------------------------------------------------------
     def write_val_split(self, payload: Mapping[str, Any]) -> None:
@@ -286,6 +284,14 @@ class RunDir:
         """The timing of ``output``, or None where none was written (head-only outputs)."""
         path = self.timing_path(output)
         return read_json(path, "inference timing") if path.exists() else None
+
+
+def _setting_diffs(compared: tuple[str, ...], hints: Mapping[str, str], old: Mapping[str, Any],
+                   new: Mapping[str, Any]) -> list[str]:
+    """A refused run's differing settings among ``compared``, then the hints of those."""
+    before, now = old.get("config", {}), new["config"]
+    return identity_diff(before, now, compared, found_in="run") + [
+        hints[k] for k in compared if k in hints and identity_diff(before, now, (k,))]
 
 
 def _now() -> str:

@@ -14,7 +14,7 @@ refuse files of another version instead of guessing.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from cache.errors import TrustOraclesError
 
@@ -132,26 +132,47 @@ def canonical(value: Any) -> Any:
 
 
 def identity_diff(found: Mapping[str, Any], expected: Mapping[str, Any],
-                  keys: tuple[str, ...] | None = None, found_in: str = "cache") -> list[str]:
-    """Names of the attributes whose values differ, with both values, for an error message."""
+                  keys: Iterable[str] | None = None, found_in: str = "cache", *,
+                  expected_in: str = "expected", nested: bool = False,
+                  show: Callable[[Any], str] | None = None) -> list[str]:
+    """One line per attribute whose values differ, naming it and both values, for an error
+    message: ``model: cache has "a", expected "b"``.  ``keys``: the attributes compared, in this
+    order (default: ``expected``'s); ``found_in`` / ``expected_in``: the words before each value;
+    ``nested``: a differing mapping is named by its differing entries, dotted (``params.eps``;
+    every entry of either side, sorted); ``show``: how a value is written (default: JSON, cut at
+    120 characters).  Values compare as JSON (tuples equal lists)."""
     keys = keys if keys is not None else tuple(expected)
+    show = show or _short
     out = []
     for key in keys:
         a, b = canonical(found.get(key)), canonical(expected.get(key))
-        if a != b:
-            out.append(f"{key}: {found_in} has {_short(a)!s}, expected {_short(b)!s}")
+        if a == b:
+            continue
+        if nested and isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{key}.{line}" for line in identity_diff(
+                a, b, sorted(set(a) | set(b)), found_in, expected_in=expected_in, nested=True,
+                show=show)]
+        else:
+            out.append(f"{key}: {found_in} has {show(a)}, {expected_in} {show(b)}")
     return out
+
+
+def check_schema_version(found: Mapping[str, Any], where: str,
+                         version: Any = SCHEMA_VERSION) -> None:
+    """Raise CacheMismatch if ``found`` was written with another schema version than
+    ``version`` (``where``: what holds it, for the message)."""
+    if canonical(found.get("schema_version")) != canonical(version):
+        raise CacheMismatch(
+            f"{where} was written with cache schema version {found.get('schema_version')!r}; this "
+            f"code reads version {SCHEMA_VERSION}. Re-create it (delete the directory and re-run).")
 
 
 def check_identity(found: Mapping[str, Any], expected: Mapping[str, Any], where: str,
                    keys: tuple[str, ...] | None = None, hint: str = "",
                    check_version: bool = True) -> None:
     """Raise CacheMismatch naming every differing attribute (schema version first)."""
-    if check_version and canonical(found.get("schema_version")) != canonical(expected.get("schema_version",
-                                                                         SCHEMA_VERSION)):
-        raise CacheMismatch(
-            f"{where} was written with cache schema version {found.get('schema_version')!r}; this "
-            f"code reads version {SCHEMA_VERSION}. Re-create it (delete the directory and re-run).")
+    if check_version:
+        check_schema_version(found, where, expected.get("schema_version", SCHEMA_VERSION))
     diffs = identity_diff(found, expected, keys)
     if diffs:
         raise CacheMismatch(f"{where} holds a different cache:\n  " + "\n  ".join(diffs)

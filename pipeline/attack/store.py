@@ -18,7 +18,7 @@ import torch
 from torchvision.io import encode_png
 
 from cache.atomic import atomic_file, atomic_path
-from cache.manifest import write_json_atomic
+from cache.claim import Claim
 from pipeline.data import attacked as fmt
 from pipeline.data.sources import SampleList
 from pipeline.attack.methods import AttackError
@@ -27,41 +27,21 @@ RECORD_COLUMNS = ("position", "source_index", "label", "clean_pred", "adv_pred",
                   "stored_logits", "linf")
 
 
-def flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def identity_diff(found: dict, expected: dict) -> list[str]:
-    a, b = flatten(json.loads(json.dumps(found))), flatten(json.loads(json.dumps(expected)))
-    return [f"{k}: the folder has {a.get(k)!r}, this command {b.get(k)!r}"
-            for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+# The split folder's claim (cache.claim): .attack/claim.json first, .attack/manifest.json last.
+CLAIM = Claim(
+    record=f"{fmt.META_DIR}/{fmt.CLAIM_FILE}", marker=f"{fmt.META_DIR}/{fmt.MANIFEST_FILE}",
+    what="attack claim", error=AttackError,
+    refused="{folder} holds an adversarial split written by another attack run",
+    fix="Choose another --out-split or --out, or delete the folder to rebuild it.",
+    foreign="{folder} exists and was not written by `cli.py attack` (no {record}); choose "
+            "another --out-split or --out")
 
 
 def claim(split_dir: Path, identity: dict) -> bool:
     """Create or re-open ``split_dir`` for ``identity``; True if it is already complete.  A folder
     holding another attack's (or classifier's, or parameters') images is refused, naming what
     differs; a folder holding anything else is refused too."""
-    split_dir = Path(split_dir)
-    path = fmt.meta_dir(split_dir) / fmt.CLAIM_FILE
-    if path.exists():
-        diffs = identity_diff(json.loads(path.read_text()), identity)
-        if diffs:
-            raise AttackError(f"{split_dir} holds an adversarial split written by another attack "
-                              "run:\n  " + "\n  ".join(diffs) + "\nChoose another --out-split or "
-                              "--out, or delete the folder to rebuild it.")
-        return (fmt.meta_dir(split_dir) / fmt.MANIFEST_FILE).exists()
-    if split_dir.exists() and any(not p.name.startswith(".") for p in split_dir.iterdir()):
-        raise AttackError(f"{split_dir} exists and was not written by `cli.py attack` (no "
-                          f"{fmt.META_DIR}/{fmt.CLAIM_FILE}); choose another --out-split or --out")
-    fmt.meta_dir(split_dir).mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, identity)
-    return False
+    return CLAIM.take(split_dir, identity) == "complete"
 
 
 def claim_classes(root: Path, dataset: str, dirnames: tuple[str, ...]) -> None:

@@ -28,6 +28,7 @@ from torchvision.transforms.v2 import functional as TF
 from tqdm import tqdm
 
 from cache.atomic import atomic_file, atomic_path
+from cache.claim import Claim
 from pipeline.data.corruptions import make_corruption
 from pipeline.data.errors import DataError
 from pipeline.data.imagecorruptions_compat import installed_version as imagecorruptions_version
@@ -84,20 +85,16 @@ def manifest_for(cfg: CorruptConfig, samples: SampleList) -> dict:
             "imagecorruptions": imagecorruptions_version()}
 
 
-def claim(out: Path, manifest: dict) -> None:
-    """Write the manifest, or check that an existing one matches (naming what differs)."""
-    path = out / MANIFEST
-    if path.exists():
-        old = json.loads(path.read_text())
-        differ = [k for k in manifest if old.get(k) != manifest[k]]
-        if differ:
-            raise DataError(f"{out} was written by another corruption run: {', '.join(differ)} "
-                            f"differ(s) ({ {k: old.get(k) for k in differ} } there, "
-                            f"{ {k: manifest[k] for k in differ} } now); use another --out")
-        return
-    out.mkdir(parents=True, exist_ok=True)
+def _write_manifest(path: Path, manifest: dict) -> None:
     with atomic_file(path, "w") as fh:
         fh.write(json.dumps(manifest, indent=2))
+
+
+# The output folder's claim (cache.claim): manifest.json first; files are skipped one by one, so
+# there is no completion mark, and a folder without a manifest is taken.
+CLAIM = Claim(record=MANIFEST, write=_write_manifest, what="corruption manifest", error=DataError,
+              refused="{folder} was written by another corruption run",
+              fix="Use another --out, or delete the folder to write it again.")
 
 
 class CorruptRows(ImageRows):
@@ -140,7 +137,7 @@ def write_image(img: torch.Tensor, path: Path, fmt: str) -> None:
 def corrupt_split(cfg: CorruptConfig) -> dict:
     """Write every requested corruption and severity of the split; returns a summary dict."""
     samples = list_split(cfg.data, cfg.split, cfg.labels_file)
-    claim(cfg.out, manifest_for(cfg, samples))
+    CLAIM.take(cfg.out, manifest_for(cfg, samples))   # refuses another run's folder
     dirs, pin = class_dirs(samples)
     if pin:
         (cfg.out / "classes.txt").write_text("\n".join(dirs) + "\n")

@@ -17,8 +17,7 @@ from cache import manifest as mf
 from cache.integrity import NotWritable, column_hash
 from cache.lock import DirLock
 from cache.reader import ClassifierCache
-from cache.schema import (CLASSIFIER_IDENTITY, MC_DROPOUT, SOURCE_HASH_COLUMN, SOURCE_STAMP,
-                          CacheError, identity_diff)
+from cache.schema import MC_DROPOUT, SOURCE_HASH_COLUMN, SOURCE_STAMP, CacheError
 from cache.shards import add_to_shard, shard_path
 from pipeline.core import dist
 from pipeline.data.sources import SampleList
@@ -82,13 +81,11 @@ def kept_mc_dropout(out: Path, identity: dict) -> tuple[dict, list[str]]:
     this extract would write (the MC passes run after them and leave them unchanged), the MC
     columns are extra.  Returns the identity to claim with (the cache's) and a note.  An
     incomplete one is still refused by the claim (its missing shards would lack the columns)."""
-    path = Path(out) / mf.IDENTITY_FILE
     if MC_DROPOUT in identity or not (Path(out) / mf.MANIFEST_FILE).exists():
         return identity, []
-    found = mf.read_json(path, "cache identity") if path.exists() else {}
-    if MC_DROPOUT not in found or identity_diff({k: v for k, v in found.items()
-                                                 if k != MC_DROPOUT}, identity,
-                                                CLASSIFIER_IDENTITY):
+    found = mf.CACHE_CLAIM.found(out) or {}
+    if MC_DROPOUT not in found or mf.CACHE_CLAIM.differences(
+            {k: v for k, v in found.items() if k != MC_DROPOUT}, identity):
         return identity, []
     return {**identity, MC_DROPOUT: found[MC_DROPOUT]}, [
         f"{out} was extracted with --mc-dropout {found[MC_DROPOUT]['passes']} too: its "
