@@ -123,7 +123,7 @@ def cli_run(output: str) -> Path:
 # ----------------------------------------------------------------- settings = the command line --
 def test_settings_are_the_command_lines_config(tmp_path):
     from pipeline.oracle.command import train_oracle
-    from pipeline.oracle.settings.config import config_from_params
+    from pipeline.oracle.settings.given import config_from_params
     from trust_oracles.training import TrainConfig, settings
 
     assert settings() == TrainConfig()

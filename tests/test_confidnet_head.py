@@ -232,7 +232,8 @@ def test_a_sweep_trains_confidnet_heads_as_one_bank_of_ordinary_runs(tree, tmp_p
 
 # ----------------------------------------------------------------------------- the group --
 def test_linear_head_only_runs_keep_their_group_and_other_heads_get_their_own():
-    from pipeline.oracle.settings.config import TrainConfig, group_hash
+    from pipeline.oracle.settings.config import TrainConfig
+    from pipeline.oracle.settings.record import group_hash
 
     ident = {"model": "m", "weights_sha256": "w", "dataset_fingerprint": "f", "split": "train",
              "corruption": "none"}

@@ -8,11 +8,12 @@ import click
 import pytest
 
 from pipeline.core.losses import all_params, check_options, get, loss_params, names
+from pipeline.oracle.settings.config import (BANK_FREE, FINE_TUNE_ONLY, LOSS_OPTIONS, NOT_IN_GROUP,
+                                             TrainConfig)
+from pipeline.oracle.settings.given import config_from_params
+from pipeline.oracle.settings.record import as_record, group_hash
 
 PARAMS = all_params()
-from pipeline.oracle.settings.config import (BANK_FREE, FINE_TUNE_ONLY, LOSS_OPTIONS, NOT_IN_GROUP,
-                                             as_record,
-                                    TrainConfig, config_from_params, group_hash)
 
 
 def _train_oracle():

@@ -271,7 +271,8 @@ def test_fine_tuned_runs_keep_their_group_and_head_only_runs_get_their_own():
     """Run directories written before --head-only existed are found again (same group hash)."""
     from dataclasses import asdict
 
-    from pipeline.oracle.settings.config import TrainConfig, group_hash
+    from pipeline.oracle.settings.config import TrainConfig
+    from pipeline.oracle.settings.record import group_hash
 
     ident = {"model": "m", "weights_sha256": "w", "dataset_fingerprint": "f", "split": "train",
              "corruption": "none"}

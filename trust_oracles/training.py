@@ -31,9 +31,11 @@ from pipeline.core.values import OptionValueError
 from pipeline.oracle.finetune.train import train as train_finetuned
 from pipeline.oracle.headonly.train import train_head_only
 from pipeline.oracle.loop.state import TrainingDiverged
-from pipeline.oracle.settings.config import (SettingsError, TrainConfig, check_given,
-                                             config_from_params, config_from_record,
-                                             default_params, param_option)
+from pipeline.oracle.settings.config import TrainConfig
+from pipeline.oracle.settings.fields import param_option
+from pipeline.oracle.settings.given import (SettingsError, check_given, config_from_params,
+                                            default_params)
+from pipeline.oracle.settings.record import config_from_record
 from trust_oracles.errors import InputError, received
 from trust_oracles.heads import HeadOracle, train_head
 from trust_oracles.runs import RunRecord

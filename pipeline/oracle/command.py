@@ -13,8 +13,8 @@ from pipeline.core.commandline import Command, options, output_name_option, type
 from pipeline.core.options import (BATCH_SIZE, DATA, DEVICE, LABELS, NO_PROGRESS, PRECISION,
                                    WEIGHTS, WORKERS, FloatRange, Opt)
 from pipeline.data.sources import default_artifacts
-from pipeline.oracle.settings.config import (SettingsError, check_given, config_from_params,
-                                             train_options)
+from pipeline.oracle.settings.config import train_options
+from pipeline.oracle.settings.given import SettingsError, check_given, config_from_params
 
 
 def _run_stage2(fn, *args):

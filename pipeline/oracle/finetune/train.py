@@ -27,7 +27,8 @@ from pipeline.oracle.loop.state import LoopState, TrainingDiverged
 from pipeline.oracle.loop.log import StepLog
 from pipeline.oracle.loop.outputs import finish_run, image_scorer
 from pipeline.oracle.loop.schedule import loop_settings, schedule_of
-from pipeline.oracle.settings.config import TrainConfig, head_only_settings
+from pipeline.oracle.settings.config import TrainConfig
+from pipeline.oracle.settings.given import head_only_settings
 from pipeline.oracle.loop.rundir import claimed, run_extras, versions, write_val_split
 from pipeline.oracle.settings.prepare import Prepared, prepare
 from pipeline.oracle.settings.targets import SplitMemo

@@ -35,7 +35,9 @@ from pipeline.oracle.loop.schedule import loop_settings, schedule_of
 from pipeline.oracle.nets.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.oracle.nets.heads import head_from_checkpoint
 from pipeline.oracle.nets.losses import eager_loss
-from pipeline.oracle.settings.config import TrainConfig, bank_key, head_only_misfits
+from pipeline.oracle.settings.config import TrainConfig
+from pipeline.oracle.settings.given import head_only_misfits
+from pipeline.oracle.settings.record import bank_key
 from pipeline.oracle.loop.rundir import claimed, run_extras, versions, write_val_split
 from pipeline.oracle.settings.prepare import Prepared, prepare
 

@@ -1,99 +1,32 @@
 """A train-oracle run's configuration: every setting declared once, as a field of ``TrainConfig``
 with the option that sets it and the part of the run it belongs to.
 
-    cfg = config_from_params(ctx.params)        # train-oracle's (or sweep's) parsed options
+    cfg = config_from_params(ctx.params)        # given.py: train-oracle's (or the API's) options
     cfg, origin = resolve_protocol(cfg, embedded=True)   # presets fill what was not given
+    record = as_record(cfg)                     # record.py: run.json's config, the group hash
 
 Parts (field metadata ``part``): ``run`` settings define what is trained and enter the group hash;
 ``seed`` (runs differing only in it share a group); ``where`` inputs and outputs live (replaced in
 the hash by the training cache's identity); ``runtime`` (how fast, how often logged; never what is
 trained).  ``fine_tune_only`` settings are refused with --head-only; ``bank_free`` ones may differ
 between the head-only runs trained as one bank.  Everything that lists settings derives from these
-fields: the click options, the same-run comparison, the group hash, the loss options.  Torch-free.
+fields: the options, the same-run comparison, the group hash, the loss options.  How a field and
+its option are declared: ``fields.py``.  Torch-free.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import re
-from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
-from pathlib import Path
-from typing import Any, Mapping
+from dataclasses import dataclass, fields, replace
 
-from cache.errors import TrustOraclesError
-from cache.schema import canonical
-from pipeline.core.losses import HEAD_ARCHS, HEADS, Param, all_params, loss_params, names
+from pipeline.core.losses import HEAD_ARCHS, HEADS, loss_params, names
 from pipeline.core.options import (BATCH, BATCH_SIZE, CLASSIFIER, DATA, DEVICE, FRACTION, LABELS,
                                    MODEL_KWARGS, NO_PROGRESS, NON_NEGATIVE, PRECISION, PREPROCESS,
                                    RANDOM_INIT, SEED_OPT, WEIGHTS, WORKERS, Choice, IntRange, Opt,
                                    PathValue, positive)
 from pipeline.core.presets import EMBEDDED_ORACLE, PAPER_ORACLE
-from pipeline.data.sources import default_artifacts
-
-PARTS = ("run", "seed", "where", "runtime")
-
-
-class SettingsError(TrustOraclesError, ValueError):
-    """Options that do not go together (the command line's usage error, exit 2; the API's
-    InputError)."""
-    exit_code = 2
+from pipeline.oracle.settings.fields import loss_param, param_option, preset_default, setting
 
 HEAD_INPUTS = ("features", "stacked")
 PATH = PathValue()
-
-
-def preset_default(key: str, none: str) -> str:
-    """A protocol option's default as --help shows it: what the preset resolves it to on the
-    embedded Fashion-MNIST (EMBEDDED_ORACLE) and on any other data (PAPER_ORACLE, the paper's
-    protocol); ``none``: the words for a preset value None."""
-    def show(value):
-        return none if value is None else f"{value:g}" if isinstance(value, float) else str(value)
-
-    embedded, paper = show(EMBEDDED_ORACLE[key]), show(PAPER_ORACLE[key])
-    if embedded == paper:
-        return f"from the preset ({paper})"
-    return f"from the preset (embedded: {embedded}; paper: {paper})"
-
-
-def setting(default: Any = None, opt: Opt | None = None, part: str = "run", *, factory=None,
-            fine_tune_only: bool = False, head_only: bool = False, bank_free: bool = False,
-            loss: bool = False, invert: bool = False, later: bool = False) -> Field:
-    """A TrainConfig field: its default, the option that sets it (``invert``: a --no-X flag),
-    and where it belongs (module docstring).  ``head_only``: it applies to --head-only runs
-    only; ``later``: added after runs existed, so at its default it stays out of the group hash
-    (those runs keep their group and run directory)."""
-    if (opt is not None and not invert and not opt.is_flag and not opt.multiple and
-            opt.default is None and opt.default_text is None and default is not None):
-        # the option shows the field's one default; one left at None is chosen at run time
-        # (and says so in its default_text), so a shared bundle option (--seed) stays the
-        # bundle's own object
-        opt = replace(opt, default=default)
-    meta = {"opt": opt, "part": part, "fine_tune_only": fine_tune_only, "head_only": head_only,
-            "bank_free": bank_free, "loss": loss, "invert": invert, "later": later}
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-def _param_type(p: Param):
-    return positive(max_open_one=True) if p.below_one else positive() if p.open_min else NON_NEGATIVE
-
-
-def _help_without_default(text: str) -> str:
-    """A Param's help less the default it states in words: --help shows the default instead."""
-    return re.sub(r" \(default [^)]*\)", "", text).split(" Default")[0]
-
-
-def param_option(p: Param) -> Opt:
-    """The option of a numeric loss parameter (``pipeline.core.losses``: the losses' own ones
-    and the class weights), value None when not given: the loss fills its default."""
-    return Opt((p.flag,), type=_param_type(p), group="protocol", help=_help_without_default(p.help),
-               default_text=p.default_text or f"{p.default:g}")
-
-
-def loss_param(name: str) -> Field:
-    """A class-weight option of every weighted loss (``WEIGHT_PARAMS``) as a TrainConfig field."""
-    return setting(None, param_option(all_params()[name]), loss=True, bank_free=True)
 
 
 @dataclass(frozen=True)
@@ -319,68 +252,6 @@ def train_options() -> list[Opt]:
     return out
 
 
-def config_from_params(params: Mapping[str, Any]) -> TrainConfig:
-    """train-oracle's converted options by parameter name (click's ``ctx.params``, or the API's
-    ``default_params`` updated) -> TrainConfig (also ``cli.py sweep``).  Paths become strings;
-    the cache root defaults to artifacts/<dataset>/cache."""
-    values = {"loss_params": {name: params[name] for name in loss_params()
-                              if params.get(name) is not None}}
-    for f in fields(TrainConfig):
-        opt = f.metadata["opt"]
-        if opt is None:
-            continue
-        value = params[opt.name]
-        if f.metadata["invert"]:
-            value = not value
-        elif isinstance(value, Path):
-            value = str(value)
-        elif opt.multiple:
-            value = tuple(value)
-        values[f.name] = value
-    if values["hub_weights"] and (values["weights"] or values["random_init"]):
-        raise SettingsError("--hub-weights excludes --weights and --random-init (each says "
-                               "where the oracle's starting weights come from)")
-    artifacts = default_artifacts(values["data"])
-    values["cache"] = values["cache"] or str(artifacts / "cache")
-    return TrainConfig(**values, artifacts=str(artifacts))
-
-
-def default_params() -> dict[str, Any]:
-    """Every train-oracle option at the value it takes when not given (as click parses it)."""
-    out = {}
-    for opt in train_options():
-        if opt.is_flag:
-            out[opt.name] = bool(opt.default)
-        elif opt.multiple:
-            out[opt.name] = tuple(opt.default or ())
-        elif opt.default is None:
-            out[opt.name] = opt.type.missing() if hasattr(opt.type, "missing") else None
-        else:
-            out[opt.name] = opt.convert(opt.default)
-    return out
-
-
-def check_given(head_only: bool, given: set[str]) -> None:
-    """--head-only with an option of the fine-tuned loop (or --features-cache or a head-only
-    option without it): refused, naming the option, instead of silently ignoring it.
-    ``given``: the parameter names set explicitly."""
-    if not head_only:
-        if option_of("features_cache").name in given:
-            raise SettingsError("--features-cache applies to --head-only training only")
-        wrong = [option_of(f).flag for f in HEAD_ONLY if option_of(f).name in given]
-        if wrong:
-            verb = "applies" if len(wrong) == 1 else "apply"
-            raise SettingsError(f"{' and '.join(wrong)} {verb} to --head-only runs only (the "
-                                "head trained on the oracle's cached features): add --head-only")
-        return
-    wrong = [option_of(f).flag for f in FINE_TUNE_ONLY if option_of(f).name in given]
-    if wrong:
-        raise SettingsError(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not "
-                            "apply to --head-only (the head trains in float32 on cached "
-                            "features, in one process, without a DataLoader or mid-run "
-                            "checkpoints; a re-run retrains an incomplete run)")
-
-
 def resolve_protocol(cfg: TrainConfig, embedded: bool) -> tuple[TrainConfig, dict]:
     """Fill every protocol option left at None from the preset of the dataset (the one place
     where defaults are chosen).  Returns the resolved config and what was taken from where."""
@@ -393,68 +264,3 @@ def resolve_protocol(cfg: TrainConfig, embedded: bool) -> tuple[TrainConfig, dic
     origin = {"preset": f"pipeline.presets.{name}",
               "from_preset": sorted(k for k, v in given.items() if v is None)}
     return replace(cfg, **filled), origin
-
-
-def group_hash(config: Mapping[str, Any], train_identity: Mapping[str, Any]) -> str:
-    """12 hex digits naming everything that defines a run except its seed: the ``run`` part of
-    the config, with the paths replaced by the training cache's identity."""
-    keep = {k: v for k, v in config.items() if k not in NOT_IN_GROUP}
-    for name in LATER:      # e.g. fine-tuned runs keep the group they had before --head-only
-        default = _default(TrainConfig.__dataclass_fields__[name])
-        if keep.get(name, default) == default:
-            keep.pop(name, None)
-    # the weights file by its contents, not its path; runs without --weights keep their group
-    sha = keep.pop("weights_sha256", None)
-    if keep.get("weights") is not None:
-        keep["weights"] = {"sha256": sha}
-    keep["train_cache"] = {k: train_identity.get(k) for k in
-                           ("model", "weights_sha256", "dataset_fingerprint", "split", "corruption")}
-    return hashlib.sha256(json.dumps(canonical(keep), sort_keys=True).encode()).hexdigest()[:12]
-
-
-# The losses' own parameters run.json's config names at top level, null where the run's loss
-# lacks them: the record every run directory's group hash was computed from.  A parameter not
-# listed here is recorded only by the runs of its loss.
-FLAT_PARAMS = ("gamma", "alpha_pos", "alpha_neg")
-
-
-def as_record(cfg: TrainConfig) -> dict:
-    """The config as run.json and every checkpoint record it (JSON types): the loss's own
-    parameters at top level (``FLAT_PARAMS``)."""
-    record = asdict(cfg)
-    params = record.pop("loss_params")
-    return canonical({**record, **dict.fromkeys(FLAT_PARAMS), **params})
-
-
-def config_from_record(config: Mapping[str, Any]) -> TrainConfig:
-    """run.json's config (``as_record``) as the TrainConfig it was written from."""
-    names = {f.name for f in fields(TrainConfig)}
-    values = {k: v for k, v in config.items() if k in names}
-    values["loss_params"] = {k: v for k, v in config.items()
-                             if k not in names and v is not None and k in loss_params()}
-    values["eval_splits"] = tuple(values.get("eval_splits", ()))
-    return TrainConfig(**values)
-
-
-def bank_key(cfg: TrainConfig) -> str:
-    """Runs with the same key train as one bank of heads (they differ in ``bank_free`` only)."""
-    return json.dumps({k: v for k, v in asdict(cfg).items() if k not in BANK_FREE},
-                      sort_keys=True, default=str)
-
-
-def head_only_misfits(cfg: TrainConfig) -> list[str]:
-    """Fine-tune-only settings a head-only config sets (their flags): refused by the API as by
-    the command line."""
-    return [f.metadata["opt"].flag for f in fields(TrainConfig)
-            if f.metadata["fine_tune_only"] and getattr(cfg, f.name) != _default(f)]
-
-
-def head_only_settings(cfg: TrainConfig) -> list[str]:
-    """The flags of the head-only settings a config sets off their default (refused by
-    fine-tuned runs: they choose the head trained on cached features)."""
-    return [option_of(n).flag for n in HEAD_ONLY if getattr(cfg, n) != _default(
-        TrainConfig.__dataclass_fields__[n])]
-
-
-def _default(f: Field) -> Any:
-    return f.default_factory() if f.default is MISSING else f.default

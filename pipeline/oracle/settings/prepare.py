@@ -24,8 +24,8 @@ from pipeline.core.precision import default_precision
 from pipeline.core.presets import ss_slopes
 from pipeline.data.loader import default_workers
 from pipeline.data.sources import is_embedded_dataset
-from pipeline.oracle.settings.config import (LOSS_OPTIONS, TrainConfig, as_record, group_hash,
-                                             resolve_protocol)
+from pipeline.oracle.settings.config import LOSS_OPTIONS, TrainConfig, resolve_protocol
+from pipeline.oracle.settings.record import as_record, group_hash
 from pipeline.oracle.settings.defaults import (classifier_weights, heldout_note, say,
                                                small_run_batch, small_run_epochs)
 from pipeline.oracle.settings.sampler import StepSchedule, carve_rows
