@@ -119,11 +119,16 @@ def train_head(features: Any, correct: Any, *, loss: str | type[Loss] | Loss | L
     dev = check_device(device)
     out = train_on_arrays(x.to(dev), torch.from_numpy(o).to(dev), pt.to(dev), train_rows,
                           val_rows, s, fn)
+    return _oracle(out, x.shape[1], cfg.name)
+
+
+def _oracle(out, dim: int, loss: str) -> HeadOracle:
+    """The trained head as a HeadOracle; a diverged one refused."""
     h = out.state.heads[0]
     if h.diverged_at is not None:
-        raise TrainingDiverged(f"the loss ({cfg.name}) became {h.diverged_value} at step "
+        raise TrainingDiverged(f"the loss ({loss}) became {h.diverged_value} at step "
                                f"{h.diverged_at} of {out.total_steps}: lower lr")
-    return HeadOracle(out.head, x.shape[1], cfg.name, out.best_step, out.val_aupr_error,
+    return HeadOracle(out.head, dim, loss, out.best_step, out.val_aupr_error,
                       out.total_steps, out.train_rows, out.val_rows, tuple(out.log))
 
 
