@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT
 from oracle_fixtures import (CLASSIFIER, TINY_VIT_KWARGS, extract, run_cli, train_args,
                              write_colour_tree)
+from pipeline.core.losses import registry
 
 
 def blocks() -> list[str]:
@@ -37,7 +38,17 @@ def study_setup(base) -> str:
             f"train_options = {options!r}\n")
 
 
-def test_every_block_of_the_api_docs_runs(tmp_path, monkeypatch):
+@pytest.fixture
+def restore_registry():
+    """The loss class a block registers leaves with the test (the command line's --loss choices
+    are built once per process)."""
+    before = dict(registry._LOSSES)
+    yield
+    registry._LOSSES.clear()
+    registry._LOSSES.update(before)
+
+
+def test_every_block_of_the_api_docs_runs(tmp_path, monkeypatch, restore_registry):
     found = blocks()
     assert len(found) >= 8 and found[1].startswith("# setup"), "docs/API.md's layout changed"
     monkeypatch.chdir(tmp_path)
@@ -52,4 +63,5 @@ def test_every_block_of_the_api_docs_runs(tmp_path, monkeypatch):
                 pytest.fail(f"docs/API.md block {i} raised {type(err).__name__}: {err}\n{block}")
     out = printed.getvalue()
     assert "custom:squared-hinge" in out and "favours" in out and "head AUC" in out, out
+    assert "hinge Hinge (head-only)" in out and namespace["hinge"].status == "complete"
     assert namespace["result"].status == "complete" and namespace["mine"].status == "complete"
