@@ -60,7 +60,8 @@ def test_end_to_end_lowers_loss_and_writes_aligned_outputs(stage1, tmp_path):
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "complete"
     assert set(run["run"]) == {"oracle", "oracle_model", "classifier", "loss", "variant",
-                               "loss_label", "seed", "group", "dataset", "num_classes", "config"}
+                               "loss_label", "seed", "group", "dataset", "num_classes", "tnr",
+                               "config"}
     assert outputs.run == run["run"]
     assert (run["run"]["loss_label"], run["run"]["variant"], run["run"]["num_classes"]) == ("CE", "", 3)
     val = json.loads((out / "val_split.json").read_text())
