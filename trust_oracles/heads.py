@@ -22,7 +22,7 @@ import torch
 from pipeline.core.losses import (CUSTOM_PREFIX, HEAD_ARCHS, HEADS, Context, FunctionLoss, Loss,
                                   all_params, check_options, get)
 from pipeline.core.options import check_device
-from pipeline.core.presets import EMBEDDED_ORACLE, SS_ALPHAS
+from pipeline.core.presets import EMBEDDED_ORACLE, PAPER_LOSS, SS_ALPHAS
 from pipeline.oracle.headonly.arrays import HeadSettings, split_rows, train_on_arrays
 from pipeline.oracle.loop.state import TrainingDiverged
 from trust_oracles.errors import received
@@ -60,7 +60,8 @@ class HeadOracle:
         return torch.sigmoid(torch.from_numpy(self.z(features))).numpy()
 
 
-def train_head(features: Any, correct: Any, *, loss: str | type[Loss] | Loss | LossFn = "ss",
+def train_head(features: Any, correct: Any, *,
+               loss: str | type[Loss] | Loss | LossFn = PAPER_LOSS,
                loss_options: Mapping[str, Any] | None = None, p_true: Any = None,
                head: str | None = None, arch: str = "linear",
                epochs: int = EMBEDDED_ORACLE["epochs"],

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cache.reader import split_tag
 from cache.runs import RunDir, find_runs
-from pipeline.core.presets import DEMO, DEMO_ATTACK
+from pipeline.core.presets import DEMO, DEMO_ATTACK, PAPER_LOSS
 from pipeline.demo.pretrained import pretrained_steps
 from pipeline.sweep.report import read_chosen
 from pipeline.demo.steps import (RUN_DIR, SLOPES, DemoConfig, Step, adversarial_split,
@@ -59,7 +59,7 @@ def plan(cfg: DemoConfig) -> list[Step]:
             adversarial_split(clf), "--cache", str(cache_root), "--out-name", DEMO_ATTACK["tag"],
             *quiet),
             f"every run of {clf} on {adversarial_split(clf)}", each_run_of=clf))
-    if cfg.head_only and "vit" in cfg.classifiers and "vit" in cfg.oracles and "ss" in cfg.losses:
+    if cfg.head_only and "vit" in cfg.classifiers and "vit" in cfg.oracles and PAPER_LOSS in cfg.losses:
         # named, as the report's runs: a sweep without --data refuses when ./artifacts holds
         # caches of another dataset too
         where = data or ("--cache", str(Path(cfg.artifacts) / "cache"))

@@ -17,7 +17,7 @@ import importlib
 from pathlib import Path
 
 from cache.reader import split_tag
-from pipeline.core.presets import DEMO_ATTACK, PRETRAINED
+from pipeline.core.presets import DEMO_ATTACK, PAPER_LOSS, PRETRAINED
 from pipeline.demo.steps import (RUN_DIR, SLOPES, DemoConfig, Step, adversarial_split,
                                  adversarial_steps, extract_steps)
 
@@ -97,8 +97,9 @@ def trained_steps(cfg: DemoConfig, classifiers: tuple[str, ...], oracle: tuple[s
     the paper's slopes, and the slopes its classifier's sweep chose)."""
     shifted = split_tag("test", cfg.corruption, cfg.severity)
     variants = [(loss, (), None) for loss in cfg.losses]
-    if "ss" in cfg.losses:
-        variants.append(("ss", ("--alpha-pos", SLOPES[0], "--alpha-neg", SLOPES[1]), "swept"))
+    if PAPER_LOSS in cfg.losses:
+        variants.append((PAPER_LOSS, ("--alpha-pos", SLOPES[0], "--alpha-neg", SLOPES[1]),
+                         "swept"))
     steps = []
     for stage, head in (("train", ()), ("head-only", ("--head-only",))):
         for seed in range(cfg.seeds):

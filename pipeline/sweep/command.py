@@ -104,8 +104,8 @@ def sweep(fixed_alpha_pos, fixed_alpha_neg, mode, criterion, fine_tune, out, no_
     base = config_of(ctx.params)
     try:
         swept = {k: parse_values(v, k) for k, v in value_lists.items() if v}
-        if base.loss == "ss" and not swept:
-            swept = dict(DEFAULT_VALUES)
+        if not swept:        # the paper's ranges, for a loss they apply to (SS's slopes)
+            swept = {k: v for k, v in DEFAULT_VALUES.items() if base.loss in option_losses(k)}
         fixed = default_fixed(base)
         fixed.update({k: v for k, v in (("alpha_pos", fixed_alpha_pos),
                                         ("alpha_neg", fixed_alpha_neg)) if v is not None})

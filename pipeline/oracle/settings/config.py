@@ -22,7 +22,7 @@ from pipeline.core.options import (BATCH, BATCH_SIZE, CLASSIFIER, DATA, DEVICE, 
                                    MODEL_KWARGS, NO_PROGRESS, NON_NEGATIVE, PRECISION, PREPROCESS,
                                    RANDOM_INIT, SEED_OPT, WEIGHTS, WORKERS, Choice, IntRange, Opt,
                                    PathValue, positive)
-from pipeline.core.presets import EMBEDDED_ORACLE, PAPER_ORACLE
+from pipeline.core.presets import EMBEDDED_ORACLE, PAPER_LOSS, PAPER_ORACLE
 from pipeline.oracle.settings.fields import loss_param, param_option, preset_default, setting
 
 HEAD_INPUTS = ("features", "stacked")
@@ -37,7 +37,7 @@ class TrainConfig:
     oracle: str | None = setting(None, Opt(("--oracle",), group="model", help="Oracle backbone: "
                                  "preset or timm name.", default_text="the classifier's name (on "
                                  "Fashion-MNIST vit/resnet = the fitted small models)"))
-    loss: str = setting("ss", Opt(("--loss",), type=Choice(names()), group="protocol",
+    loss: str = setting(PAPER_LOSS, Opt(("--loss",), type=Choice(names()), group="protocol",
                                   help="The oracle's loss: cross-entropy, focal, TCP (ConfidNet's) "
                                   "or SS (the paper's steep slope)."), loss=True)
     data: str | None = setting(None, DATA, "where")          # None: the embedded Fashion-MNIST
