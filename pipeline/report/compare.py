@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeline.core.catalog import higher_is_better
 from pipeline.report.baselines import REFERENCE, VERSUS
 from pipeline.report.bootstrap import CI_LEVEL, interval
 from pipeline.report.rows import Row
 
-# (metric, definition, higher is better)
-COMPARED = (("auc", "standard", True), ("aurc", "standard", False))
+# (metric, definition); which side is better, from the catalog
+COMPARED = (("auc", "standard"), ("aurc", "standard"))
 SS = "ss"
 # "Does anything learned beat the softmax?": every oracle row against the post-hoc baselines
 # baselines.VERSUS of its classifier (those the report has), on AUC, AURC and AUGRC
-VERSUS_METRICS = COMPARED + (("augrc", "standard", False),)
+VERSUS_METRICS = COMPARED + (("augrc", "standard"),)
 
 
 def _same_rows(members: list[dict]) -> str | None:
@@ -95,7 +96,8 @@ def _compare(a: Row, b: Row, metrics: tuple = COMPARED, subject: str = "SS") -> 
     why = _same_rows(members)
     entry = {"oc": a.oc, "ss": a.display_loss, "other": b.display_loss, "other_kind": b.kind,
              "other_oc": b.oc, "n_ss": a.n, "n_other": b.n, "metrics": {}}
-    for name, d, higher in metrics:
+    for name, d in metrics:
+        higher = higher_is_better(name, d)
         ma, mb = a.agg[d][name].mean, b.agg[d][name].mean
         delta = None if ma is None or mb is None else ma - mb
         sa, sb = _samples(a.members, d, name), _samples(b.members, d, name)

@@ -7,7 +7,7 @@ import csv
 import io
 import json
 
-from pipeline.core.catalog import CATALOG, DEFINITIONS, columns, delta_header
+from pipeline.core.catalog import CATALOG, DEFINITIONS, columns, delta_header, header
 from pipeline.report import smallscale
 from pipeline.report.baselines import CALIBRATED_SCORES, REFERENCE, TABLE
 from pipeline.report.compare import COMPARED, VERSUS_METRICS
@@ -73,8 +73,8 @@ def build_tables(split: dict, choice: str, ci: bool = False) -> list[dict]:
         tables.append(_table(split, "working_points", "Working points and calibration",
                              DEFINITION_TEXT["working_points"],
                              [("standard", m, head, unit) for m, head, unit in WORKING_POINTS], ci))
-    sep = [(d, "kl", getattr(CATALOG["kl"], d), "") for d in defs] + \
-        [(defs[0], "bhattacharyya", getattr(CATALOG["bhattacharyya"], defs[0]), "")]
+    sep = [(d, "kl", header("kl", d), "") for d in defs] + \
+        [(defs[0], "bhattacharyya", header("bhattacharyya", defs[0]), "")]
     tables.append(_table(split, "separability", "Separability (paper Table A4)",
                          DEFINITION_TEXT["separability"], sep, ci))
     if standard and split.get("comparisons"):
@@ -95,7 +95,7 @@ def _table(split: dict, tid: str, title: str, text: str, columns: list, ci: bool
 
 def _delta_columns(compared: tuple) -> list[tuple[str, str, str, str]]:
     """(definition, metric, header, unit) of the differences compare.py computes."""
-    return [(d, m, delta_header(m, d), CATALOG[m].unit) for m, d, _ in compared]
+    return [(d, m, delta_header(m, d), CATALOG[m].unit) for m, d in compared]
 
 
 PAIRED_COLUMNS = _delta_columns(COMPARED)
