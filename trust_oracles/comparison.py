@@ -166,7 +166,7 @@ def _difference(name: str, definition: str, summary: list, counts: tuple[int, in
         float(np.mean([np.mean(f[0]) - np.mean(f[1]) for f in point]))
     reps = None
     if not reason and delta is not None:
-        boots = [{str(j): np.stack([bt[definition][name] for _, bt, _ in fit[i]])
+        boots = [{str(j): np.stack([bt.of(definition, name) for _, bt, _ in fit[i]])
                   for j, fit in enumerate(summary)} for i in (0, 1)]
         reps = hierarchical(*boots, np.random.default_rng([seed, 1]))
     ci, side = paired_interval(delta, reps, None if reps is None else np.zeros_like(reps), name,

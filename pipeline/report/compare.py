@@ -18,6 +18,7 @@ from pipeline.core.catalog import higher_is_better
 from pipeline.report.baselines import REFERENCE, VERSUS
 from pipeline.report.bootstrap import CI_LEVEL, interval
 from pipeline.report.rows import Row
+from pipeline.report.scoring import ScoreSummary
 
 # (metric, definition); which side is better, from the catalog
 COMPARED = (("auc", "standard"), ("aurc", "standard"))
@@ -27,19 +28,19 @@ SS = "ss"
 VERSUS_METRICS = COMPARED + (("augrc", "standard"),)
 
 
-def _same_rows(members: list[dict]) -> str | None:
+def _same_rows(members: list[ScoreSummary]) -> str | None:
     caches = {(m["cache"], m["valid_rows"]) for m in members}
     return None if len(caches) == 1 else "the runs were evaluated on different rows"
 
 
-def _samples(members: list[dict], d: str, name: str) -> np.ndarray | None:
-    boots = [(m.get("_boot") or {}).get(d, {}).get(name) for m in members]
+def _samples(members: list[ScoreSummary], d: str, name: str) -> np.ndarray | None:
+    boots = [m.resampled(d, name) for m in members]
     if any(b is None for b in boots):
         return None
     return np.mean(boots, axis=0)
 
 
-def row_intervals(row: Row, members: list[dict]) -> None:
+def row_intervals(row: Row, members: list[ScoreSummary]) -> None:
     """Add "ci" to every aggregated cell of ``row`` (in place): the member's own interval for one
     run, the interval of the seed mean for several."""
     if not all("ci" in m for m in members):

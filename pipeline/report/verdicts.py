@@ -100,7 +100,7 @@ def _values(rec: Recipe, metric: str) -> tuple[dict, dict] | None:
     point, boot = {}, {}
     for fit, row in rec.fits.items():
         vals = [m["metrics"]["standard"]["values"].get(metric) for m in row.members]
-        boots = [(m.get("_boot") or {}).get("standard", {}).get(metric) for m in row.members]
+        boots = [m.resampled("standard", metric) for m in row.members]
         if any(b is None for b in boots) or any(v is None for v in vals):
             return None
         point[fit], boot[fit] = np.asarray(vals, float), np.asarray(boots, float)
