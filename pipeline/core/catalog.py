@@ -5,7 +5,8 @@ its bootstrap interval needs.  Pure Python; ``pipeline.core.metrics`` (``evaluat
 its comparisons and verdicts which side of a difference is better.
 
     CATALOG["aurc"]              # Metric(paper=None, standard=Header("AURC", False, "×10³"), ...)
-    header("aurc", "standard")   # "AURC ↓ ×10³": its column header, the arrow from its direction
+    column("aurc", "standard")   # Column("standard", "aurc", "AURC ↓ ×10³", "e3"): a table's
+                                 # column, the header's arrow from the metric's direction
     higher_is_better("aurc", "standard")   # False: what comparisons and verdicts decide by
     names("standard", "scalar")  # what core.metrics.evaluate computes for the standard set
     log_name("aupr_err")         # "aupr_error": its key in training's validation records
@@ -21,6 +22,7 @@ per threshold, or a function in ``pipeline/core/metrics.py``) and its entry here
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pipeline.core.counts import COVERAGES, RISKS
 
@@ -102,9 +104,18 @@ def names(definition: str, *sources: str) -> tuple[str, ...]:
                  and (not sources or m.source in sources))
 
 
-def columns(definition: str, table: str) -> list[tuple[str, str, str]]:
-    """(metric, header text, unit) of one table of one definition, in order."""
-    return [(n, getattr(m, definition).text, m.unit) for n, m in CATALOG.items()
+class Column(NamedTuple):
+    """One column of a report table: ``metric`` as ``definition`` computes it, under ``header``,
+    shown in ``unit`` (the report's tables scale by it)."""
+    definition: str
+    metric: str
+    header: str
+    unit: str
+
+
+def columns(definition: str, table: str) -> list[Column]:
+    """The columns of one table of one definition, in order."""
+    return [column(n, definition) for n, m in CATALOG.items()
             if m.table == table and getattr(m, definition) is not None]
 
 
@@ -116,14 +127,15 @@ def _header(metric: str, definition: str) -> Header:
     return head
 
 
-def header(metric: str, definition: str) -> str:
-    """The column header of ``metric`` in ``definition``'s tables ("AURC ↓ ×10³")."""
-    return _header(metric, definition).text
+def column(metric: str, definition: str) -> Column:
+    """The column of ``metric`` in ``definition``'s tables (header "AURC ↓ ×10³")."""
+    return Column(definition, metric, _header(metric, definition).text, CATALOG[metric].unit)
 
 
 def higher_is_better(metric: str, definition: str) -> bool | None:
     """Whether a higher value of ``metric`` is better in ``definition`` (None: no direction)."""
     return _header(metric, definition).higher_is_better
+
 
 # The metric the checkpoint choice ranks held-out validation by (its standard definition), and
 # the key run.json's "best" records its value under ("val_aupr_error").
