@@ -82,12 +82,13 @@ def versus_baselines(rows: list[Row]) -> list[dict]:
         bases = [r for r in rows if r.eval == learned.eval and r.kind == "baseline"
                  and r.loss in VERSUS and r.classifier == learned.classifier]
         aurc = {r.loss: r.agg["standard"]["aurc"].mean for r in bases}
-        ranked = sorted((v, k) for k, v in aurc.items() if v is not None)
+        defined = [(value, loss) for loss, value in aurc.items() if value is not None]
+        best = min(defined)[1] if defined else None      # a tie: the first name
         for base in bases:
             entry = _compare(learned, base, VERSUS_METRICS, "learned")
             entry.update(learned=entry.pop("ss"), n_learned=entry.pop("n_ss"),
                          learned_key=learned.key(), other_key=base.loss,
-                         strongest=bool(ranked) and base.loss == ranked[0][1])
+                         strongest=base.loss == best)
             out.append(entry)
     return out
 
