@@ -15,15 +15,16 @@ from PIL import Image
 from pipeline.data.errors import BadImageError, worker_message
 from pipeline.data.sources import SampleList
 from pipeline.oracle.deploy import images as deploy
+from pipeline.oracle.deploy.rebuild import DeployedModels
 from trust_oracles import _inputs as inputs
 
 
-def score_tensors(models, x: torch.Tensor, logits: torch.Tensor | None, device: torch.device,
-                  batch_size: int) -> dict:
+def score_tensors(models: DeployedModels, x: torch.Tensor, logits: torch.Tensor | None,
+                  device: torch.device, batch_size: int) -> dict:
     """The oracle's z of a batch at its input size (uint8 pixels normalised here, float32 as
     given), with the classifier's pred and msp where its ``logits`` are given."""
     norm = deploy.normalizers(models, device)[1]
-    oracle, _, precision = models[1]
+    oracle = models.oracle
     parts = []
     with torch.inference_mode():
         for i in range(0, len(x), batch_size):
@@ -31,7 +32,8 @@ def score_tensors(models, x: torch.Tensor, logits: torch.Tensor | None, device: 
             xb = norm(xb) if xb.dtype == torch.uint8 else \
                 xb.to(device).contiguous(memory_format=norm.memory_format)
             lb = None if logits is None else logits[i:i + batch_size].to(device)
-            parts.append(deploy.oracle_z(oracle, precision, xb, lb, device).float().cpu())
+            parts.append(deploy.oracle_z(oracle.model, oracle.precision, xb, lb, device)
+                         .float().cpu())
     out = {"z": inputs.concat(parts), "valid": np.ones(len(x), bool)}
     deploy.check_finite(lambda i: f"row {i} of x", {**out, "msp": np.zeros(len(x))})
     if logits is not None:
@@ -41,8 +43,8 @@ def score_tensors(models, x: torch.Tensor, logits: torch.Tensor | None, device: 
     return out
 
 
-def score_images(models, images: Sequence[Image.Image], upright: bool, device: torch.device,
-                 batch_size: int) -> dict:
+def score_images(models: DeployedModels, images: Sequence[Image.Image], upright: bool,
+                 device: torch.device, batch_size: int) -> dict:
     """PIL images through both models, each converted, turned upright where ``upright``, resized
     and cropped for each model as ``predict --images`` treats a decoded file."""
     views = deploy.model_views(models)
@@ -62,8 +64,8 @@ def score_images(models, images: Sequence[Image.Image], upright: bool, device: t
     return out
 
 
-def score_files(samples: SampleList, models, device: torch.device, batch_size: int, workers: int,
-                skip_bad: bool) -> dict:
+def score_files(samples: SampleList, models: DeployedModels, device: torch.device,
+                batch_size: int, workers: int, skip_bad: bool) -> dict:
     """``predict --images``' pass over the files; its advice for a bad file names the Python
     argument instead of the option."""
     try:

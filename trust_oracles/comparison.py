@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.core.catalog import CATALOG, names
+from pipeline.core.catalog import higher_is_better, names
 from pipeline.report.bootstrap import NO_CI
 from pipeline.report.compare import VERSUS_METRICS, paired_interval
 from pipeline.report.significance import hierarchical, p_value
@@ -23,7 +23,7 @@ from trust_oracles.evaluation import (DEFAULT_RESAMPLES, Interval, _check_option
 
 __all__ = ["COMPARED_METRICS", "Comparison", "Difference", "compare"]
 
-COMPARED_METRICS = tuple(name for name, _, _ in VERSUS_METRICS)   # the report's: auc, aurc, augrc
+COMPARED_METRICS = tuple(name for name, _ in VERSUS_METRICS)   # the report's: auc, aurc, augrc
 
 
 @dataclass(frozen=True)
@@ -159,15 +159,14 @@ def _difference(name: str, definition: str, summary: list, counts: tuple[int, in
     reason = next((m[definition]["undefined"].get(name) for fit in summary for side in fit
                    for m, _, _ in side if m[definition]["undefined"].get(name)),
                   NO_CI.get((definition, name)))
-    header = getattr(CATALOG[name], definition)
-    higher = True if "↑" in header else False if "↓" in header else None
+    higher = higher_is_better(name, definition)
     va, vb = (None if any(v is None for f in point for v in f[i]) else
               float(np.mean([np.mean(f[i]) for f in point])) for i in (0, 1))
     delta = None if va is None or vb is None else \
         float(np.mean([np.mean(f[0]) - np.mean(f[1]) for f in point]))
     reps = None
     if not reason and delta is not None:
-        boots = [{str(j): np.stack([bt[definition][name] for _, bt, _ in fit[i]])
+        boots = [{str(j): np.stack([bt.of(definition, name) for _, bt, _ in fit[i]])
                   for j, fit in enumerate(summary)} for i in (0, 1)]
         reps = hierarchical(*boots, np.random.default_rng([seed, 1]))
     ci, side = paired_interval(delta, reps, None if reps is None else np.zeros_like(reps), name,

@@ -21,7 +21,7 @@ import numpy as np
 
 from pipeline.core.catalog import DEFINITIONS, names
 from pipeline.core.metrics import rank
-from pipeline.report.bootstrap import BootstrapSpec
+from pipeline.report.bootstrap import BootstrapSpec, Resamples
 from pipeline.report.scoring import intervals, score_metrics
 from trust_oracles.errors import received
 
@@ -182,7 +182,7 @@ def _check_options(definition, resamples, seed, confidence_level, tnr_threshold)
 
 
 def _summary(score, correct, tnr_threshold, probability, calibrated, resamples, seed,
-             confidence_level) -> tuple[dict, dict | None, dict | None]:
+             confidence_level) -> tuple[dict, Resamples | None, dict | None]:
     """(metrics, per-resample values, intervals) of both definitions, by the two functions the
     report's ``score_summary`` calls (its ``rates``, ``probability`` = ``probability``,
     ``calibrated`` here)."""

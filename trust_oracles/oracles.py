@@ -82,7 +82,7 @@ class TrustOracle:
     classes: tuple[str, ...] = field(repr=False)
     _run: RunFile = field(repr=False)
     _classifier: dict = field(repr=False)       # the training cache's identity
-    _models: tuple = field(repr=False)          # rebuild.deployed_models' ((clf...), (oracle...))
+    _models: rebuild.DeployedModels = field(repr=False)     # the classifier and the oracle
     _choices: dict = field(default_factory=dict, repr=False)
 
     def threshold(self, target: str | tuple[str, float] = deploy.DEFAULT_TARGET) -> float:
@@ -269,12 +269,12 @@ def load_oracle(run_dir: str | Path, *, weights: str | Path | None = None,
     cache = deploy.training_cache(run_dir, run)
     models = rebuild.deployed_models(run_dir, run, cache, None if weights is None else str(weights),
                                      precision, device, option="load_oracle(weights={})")
-    (_, clf_cfg, clf_prec), (oracle, orc_cfg, orc_prec) = models
-    made = made_on(device, orc_prec)
+    clf, orc = models
+    made = made_on(device, orc.precision)
     note_other_numerics(run_dir, run, made)
     return TrustOracle(run_dir=run_dir, device=device, batch_size=batch_size,
-                       stacked=oracle.stacked, data_config=orc_cfg,
-                       classifier_data_config=clf_cfg, precision=orc_prec,
-                       classifier_precision=clf_prec, made_on=made,
+                       stacked=orc.model.stacked, data_config=orc.data_config,
+                       classifier_data_config=clf.data_config, precision=orc.precision,
+                       classifier_precision=clf.precision, made_on=made,
                        classes=tuple(class_names(cache.manifest.get("classes") or [])),
                        _run=run, _classifier=dict(cache.identity), _models=models)

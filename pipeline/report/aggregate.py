@@ -150,11 +150,12 @@ def _row(members: list[dict]) -> Row:
 
 
 def _agg(entries: list[tuple], members: list[dict]) -> Cell:
-    """mean ± sample std (ddof=1) over seeds; undefined (with the reasons) if any run is."""
-    values = [e[0] for e in entries]
+    """mean ± sample std (ddof=1) over seeds; undefined (with the reasons) if any run is.
+    ``entries``: (value, why undefined, note) of each member."""
+    values = [value for value, _, _ in entries]
     names = [Path(m["run_dir"]).name if m["run_dir"] else "" for m in members]
     if any(v is None for v in values):
-        reasons = sorted({e[1] for e in entries if e[1]})
+        reasons = sorted({why for _, why, _ in entries if why})
         bad = [n for n, v in zip(names, values) if v is None]
         where = "" if len(bad) == len(values) else f" (in {len(bad)} of {len(values)} runs: {bad})"
         return Cell(None, None, len(values), values, "; ".join(reasons) + where, [])
@@ -162,4 +163,5 @@ def _agg(entries: list[tuple], members: list[dict]) -> Cell:
     # identical seeds (e.g. every run's accuracy on one cache) give exactly 0, not rounding noise
     std = (0.0 if (arr == arr[0]).all() else float(arr.std(ddof=1))) if len(arr) > 1 else None
     return Cell(float(arr.mean()), std, len(values), [float(v) for v in values], None,
-                [f"{n}: {e[2]}" if n else e[2] for n, e in zip(names, entries) if e[2]])
+                [f"{n}: {note}" if n else note for n, (_, _, note) in zip(names, entries)
+                 if note])

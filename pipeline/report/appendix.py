@@ -21,7 +21,7 @@ from pipeline.report import tables as T
 from pipeline.report.aggregate import counted, training_key
 
 _NAME = re.compile(r"^[a-z][a-z_]*$")
-APPENDIX_METRICS = tuple(m for m, _, _ in T.COLUMNS["paper"])   # the paper Table 1 columns
+APPENDIX_METRICS = tuple(c.metric for c in T.COLUMNS["paper"])   # the paper Table 1 columns
 
 
 def corruption_of(identity: dict, root: str = "") -> tuple[str, int] | None:
@@ -116,14 +116,14 @@ def markdown(doc: dict) -> list[str]:
 def imagenet_c_table(doc: dict) -> list[str]:
     """Paper Table A (ImageNet-C): a block per corruption and severity, oracle rows."""
     definition = "standard" if doc["metrics"] == "standard" else "paper"
-    cols = {m: (head, unit) for m, head, unit in T.COLUMNS[definition]}
+    cols = {c.metric: c for c in T.COLUMNS[definition]}
     shifts = (doc.get("appendix") or {}).get("shifts", {})
     blocks = sorted(((tuple(shifts[s["split"]]), s) for s in doc["splits"] if s["split"] in shifts),
                     key=lambda b: (*b[0], b[1]["split"]))
     if not blocks:
         return []
     heads = ["Corruption", "Severity", "split", "⟨O,C⟩", "Loss"] + \
-        [cols[m][0] for m in APPENDIX_METRICS] + ["n"]
+        [cols[m].header for m in APPENDIX_METRICS] + ["n"]
     lines = ["", "## Shifted splits (paper appendix ImageNet-C layout)", "",
              f"One block per corruption and severity; oracle rows; {definition} definitions "
              f"({T.DEFINITION_TEXT[definition].split(':')[0]}). The paper's table: defocus, "
@@ -132,7 +132,7 @@ def imagenet_c_table(doc: dict) -> list[str]:
     for (name, severity), split in blocks:
         previous = None
         for row in (r for r in split["rows"] if r["kind"] == "oracle"):
-            cells = [T.cell_text(row["agg"][definition][m], cols[m][1], metric=m)
+            cells = [T.cell_text(row["agg"][definition][m], cols[m].unit, metric=m)
                      for m in APPENDIX_METRICS]
             lead = [name, str(severity), f"`{split['split']}`"] if previous is None else ["", "", ""]
             oc = row["oc"] if row["oc"] != previous else ""

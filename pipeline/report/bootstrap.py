@@ -57,6 +57,20 @@ class BootstrapSpec:
     levels: int = 512
 
 
+@dataclass(frozen=True)
+class Resamples:
+    """One score's per-resample values on one split (``bootstrap_score``): {definition:
+    {metric: (resamples,) float64, NaN where undefined}}; a metric without an exact value has
+    none.  The report combines them over seeds and between scores (compare.py, verdicts.py),
+    which the same resamples of a split make paired; they never reach report.json (a thousand
+    values per metric and run)."""
+    values: dict[str, dict[str, np.ndarray]]
+
+    def of(self, definition: str, metric: str) -> np.ndarray | None:
+        """The values of ``metric`` in ``definition``; None where it has none."""
+        return self.values.get(definition, {}).get(metric)
+
+
 @lru_cache(maxsize=8)
 def resample_plan(n: int, spec: BootstrapSpec) -> tuple[np.ndarray, np.ndarray]:
     """(group of each row (n,), counts W (resamples, G) float32) for ``n`` rows; see the module

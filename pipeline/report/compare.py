@@ -14,31 +14,33 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeline.core.catalog import higher_is_better
 from pipeline.report.baselines import REFERENCE, VERSUS
 from pipeline.report.bootstrap import CI_LEVEL, interval
 from pipeline.report.rows import Row
+from pipeline.report.scoring import ScoreSummary
 
-# (metric, definition, higher is better)
-COMPARED = (("auc", "standard", True), ("aurc", "standard", False))
+# (metric, definition); which side is better, from the catalog
+COMPARED = (("auc", "standard"), ("aurc", "standard"))
 SS = "ss"
 # "Does anything learned beat the softmax?": every oracle row against the post-hoc baselines
 # baselines.VERSUS of its classifier (those the report has), on AUC, AURC and AUGRC
-VERSUS_METRICS = COMPARED + (("augrc", "standard", False),)
+VERSUS_METRICS = COMPARED + (("augrc", "standard"),)
 
 
-def _same_rows(members: list[dict]) -> str | None:
+def _same_rows(members: list[ScoreSummary]) -> str | None:
     caches = {(m["cache"], m["valid_rows"]) for m in members}
     return None if len(caches) == 1 else "the runs were evaluated on different rows"
 
 
-def _samples(members: list[dict], d: str, name: str) -> np.ndarray | None:
-    boots = [(m.get("_boot") or {}).get(d, {}).get(name) for m in members]
+def _samples(members: list[ScoreSummary], d: str, name: str) -> np.ndarray | None:
+    boots = [m.resampled(d, name) for m in members]
     if any(b is None for b in boots):
         return None
     return np.mean(boots, axis=0)
 
 
-def row_intervals(row: Row, members: list[dict]) -> None:
+def row_intervals(row: Row, members: list[ScoreSummary]) -> None:
     """Add "ci" to every aggregated cell of ``row`` (in place): the member's own interval for one
     run, the interval of the seed mean for several."""
     if not all("ci" in m for m in members):
@@ -80,12 +82,13 @@ def versus_baselines(rows: list[Row]) -> list[dict]:
         bases = [r for r in rows if r.eval == learned.eval and r.kind == "baseline"
                  and r.loss in VERSUS and r.classifier == learned.classifier]
         aurc = {r.loss: r.agg["standard"]["aurc"].mean for r in bases}
-        ranked = sorted((v, k) for k, v in aurc.items() if v is not None)
+        defined = [(value, loss) for loss, value in aurc.items() if value is not None]
+        best = min(defined)[1] if defined else None      # a tie: the first name
         for base in bases:
             entry = _compare(learned, base, VERSUS_METRICS, "learned")
             entry.update(learned=entry.pop("ss"), n_learned=entry.pop("n_ss"),
                          learned_key=learned.key(), other_key=base.loss,
-                         strongest=bool(ranked) and base.loss == ranked[0][1])
+                         strongest=base.loss == best)
             out.append(entry)
     return out
 
@@ -95,7 +98,8 @@ def _compare(a: Row, b: Row, metrics: tuple = COMPARED, subject: str = "SS") -> 
     why = _same_rows(members)
     entry = {"oc": a.oc, "ss": a.display_loss, "other": b.display_loss, "other_kind": b.kind,
              "other_oc": b.oc, "n_ss": a.n, "n_other": b.n, "metrics": {}}
-    for name, d, higher in metrics:
+    for name, d in metrics:
+        higher = higher_is_better(name, d)
         ma, mb = a.agg[d][name].mean, b.agg[d][name].mean
         delta = None if ma is None or mb is None else ma - mb
         sa, sb = _samples(a.members, d, name), _samples(b.members, d, name)

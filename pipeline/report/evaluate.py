@@ -1,6 +1,7 @@
 """The report's workers: one oracle output file, or one classifier cache's post-hoc baselines, read,
 checked against their cache and turned into every number of the report (``report/scoring.py``);
-small dicts back to the main process."""
+small dicts back to the main process (``scoring.ScoreSummary``: each with its per-resample values
+beside it)."""
 from __future__ import annotations
 
 import warnings
@@ -18,7 +19,7 @@ from pipeline.report.baselines import (FITTED, LOGIT_BASELINES, TABLE, TRUST_SCO
                                        baseline_label, baseline_scores, public)
 from pipeline.report.heldout import FitTask, fit_heldout
 from pipeline.report.inputs import CacheTask, OutputTask, ReportError, eval_identity
-from pipeline.report.scoring import score_summary, undefined_summary
+from pipeline.report.scoring import ScoreSummary, score_summary, undefined_summary
 from pipeline.report.trustscore import TrustTask, fit_and_score
 
 LABEL_KEYS = ("oracle", "oracle_model", "classifier", "loss", "variant", "loss_label", "seed",
@@ -49,7 +50,7 @@ def _check_against_cache(task: OutputTask, cols: dict) -> None:
                                 f"first global index {int(diff[0])}; refused")
 
 
-def evaluate_output(task: OutputTask) -> dict:
+def evaluate_output(task: OutputTask) -> ScoreSummary:
     """Worker: read one oracle output file, check it, and compute every number of the report."""
     warnings.simplefilter("ignore", UnverifiedCacheWarning)  # noted once by the main process
     digest = RunDir(Path(task.run_dir)).output_digest(task.run_file, Path(task.output))
@@ -73,7 +74,7 @@ def evaluate_output(task: OutputTask) -> dict:
     return result
 
 
-def evaluate_baselines(task: CacheTask) -> list[dict]:
+def evaluate_baselines(task: CacheTask) -> list[ScoreSummary]:
     """Worker: post-hoc baseline rows (``task.names``, default all, in the table's order) of
     one classifier cache; a fitted baseline whose parameter could not be fitted is a row of n/a
     with the reason; one reading cache columns the cache lacks (MC-Dropout's) has no row."""
@@ -110,15 +111,15 @@ def evaluate_baselines(task: CacheTask) -> list[dict]:
     return results
 
 
-def _summary(task: CacheTask, cols: dict, name: str, scores) -> tuple[dict, np.ndarray]:
+def _summary(task: CacheTask, cols: dict, name: str, scores) -> tuple[ScoreSummary, np.ndarray]:
     conf, correct, excluded = valid_rows(task.cache, {**cols, name: scores}, name)
     return score_summary(conf, correct, {"paper": 0.5, "standard": 0.5}, histogram=False,
                          rates=TABLE[name].probability, probability=TABLE[name].calibrated,
                          bootstrap=task.bootstrap), excluded
 
 
-def _rows(task: CacheTask, cache: ClassifierCache, cols: dict, name: str, result: dict,
-          excluded: np.ndarray) -> list[dict]:
+def _rows(task: CacheTask, cache: ClassifierCache, cols: dict, name: str,
+          result: ScoreSummary, excluded: np.ndarray) -> list[ScoreSummary]:
     """A baseline's result as one row per split tag of its cache."""
     labels = {**dict.fromkeys(LABEL_KEYS), "oracle": "post-hoc", "classifier": task.classifier,
               "loss": name, "variant": "", "loss_label": baseline_label(name, cache.identity),
@@ -128,10 +129,10 @@ def _rows(task: CacheTask, cache: ClassifierCache, cols: dict, name: str, result
                   rows=int(len(cols["index"])), labels=labels,
                   eval=eval_identity(classifier_ref(cache.path, cache.identity)),
                   excluded_rows=int(len(excluded)), excluded_indices=excluded[:20].tolist())
-    return [{**result, "split": tag} for tag in task.tags]
+    return [result.with_items(split=tag) for tag in task.tags]
 
 
-def evaluate_trust_score(task: TrustTask) -> list[dict]:
+def evaluate_trust_score(task: TrustTask) -> list[ScoreSummary]:
     """Worker: TrustScore fitted on one training cache's features, a row per evaluated cache
     (and split tag) it scores; its fit record (k, alpha, rows kept, times) in ``trust_fit``."""
     warnings.simplefilter("ignore", UnverifiedCacheWarning)  # noted once by the main process

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cache.atomic import atomic_path
+from pipeline.core.catalog import higher_is_better
 
 COLORS = {"TP": "#2c7bb6", "FN": "#abd9e9", "TN": "#d7191c", "FP": "#fdae61"}
 DPI = 110
@@ -27,6 +28,8 @@ SPARE_COLORS = ("#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#000000"
 VARIANT_STYLES = ("-", "--", "-.", (0, (3, 1, 1, 1, 1, 1)))   # first variant of a panel solid
 REFERENCE = {"color": "0.35", "ls": ":", "lw": 1.8}          # MCP drawn in the oracles' panels
 CHAR_IN = 0.058       # width of one legend character at 7 pt, inches (DejaVu Sans, measured)
+# the risk-coverage legend's title: each curve's AURC, and which way is better (the catalog's)
+RC_LEGEND = f"AURC ×10³ ({'higher' if higher_is_better('aurc', 'standard') else 'lower'}: better)"
 
 
 def _figure(width: float, height: float, layout: str | None = None):
@@ -243,7 +246,7 @@ def rc_figure(panels: list[dict], title: str, full_range: bool = False):
     The risk axis is scaled to the data (``rc_risk_limit``); ``full_range`` draws 0..1."""
     every = [c for p in panels for c in p["curves"]]
     labels = [_rc_label(c) for c in every]
-    legend_w = max(2.0, CHAR_IN * max(len(t) for t in labels + ["AURC ×10³ (lower: better)"])
+    legend_w = max(2.0, CHAR_IN * max(len(t) for t in labels + [RC_LEGEND])
                    + 0.6)
     width, top = 0.6 + RC_W + 0.2 + legend_w, 0.55
     height = top + len(panels) * RC_H + (len(panels) - 1) * 0.55 + 0.5
@@ -263,7 +266,7 @@ def rc_figure(panels: list[dict], title: str, full_range: bool = False):
         if i == len(panels) - 1:
             ax.set_xlabel("coverage (share of rows kept, most trusted first)", fontsize=7.5)
         ax.legend(loc="upper left", bbox_to_anchor=(1.03, 1.0), borderaxespad=0, fontsize=7,
-                  title="AURC ×10³ (lower: better)", title_fontsize=7, frameon=False,
+                  title=RC_LEGEND, title_fontsize=7, frameon=False,
                   handlelength=2.2)
     fig.suptitle(title, fontsize=9, y=1 - 0.08 / height, va="top")
     return fig

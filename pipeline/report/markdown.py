@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.core.catalog import higher_is_better
 from pipeline.report import appendix, tables as T
 from pipeline.report.baselines import FITTED, TABLE, and_join
 from pipeline.report.verdicts import by_split
@@ -94,8 +95,9 @@ def _verdicts_section(doc: dict, families: list[dict]) -> list[str]:
     if not families:
         return []
     primary = doc["primary"].upper()
+    better = "higher" if higher_is_better(doc["primary"], "standard") else "lower"
     lines = ["### Verdicts", "",
-             f"Decided on {primary} (lower is better), {doc['method']}; α = {doc['alpha']}. "
+             f"Decided on {primary} ({better} is better), {doc['method']}; α = {doc['alpha']}. "
              f"Differences a − b ×10³; interval: 95%, over what `covers` names.", ""]
     for fam in families:
         c = fam["counts"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.report.scoring import ScoreSummary
+
 _NOT_SET = object()      # a cell without intervals (--no-ci): report.json has no "ci" key
 
 
@@ -37,9 +39,9 @@ class Cell:
 @dataclass
 class Row:
     """One table row.  ``agg``: {definition: {metric: Cell}} (accuracy as "acc");
-    ``members``: the evaluations it counts (one per seed, the workers' results, which carry the
-    per-resample values); ``display_loss``: the label shown, set once every row of the split is
-    known (``aggregate``: what tells look-alike rows apart)."""
+    ``members``: the evaluations it counts (one per seed, the workers' results, each with its
+    per-resample values beside it); ``display_loss``: the label shown, set once every row of the
+    split is known (``aggregate``: what tells look-alike rows apart)."""
     kind: str                      # "oracle" or "baseline"
     split: str
     oc: str                        # ⟨oracle, classifier⟩ as the tables print it
@@ -57,7 +59,7 @@ class Row:
     excluded_rows: list[int]
     agg: dict[str, dict[str, Cell]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    members: list[dict] = field(default_factory=list, repr=False)
+    members: list[ScoreSummary] = field(default_factory=list, repr=False)
     fit: dict | None = None        # a fitted baseline's parameters (T, p)
     display_loss: str = ""
 

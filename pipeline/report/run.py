@@ -106,8 +106,6 @@ def report(cfg: ReportConfig) -> dict:
     judged = verdicts(splits, cfg.ci_seed) if spec else {"families": [], "note": NO_VERDICTS}
     figures = draw_figures(splits, out, cfg.jobs, cfg.rc_full_range) if cfg.figures else {}
     lap("figures")
-    for r in results:
-        r.pop("_boot", None)          # per-resample values: used above, too big for report.json
     doc = build_doc(cfg, splits, results, src.skipped, figures, out, compared, fit_records(results),
                     {t.run_dir: t.run_file for t in tasks})
     doc["verdicts"] = judged

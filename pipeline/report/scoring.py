@@ -1,6 +1,7 @@
 """Every number the report shows for one split of one score: both metric definitions (the
 standard one with e-AUGRC, working points and ECE), separability, bootstrap intervals, the
-risk-coverage curve (thinned for plotting) and the TP/FP/TN/FN histograms."""
+risk-coverage curve (thinned for plotting) and the TP/FP/TN/FN histograms; beside them, typed,
+the per-resample values (``ScoreSummary.resamples``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,8 @@ from pipeline.core.catalog import log_name
 from pipeline.core.metrics import (DEFINITIONS, PAPER_METRICS, STANDARD_METRICS, Ranked, aurc,
                                    evaluate, fpr_at_95tpr, rank, risk_coverage_curve)
 from pipeline.core.selective import SELECTIVE_METRICS, evaluate_selective
-from pipeline.report.bootstrap import CI_LEVEL, NO_CI, BootstrapSpec, bootstrap_score, interval
+from pipeline.report.bootstrap import (CI_LEVEL, NO_CI, BootstrapSpec, Resamples, bootstrap_score,
+                                        interval)
 from pipeline.report.separability import SEPARABILITY_METRICS, separability_all
 
 HIST_BINS = 50
@@ -17,18 +19,38 @@ CURVE_POINTS = 400
 NO_THRESHOLD = "{name} is undefined for an unbounded score: it has no natural threshold"
 
 
+class ScoreSummary(dict):
+    """A worker's result for one score on one split: the dict is what report.json's
+    "evaluations" holds (the workers add their labels to it); ``resamples``, an attribute and
+    not a key so that no writer of the dict sees it, its per-resample values (None without a
+    bootstrap).  A copy made with ``{**summary}`` or ``dict(summary)`` has no ``resamples``:
+    copy with ``with_items``.  Pickles with both (the workers run in processes)."""
+    resamples: Resamples | None
+
+    def __init__(self, items: dict, resamples: Resamples | None = None):
+        super().__init__(items)
+        self.resamples = resamples
+
+    def with_items(self, **items) -> ScoreSummary:
+        """A copy with ``items`` added or replaced, the same ``resamples`` beside it."""
+        return ScoreSummary({**self, **items}, self.resamples)
+
+    def resampled(self, definition: str, metric: str) -> np.ndarray | None:
+        """The per-resample values (R,) of one metric; None without them."""
+        return None if self.resamples is None else self.resamples.of(definition, metric)
+
+
 def score_summary(conf: np.ndarray, correct: np.ndarray, tnr_thresholds: dict[str, float],
                   histogram: bool = True, rates: bool = True, probability: bool = True,
-                  bootstrap: BootstrapSpec | None = None) -> dict:
+                  bootstrap: BootstrapSpec | None = None) -> ScoreSummary:
     """``conf`` (n,) finite, ``correct`` (n,) bool -> {"valid_rows", "accuracy", "tnr_threshold",
-    "metrics": {definition: {"values", "undefined", "notes"}}, "fits", "rc", "hist", "ci",
-    "_boot"}.
+    "metrics": {definition: {"values", "undefined", "notes"}}, "fits", "rc", "hist", "ci"}.
 
     ``tnr_thresholds`` maps each definition to its TNR threshold (1/K for TCP in ``paper``).
     ``rates=False`` reports TPR/TNR as undefined (scores without a natural threshold);
     ``probability=False`` ECE (scores that do not estimate P(correct)).  With ``bootstrap``:
-    "ci" = {definition: {metric: interval}} (accuracy as "acc") and "_boot" = the per-resample
-    values the report combines over seeds and between scores (not written to report.json)."""
+    "ci" = {definition: {metric: interval}} (accuracy as "acc") and ``.resamples`` the
+    per-resample values the report combines over seeds and between scores."""
     r = rank(conf, correct)
     metrics, fits = score_metrics(r, conf, correct, tnr_thresholds, rates, probability)
     result = {"valid_rows": int(len(conf)), log_name("acc"): float(correct.mean()),
@@ -37,10 +59,11 @@ def score_summary(conf: np.ndarray, correct: np.ndarray, tnr_thresholds: dict[st
               "rc": thin_curve(*risk_coverage_curve(r), aurc=aurc(r)),
               "hist": histograms(conf, correct, tnr_thresholds["paper"],
                                  tpr95=_tpr95_threshold(r)) if histogram else None}
-    if bootstrap is not None:
-        result["_boot"], result["ci"] = intervals(conf, correct, metrics, tnr_thresholds,
-                                                  probability, bootstrap)
-    return result
+    if bootstrap is None:
+        return ScoreSummary(result)
+    resamples, result["ci"] = intervals(conf, correct, metrics, tnr_thresholds, probability,
+                                        bootstrap)
+    return ScoreSummary(result, resamples)
 
 
 def score_metrics(r: Ranked, conf: np.ndarray, correct: np.ndarray,
@@ -71,7 +94,7 @@ def score_metrics(r: Ranked, conf: np.ndarray, correct: np.ndarray,
     return metrics, fits
 
 
-def undefined_summary(correct: np.ndarray, reason: str) -> dict:
+def undefined_summary(correct: np.ndarray, reason: str) -> ScoreSummary:
     """A score that could not be computed (an unfitted baseline): every metric undefined, with
     the reason, beside the real accuracy."""
     names = {"paper": PAPER_METRICS + SEPARABILITY_METRICS,
@@ -80,14 +103,15 @@ def undefined_summary(correct: np.ndarray, reason: str) -> dict:
                    "notes": {}} for d in DEFINITIONS}
     ci = {d: {n: {"low": None, "high": None, "resamples": 0, "undefined": reason, "note": None}
               for n in ("acc", *names[d])} for d in DEFINITIONS}
-    return {"valid_rows": int(len(correct)), log_name("acc"): float(np.mean(correct)),
-            "class_counts": [int(np.sum(correct)), int(np.sum(~correct))],
-            "tnr_threshold": {"paper": 0.5, "standard": 0.5}, "metrics": metrics, "fits": {},
-            "rc": None, "hist": None, "ci": ci, "_boot": None}
+    return ScoreSummary({"valid_rows": int(len(correct)),
+                         log_name("acc"): float(np.mean(correct)),
+                         "class_counts": [int(np.sum(correct)), int(np.sum(~correct))],
+                         "tnr_threshold": {"paper": 0.5, "standard": 0.5}, "metrics": metrics,
+                         "fits": {}, "rc": None, "hist": None, "ci": ci})
 
 
 def intervals(conf, correct, metrics: dict, thresholds: dict, probability: bool,
-              spec: BootstrapSpec, level: float = CI_LEVEL) -> tuple[dict, dict]:
+              spec: BootstrapSpec, level: float = CI_LEVEL) -> tuple[Resamples, dict]:
     """Per-resample values and ``level``% intervals of every metric of both definitions."""
     exact = {d: metrics[d]["values"] for d in DEFINITIONS}
     boot = bootstrap_score(conf, correct, spec, exact, thresholds, probability)
@@ -99,7 +123,7 @@ def intervals(conf, correct, metrics: dict, thresholds: dict, probability: bool,
                                 reason=metrics[d]["undefined"].get(name) or NO_CI.get((d, name)),
                                 level=level)
                  for name, value in values.items()}
-    return boot, ci
+    return Resamples(boot), ci
 
 
 def _tpr95_threshold(r) -> float | None:

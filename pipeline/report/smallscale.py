@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from pipeline.core.catalog import columns
+from pipeline.core.catalog import Column, columns
 from pipeline.report.baselines import SMALL_SCALE
 
 # (label, which report row) -- a post-hoc baseline (baselines.SMALL_SCALE), or an oracle on the
@@ -39,7 +39,7 @@ PAPER = {
                  ("TCP†", (92.19, 45.07, 49.89, 99.24, 92.12, 97.88, 0.00)),
                  ("SS", (92.19, 44.69, 50.28, 99.26, 92.22, 98.46, 28.04))],
 }
-METRICS = tuple(m for m, _, _ in columns("paper", "main"))    # Table 1's columns, as PAPER's
+METRICS = tuple(c.metric for c in columns("paper", "main"))    # Table 1's columns, as PAPER's
 NOT_REPORTED = "not reported in the paper"
 
 
@@ -58,10 +58,10 @@ def has_rows(split: dict) -> bool:
     return any(_confidnet(r, r["classifier"], r["loss"]) for r in split["rows"])
 
 
-def small_scale_table(split: dict, definition: str, columns: list, text: str,
+def small_scale_table(split: dict, definition: str, columns: list[Column], text: str,
                       ci: bool = False) -> dict:
-    """The table of one split in one definition: ``columns`` are Table 1's (metric, header, unit)
-    of ``definition``; per classifier the rows of ROWS, then the paper's rows."""
+    """The table of one split in one definition: ``columns`` are Table 1's of ``definition``;
+    per classifier the rows of ROWS, then the paper's rows."""
     missing = {"mean": None, "std": None, "undefined": "no such row in this report (see the "
                "table's note)", "notes": []}
     rows = []
@@ -72,13 +72,13 @@ def small_scale_table(split: dict, definition: str, columns: list, text: str,
             rows.append({"oc": f"classifier {clf}", "loss": label,
                          "kind": r["kind"] if r else "missing", "n": r["n"] if r else 0,
                          "keys": _keys(r, clf, label),
-                         "cells": [r["agg"][definition][m] if r else missing
-                                   for m, _, _ in columns]})
+                         "cells": [r["agg"][definition][c.metric] if r else missing
+                                   for c in columns]})
     for dataset, entries in PAPER.items():
         for label, values in entries:
-            by_metric = dict(zip(METRICS, values))
-            cells = [{"mean": None if by_metric.get(m) is None else by_metric[m] / 100.0,
-                      "std": None, "undefined": NOT_REPORTED, "notes": []} for m, _, _ in columns]
+            percent = dict(zip(METRICS, values))
+            cells = [{"mean": None if percent.get(c.metric) is None else percent[c.metric] / 100.0,
+                      "std": None, "undefined": NOT_REPORTED, "notes": []} for c in columns]
             rows.append({"oc": f"paper, {dataset}", "loss": label, "kind": "paper", "n": "–",
                          "keys": {"oracle": "paper", "classifier": dataset, "loss": label,
                                   "variant": "", "loss_label": label, "group": ""},
@@ -87,7 +87,7 @@ def small_scale_table(split: dict, definition: str, columns: list, text: str,
             "title": f"The paper's small-scale table — {definition} definitions",
             "definition": (f"{text} Ours: 'n' seeds (mean ± std); ConfidNet's head on the "
                            f"classifier's own features (O = C). Paper: {PAPER_SOURCE}."),
-            "columns": [(definition, m, head, unit) for m, head, unit in columns],
+            "columns": list(columns),
             "rows": rows, "ci": ci}
 
 

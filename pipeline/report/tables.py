@@ -7,13 +7,13 @@ import csv
 import io
 import json
 
-from pipeline.core.catalog import CATALOG, DEFINITIONS, columns, delta_header
+from pipeline.core.catalog import CATALOG, DEFINITIONS, Column, column, columns, delta_header
 from pipeline.report import smallscale
 from pipeline.report.baselines import CALIBRATED_SCORES, REFERENCE, TABLE
 from pipeline.report.compare import COMPARED, VERSUS_METRICS
 
-# (metric, header, unit) of each table, from pipeline/core/catalog.py; "%" = x100 like the
-# paper, "e3" = x1000 (fd-shifts' AURC scale).
+# the columns of each table, from pipeline/core/catalog.py; unit "%" = x100 like the paper,
+# "e3" = x1000 (fd-shifts' AURC scale).
 COLUMNS = {d: columns(d, "main") for d in DEFINITIONS}
 WORKING_POINTS = columns("standard", "working_points")
 UNITS = {"%": (100.0, 2), "e3": (1000.0, 2), "": (1.0, 4)}
@@ -61,20 +61,17 @@ def build_tables(split: dict, choice: str, ci: bool = False) -> list[dict]:
     defs = ["paper", "standard"] if choice == "both" else [choice]
     tables = []
     for d in defs:
-        cols = [(d, m, head, unit) for m, head, unit in COLUMNS[d]]
         tables.append(_table(split, d, f"Trust metrics — {d} definitions (paper Table 1 layout)",
-                             DEFINITION_TEXT[d], cols, ci))
+                             DEFINITION_TEXT[d], COLUMNS[d], ci))
     if smallscale.has_rows(split):
         for d in defs:
-            cols = [c for c in COLUMNS[d] if c[0] in smallscale.METRICS]
+            cols = [c for c in COLUMNS[d] if c.metric in smallscale.METRICS]
             tables.append(smallscale.small_scale_table(split, d, cols, DEFINITION_TEXT[d], ci))
     standard = "standard" in defs        # working points, ECE and AURC belong to that set
     if standard:
         tables.append(_table(split, "working_points", "Working points and calibration",
-                             DEFINITION_TEXT["working_points"],
-                             [("standard", m, head, unit) for m, head, unit in WORKING_POINTS], ci))
-    sep = [(d, "kl", getattr(CATALOG["kl"], d), "") for d in defs] + \
-        [(defs[0], "bhattacharyya", getattr(CATALOG["bhattacharyya"], defs[0]), "")]
+                             DEFINITION_TEXT["working_points"], WORKING_POINTS, ci))
+    sep = [column("kl", d) for d in defs] + [column("bhattacharyya", defs[0])]
     tables.append(_table(split, "separability", "Separability (paper Table A4)",
                          DEFINITION_TEXT["separability"], sep, ci))
     if standard and split.get("comparisons"):
@@ -84,28 +81,29 @@ def build_tables(split: dict, choice: str, ci: bool = False) -> list[dict]:
     return tables
 
 
-def _table(split: dict, tid: str, title: str, text: str, columns: list, ci: bool = False) -> dict:
+def _table(split: dict, tid: str, title: str, text: str, columns: list[Column],
+           ci: bool = False) -> dict:
     rows = [{"oc": r["oc"], "loss": r["display_loss"], "kind": r["kind"], "n": r["n"],
              "keys": {k: r[k] for k in ("oracle", "classifier", "loss", "variant", "loss_label",
                                         "group")},
-             "cells": [r["agg"][d][m] for d, m, _, _ in columns]} for r in split["rows"]]
+             "cells": [r["agg"][c.definition][c.metric] for c in columns]} for r in split["rows"]]
     return {"id": tid, "split": split["split"], "title": title, "definition": text,
             "columns": columns, "rows": rows, "ci": ci}
 
 
-def _delta_columns(compared: tuple) -> list[tuple[str, str, str, str]]:
-    """(definition, metric, header, unit) of the differences compare.py computes."""
-    return [(d, m, delta_header(m, d), CATALOG[m].unit) for m, d, _ in compared]
+def _delta_columns(compared: tuple) -> list[Column]:
+    """The columns of the differences compare.py computes."""
+    return [Column(d, m, delta_header(m, d), CATALOG[m].unit) for m, d in compared]
 
 
 PAIRED_COLUMNS = _delta_columns(COMPARED)
 VERSUS_COLUMNS = _delta_columns(VERSUS_METRICS)
 
 
-def _delta_cells(c: dict, columns: list) -> list[dict]:
+def _delta_cells(c: dict, columns: list[Column]) -> list[dict]:
     cells = []
-    for _, m, _, _ in columns:
-        e = c["metrics"][m]
+    for col in columns:
+        e = c["metrics"][col.metric]
         cells.append({"mean": e["delta"], "std": None, "ci": e["ci"], "verdict": e["verdict"],
                       "undefined": e["ci"]["undefined"] if e["delta"] is not None else
                       "undefined for one of the rows", "notes": []})
@@ -176,13 +174,13 @@ def _marks(cell: dict, footnotes: list[str]) -> str:
 
 
 def markdown_table(table: dict) -> str:
-    heads = ["⟨O,C⟩", "Loss"] + [c[2] for c in table["columns"]] + ["n"]
+    heads = ["⟨O,C⟩", "Loss"] + [c.header for c in table["columns"]] + ["n"]
     lines = [f"### {table['title']}", "", table["definition"], "",
              "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     footnotes: list[str] = []
     previous = None
     for row in table["rows"]:
-        cells = [cell_text(c, col[3], metric=col[1], ci=table.get("ci", False))
+        cells = [cell_text(c, col.unit, metric=col.metric, ci=table.get("ci", False))
                  + _marks(c, footnotes) for c, col in zip(row["cells"], table["columns"])]
         oc = row["oc"] if row["oc"] != previous else ""
         previous = row["oc"]
@@ -228,7 +226,8 @@ def _tex(text: str) -> str:
 def latex_table(table: dict) -> str:
     """booktabs rows like the paper: multirow ⟨O,C⟩ blocks, mean$\\pm$std, n/a and $^\\dagger$."""
     ncol = len(table["columns"]) + 2
-    heads = [r"\textbf{" + _tex(h) + "}" for h in ["⟨O,C⟩", "Loss"] + [c[2] for c in table["columns"]]]
+    heads = [r"\textbf{" + _tex(h) + "}"
+             for h in ["⟨O,C⟩", "Loss"] + [c.header for c in table["columns"]]]
     lines = [f"% split {table['split']}: {table['title']}. {table['definition']}",
              r"\begin{table}[!t]", r"\centering",
              r"\caption{" + _tex(f"{table['title']} — split {table['split']}. "
@@ -246,7 +245,7 @@ def latex_table(table: dict) -> str:
             lines.append(r"\midrule")
         for i, row in enumerate(block):
             oc = (f"\\multirow{{{len(block)}}}{{*}}{{{_tex(row['oc'])}}}" if i == 0 else "")
-            cells = [_tex_cell(c, col[3], col[1], table.get("ci", False))
+            cells = [_tex_cell(c, col.unit, col.metric, table.get("ci", False))
                      for c, col in zip(row["cells"], table["columns"])]
             lines.append(" & ".join([oc, _tex(row["loss"]), *cells]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]

@@ -40,13 +40,14 @@ import numpy as np
 from cache.outputs import read_outputs
 from cache.runs import RunDir
 from pipeline.core import metrics
+from pipeline.core.catalog import higher_is_better
 from pipeline.report.baselines import REFERENCE
 from pipeline.report.bootstrap import interval
 from pipeline.report.rows import Row
 from pipeline.report.significance import hierarchical, holm, p_value
 
 PRIMARY = "augrc"
-METRICS = (("augrc", False), ("aurc", False), ("auc", True))   # (standard metric, higher better)
+METRICS = ("augrc", "aurc", "auc")     # standard definitions; which side is better: the catalog
 ALPHA = 0.05
 QUESTIONS = {"losses": "SS against each other loss trained the same way",
              "reference": "each learned scorer against the classifier's softmax (MCP)"}
@@ -99,7 +100,7 @@ def _values(rec: Recipe, metric: str) -> tuple[dict, dict] | None:
     point, boot = {}, {}
     for fit, row in rec.fits.items():
         vals = [m["metrics"]["standard"]["values"].get(metric) for m in row.members]
-        boots = [(m.get("_boot") or {}).get("standard", {}).get(metric) for m in row.members]
+        boots = [m.resampled("standard", metric) for m in row.members]
         if any(b is None for b in boots) or any(v is None for v in vals):
             return None
         point[fit], boot[fit] = np.asarray(vals, float), np.asarray(boots, float)
@@ -171,16 +172,17 @@ def family(tag: str, question: str, compared: list[tuple[Recipe, Recipe]], seed:
         entries.append({"a": a.name, "b": b.name, "training": a.training,
                         "arch": json.loads(a.arch), "fits": len(a.fits), "seeds": seeds,
                         "covers": covers(a, b),
-                        "metrics": {m: difference(a, b, m, seed) for m, _ in METRICS}})
-    for metric, higher in METRICS:
+                        "metrics": {m: difference(a, b, m, seed) for m in METRICS}})
+    for metric in METRICS:
         cells = [e["metrics"][metric] for e in entries]
         for cell, adjusted in zip(cells, holm([c["p"] for c in cells])):
             cell["p_holm"] = adjusted
-            cell["verdict"] = _verdict(cell["delta"], adjusted, higher)
+            cell["verdict"] = _verdict(cell["delta"], adjusted,
+                                       higher_is_better(metric, "standard"))
     for e in entries:
         primary = e["metrics"][PRIMARY]["verdict"]
         e["verdict"] = primary
-        e["disagree"] = [m for m, _ in METRICS if m != PRIMARY
+        e["disagree"] = [m for m in METRICS if m != PRIMARY
                          and e["metrics"][m]["verdict"] not in (None, primary)]
         if e["covers"] == "rows":
             e["note"] = ("one seed and one classifier fit a side: the interval covers the test "
@@ -250,7 +252,7 @@ def verdicts(splits: dict[str, list[Row]], seed: int = 0) -> dict:
                 families.append(family(tag, question, compared, seed))
                 if question == "reference":
                     select(families[-1], list({id(a): a for a, _ in compared}.values()))
-    return {"primary": PRIMARY, "metrics": [m for m, _ in METRICS], "alpha": ALPHA,
+    return {"primary": PRIMARY, "metrics": list(METRICS), "alpha": ALPHA,
             "method": ("three-level bootstrap (fits, seeds, rows; paired on the rows), two-sided "
                        "p-values, Holm-adjusted within each family (question x split); the "
                        "verdict on the primary metric"),

@@ -41,7 +41,7 @@ from pipeline.data.labels import class_names
 from pipeline.data.orientation import EXIF_TRANSPOSE, reading_exif
 from pipeline.data.unlabelled import list_images
 from pipeline.oracle.deploy.predict import note_other_numerics
-from pipeline.oracle.deploy.rebuild import complete_run, deployed_models
+from pipeline.oracle.deploy.rebuild import DeployedModels, complete_run, deployed_models
 from pipeline.oracle.deploy.threshold import given_threshold, pick_threshold
 
 DEFAULT_TARGET = ("tpr", 0.95)
@@ -85,7 +85,7 @@ def predict_images(cfg: DeployConfig) -> dict:
     cache = training_cache(cfg.run, run)
     samples = reading_exif(samples, cache.identity.get(EXIF_TRANSPOSE, False))   # as it was read
     models = deployed_models(cfg.run, run, cache, cfg.weights, cfg.precision, device)
-    made = made_on(device, models[1][2])
+    made = made_on(device, models.oracle.precision)
     note_other_numerics(cfg.run, run, made)
     scores = score_files(samples, models, device, batch_size=cfg.batch_size,
                          workers=cfg.workers, skip_bad=cfg.skip_bad, progress=cfg.progress)
@@ -94,8 +94,8 @@ def predict_images(cfg: DeployConfig) -> dict:
     meta = {"run": str(Path(cfg.run).resolve()), "images": cfg.images, "trust": choice,
             "classifier": {"cache": str(cache.path), "model": cache.identity["model"],
                            "weights_sha256": cache.identity["weights_sha256"],
-                           "precision": models[0][2]},
-            "oracle": {"precision": models[1][2], "run": run.labels.loss_label,
+                           "precision": models.classifier.precision},
+            "oracle": {"precision": models.oracle.precision, "run": run.labels.loss_label,
                        MADE_ON: made.to_dict()},
             "rows": len(rows), "trusted": sum(bool(r["trust"]) for r in rows),
             "undecodable": [r["path"] for r in rows if r["error"]]}
@@ -106,16 +106,17 @@ def predict_images(cfg: DeployConfig) -> dict:
     return {**meta, "table": str(out), "meta": str(sidecar)}
 
 
-def model_views(models) -> Views:
+def model_views(models: DeployedModels) -> Views:
     """The resize/crop of each model (one when both models take the same input)."""
-    (_, clf_cfg, _), (_, orc_cfg, _) = models
+    clf_cfg, orc_cfg = models.classifier.data_config, models.oracle.data_config
     return Views(ResizeCrop(clf_cfg)) if clf_cfg == orc_cfg else \
         Views(ResizeCrop(clf_cfg), ResizeCrop(orc_cfg))
 
 
-def normalizers(models, device: torch.device) -> tuple[GpuNormalize, GpuNormalize]:
-    (_, clf_cfg, _), (_, orc_cfg, _) = models
-    return GpuNormalize(clf_cfg, device), GpuNormalize(orc_cfg, device)
+def normalizers(models: DeployedModels,
+                device: torch.device) -> tuple[GpuNormalize, GpuNormalize]:
+    return (GpuNormalize(models.classifier.data_config, device),
+            GpuNormalize(models.oracle.data_config, device))
 
 
 def oracle_z(oracle: torch.nn.Module, precision: str, x: torch.Tensor,
@@ -125,17 +126,18 @@ def oracle_z(oracle: torch.nn.Module, precision: str, x: torch.Tensor,
         return oracle(x, logits) if oracle.stacked else oracle(x)
 
 
-def score_batch(models, norm, images, device: torch.device) -> dict[str, torch.Tensor]:
+def score_batch(models: DeployedModels, norm, images,
+                device: torch.device) -> dict[str, torch.Tensor]:
     """One batch through both models, the scoring step of ``predict --images`` and of the
     Python API: ``images`` is ``model_views``' uint8 (B, C, H, W) view(s) of the batch (one, or
     the classifier's and the oracle's), ``norm`` is ``normalizers(models, device)``.  Returns
     the classifier's ``pred`` (B,) and ``msp`` (B,) and the oracle's ``z`` (B,) float32, on
     ``device``.  Call it under ``torch.inference_mode()``."""
-    (clf, _, clf_prec), (orc, _, orc_prec) = models
+    clf, orc = models
     x_clf, x_orc = (images[0], images[0]) if len(images) == 1 else images
-    with autocast(clf_prec, device):
-        logits = clf(norm[0](x_clf))
-    z = oracle_z(orc, orc_prec, norm[1](x_orc), logits, device)
+    with autocast(clf.precision, device):
+        logits = clf.model(norm[0](x_clf))
+    z = oracle_z(orc.model, orc.precision, norm[1](x_orc), logits, device)
     probs = logits.float().softmax(dim=-1)      # float32 softmax, as extract computes
     return {"pred": probs.argmax(dim=-1), "msp": probs.max(dim=-1).values, "z": z.float()}
 
@@ -145,11 +147,10 @@ def confidence_of(z: np.ndarray) -> np.ndarray:
     return torch.sigmoid(torch.from_numpy(z)).numpy()
 
 
-def score_files(samples, models, device: torch.device, *, batch_size: int = 256,
+def score_files(samples, models: DeployedModels, device: torch.device, *, batch_size: int = 256,
                 workers: int = 0, skip_bad: bool = False, progress: bool = False) -> dict:
-    """One pass over every file: (pred, msp) of the classifier and z of the oracle, by row.
-    ``models``: ``deployed_models``' ((classifier, its DataConfig, precision), (oracle, its
-    DataConfig, precision))."""
+    """One pass over every file: (pred, msp) of the classifier and z of the oracle, by row;
+    ``models`` as ``deployed_models`` returns them."""
     views = model_views(models)
     dataset = ImageRows(samples, views, skip_bad=skip_bad)
     order = list(range(len(samples)))

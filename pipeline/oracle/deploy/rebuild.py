@@ -10,6 +10,7 @@ refused, naming it, rather than scoring with other weights.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -22,6 +23,20 @@ from pipeline.oracle.deploy.predict import run_precision
 from pipeline.oracle.nets.model import cache_classifier, load_trained_oracle, recorded_weights
 
 WEIGHTS_OPTION = "--weights {}"    # how messages name a weights file given by the caller
+
+
+class Deployed(NamedTuple):
+    """One rebuilt model: the module on its device, the input it takes (resize/crop, mean, std)
+    and the precision it runs in."""
+    model: torch.nn.Module
+    data_config: DataConfig
+    precision: str
+
+
+class DeployedModels(NamedTuple):
+    """A run's two models, as ``deployed_models`` rebuilds them."""
+    classifier: Deployed
+    oracle: Deployed
 
 
 def load_classifier(cache: ClassifierCache, weights: str | None,
@@ -93,13 +108,14 @@ def complete_run(run_dir: Path) -> RunFile:
 
 def deployed_models(run_dir: Path, run: RunFile, cache: ClassifierCache, weights: str | None,
                     precision: str | None, device: torch.device,
-                    option: str = WEIGHTS_OPTION) -> tuple:
-    """((classifier, its DataConfig, precision), (oracle, its DataConfig, precision)) on
-    ``device``, each model in the precision it ran in before unless ``precision`` overrides both
-    (module docstring); what ``score_files`` and ``score_batch`` take as ``models``.  ``option``:
-    how the caller names ``weights`` in its messages."""
+                    option: str = WEIGHTS_OPTION) -> DeployedModels:
+    """The classifier and the oracle on ``device``, each model in the precision it ran in
+    before unless ``precision`` overrides both (module docstring); what ``score_files`` and
+    ``score_batch`` take as ``models``.  ``option``: how the caller names ``weights`` in its
+    messages."""
     classifier = load_classifier(cache, weights, option).to(device)
     oracle, oracle_cfg, _ = load_trained_oracle(run_dir, run, weights, option)
-    return ((classifier, DataConfig.from_dict(cache.identity["data_config"]),
-             precision or cache.identity["precision"]),
-            (oracle.to(device), oracle_cfg, precision or run_precision(run)))
+    return DeployedModels(
+        Deployed(classifier, DataConfig.from_dict(cache.identity["data_config"]),
+                 precision or cache.identity["precision"]),
+        Deployed(oracle.to(device), oracle_cfg, precision or run_precision(run)))
