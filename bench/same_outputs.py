@@ -80,7 +80,7 @@ def json_diff(a, b, path: str = "") -> list[str]:
 
 def compare(a: Path, b: Path) -> int:
     bad = 0
-    for old in sorted((a / "help").glob("*.txt")):
+    for old in sorted((a / "help").glob("*.txt")) if (b / "help").is_dir() else ():
         new = b / "help" / old.name
         if not new.exists() or old.read_text() != new.read_text():
             bad += 1
@@ -103,10 +103,10 @@ def compare_runs(a: Path, b: Path) -> int:
     bad = 0
     for name in names:
         ra, rb = RunDir(a / "runs" / name), RunDir(b / "runs" / name)
-        oa, ob = ra.record().outputs, rb.record().outputs
-        for tag in sorted(oa):
-            ca = read_outputs(Path(oa[tag])).columns
-            cb = read_outputs(Path(ob[tag])).columns if tag in ob else {}
+        tags, other = sorted(ra.record().outputs), set(rb.record().outputs)
+        for tag in tags:        # run.json's paths are as typed: the folder's own files instead
+            ca = read_outputs(ra.output(tag)).columns
+            cb = read_outputs(rb.output(tag)).columns if tag in other else {}
             differ = [k for k in ca if k not in cb or not np.array_equal(ca[k], cb[k])]
             if differ:
                 bad += 1

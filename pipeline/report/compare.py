@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.core.catalog import higher_is_better
+from pipeline.core.presets import PAPER_LOSS
 from pipeline.report.baselines import REFERENCE, VERSUS
 from pipeline.report.bootstrap import CI_LEVEL, interval
 from pipeline.report.rows import Row
@@ -22,7 +23,7 @@ from pipeline.report.scoring import ScoreSummary
 
 # (metric, definition); which side is better, from the catalog
 COMPARED = (("auc", "standard"), ("aurc", "standard"))
-SS = "ss"
+SS = PAPER_LOSS
 # "Does anything learned beat the softmax?": every oracle row against the post-hoc baselines
 # baselines.VERSUS of its classifier (those the report has), on AUC, AURC and AUGRC
 VERSUS_METRICS = COMPARED + (("augrc", "standard"),)

@@ -16,13 +16,16 @@ import numpy as np
 
 from cache.atomic import atomic_path
 from pipeline.core.catalog import higher_is_better
+from pipeline.core.losses import names
 
 COLORS = {"TP": "#2c7bb6", "FN": "#abd9e9", "TN": "#d7191c", "FP": "#fdae61"}
 DPI = 110
 MAX_CURVES = 8        # curves per risk-coverage panel: more cannot be told apart at a glance
 MAX_COLS = 4          # histogram panels per row: the paper's Fig. 3 row (CE, Focal, TCP, SS)
-# one colour per loss, the same in every panel and figure; anything else takes a spare colour
-LOSS_COLORS = {"ce": "#1f77b4", "focal": "#ff7f0e", "tcp": "#2ca02c", "ss": "#d62728"}
+# one colour per loss, the same in every panel and figure (matplotlib's tab10, in the losses'
+# table order); anything else takes a spare colour
+TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
+LOSS_COLORS = dict(zip(names(), TAB10))
 SPARE_COLORS = ("#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#000000", "#7f7f7f",
                 "#aec7e8")
 VARIANT_STYLES = ("-", "--", "-.", (0, (3, 1, 1, 1, 1, 1)))   # first variant of a panel solid

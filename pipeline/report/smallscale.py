@@ -12,14 +12,16 @@ from __future__ import annotations
 from typing import Callable
 
 from pipeline.core.catalog import Column, columns
+from pipeline.core.losses import get
+from pipeline.core.presets import DEMO
 from pipeline.report.baselines import SMALL_SCALE
 
 # (label, which report row) -- a post-hoc baseline (baselines.SMALL_SCALE), or an oracle on the
 # classifier's own features (O = C) with ConfidNet's head (not the stacked inputs) and a loss
 ROWS: tuple[tuple[str, Callable[[dict, str], bool]], ...] = (
     *((label, lambda r, c, key=key: _baseline(r, c, key)) for label, key in SMALL_SCALE.items()),
-    ("TCP (ConfidNet head)", lambda r, c: _confidnet(r, c, "tcp")),
-    ("SS (ConfidNet head)", lambda r, c: _confidnet(r, c, "ss")),
+    *((f"{get(loss).label} (ConfidNet head)", lambda r, c, loss=loss: _confidnet(r, c, loss))
+      for loss in DEMO["scorer_losses"]),
 )
 PAPER_SOURCE = ("the paper's small-scale table (MNIST and CIFAR-10; ConfidNet's classifiers and "
                 "setup, its ConfidNet-fork code); – = not reported; TCP† = ConfidNet's published "

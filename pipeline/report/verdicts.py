@@ -41,6 +41,7 @@ from cache.outputs import read_outputs
 from cache.runs import RunDir
 from pipeline.core import metrics
 from pipeline.core.catalog import higher_is_better
+from pipeline.core.presets import PAPER_LOSS
 from pipeline.report.baselines import REFERENCE
 from pipeline.report.bootstrap import interval
 from pipeline.report.rows import Row
@@ -52,7 +53,7 @@ ALPHA = 0.05
 QUESTIONS = {"losses": "SS against each other loss trained the same way",
              "reference": "each learned scorer against the classifier's softmax (MCP)"}
 KINDS = ("head-only", "confidnet", "stacked")      # variant tags that make a training kind
-SS = "ss"
+SS = PAPER_LOSS
 
 
 @dataclass
