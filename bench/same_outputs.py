@@ -3,14 +3,17 @@ and the scores of every run two artifacts roots share.
 
     python bench/same_outputs.py help OUT [--code DIR]          # --help of every command
     python bench/same_outputs.py report ROOT OUT [--code DIR]   # cli.py report on ROOT's runs
+    python bench/same_outputs.py report ROOT OUT --as-written   # the report ROOT/report holds
     python bench/same_outputs.py compare A B                    # two snapshots (help, report)
     python bench/same_outputs.py runs ROOT_A ROOT_B             # runs of the same name
 
 ``--code`` is the repository whose ``cli.py`` runs (default: this one), e.g. a worktree of the
-commit before a refactor.  ``report`` runs ``cli.py report --runs-root ROOT/runs --no-ci``
-unless told ``--ci`` and copies report.json into OUT.  ``compare`` prints every help text that
-differs (as a unified diff) and, for report.json, byte equality after the report's creation time
-and the artifacts roots are replaced by a token, else each differing JSON path.  ``runs`` compares
+commit before a refactor.  ``report`` runs ``cli.py report --runs-root ROOT/runs --out OUT/report
+--no-ci`` (``--ci``: with intervals and verdicts) and keeps its report.json in OUT, the artifacts
+root (and ``--also`` roots, e.g. where copied runs were trained) replaced by a token.
+``compare`` prints every help text that differs (as a unified diff) and, for report.json,
+whether it is the same but for the report's creation time and the times it measured (``MEASURED``:
+inference and TrustScore seconds), else each differing JSON path.  ``runs`` compares
 the run directories two roots share by name (their group hash: the same settings): each output
 file's columns bit for bit and the training loss of every log.jsonl step; a measured time is no
 output.  Exit status 1 when anything differs, so a refactor can be gated on it.
@@ -37,6 +40,7 @@ from cache.runs import RunDir  # noqa: E402
 COMMANDS = ("extract", "train-oracle", "predict", "sweep", "report", "fit-classifier",
             "import-weights", "attack", "corrupt", "demo")
 VOLATILE = {"created"}        # report.json keys that name when it was made
+MEASURED = {"model_ms_per_img", "wall_ms_per_img", "fit_s", "score_s"}   # wall-clock times
 
 
 def cli(code: Path, *args: str) -> str:
@@ -55,18 +59,25 @@ def snapshot_help(code: Path, out: Path) -> None:
         (out / "help" / f"{command}.txt").write_text(cli(code, command, "--help"))
 
 
-def snapshot_report(code: Path, root: Path, out: Path, ci: bool) -> None:
-    cli(code, "report", "--runs-root", str(root.resolve() / "runs"), *([] if ci else ["--no-ci"]))
+def snapshot_report(code: Path, root: Path, out: Path, ci: bool, as_written: bool,
+                    also: list[Path]) -> None:
+    made = root / "report"
+    if not as_written:
+        made = out / "report"
+        cli(code, "report", "--runs-root", str(root.resolve() / "runs"), "--out", str(made.resolve()),
+            *([] if ci else ["--no-ci"]))
+    text = (made / "report.json").read_text()
+    for r in (root, *also):
+        text = text.replace(str(r.resolve()), "<ROOT>")
     out.mkdir(parents=True, exist_ok=True)
-    text = (root / "report" / "report.json").read_text()
-    (out / "report.json").write_text(text.replace(str(root.resolve()), "<ROOT>"))
+    (out / "report.json").write_text(text)
 
 
 def json_diff(a, b, path: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
         for k in sorted(set(a) | set(b)):
-            if k in VOLATILE and not path:
+            if (k in VOLATILE and not path) or k in MEASURED:
                 continue
             if k not in a or k not in b:
                 out.append(f"{path}/{k}: only in {'B' if k not in a else 'A'}")
@@ -92,7 +103,7 @@ def compare(a: Path, b: Path) -> int:
         ra, rb = (json.loads((p / "report.json").read_text()) for p in (a, b))
         diffs = json_diff(ra, rb)
         print(f"report.json: {'identical' if not diffs else f'{len(diffs)} differences'} "
-              f"(keys {sorted(VOLATILE)} left out)")
+              f"(left out: {sorted(VOLATILE)}, the measured times {sorted(MEASURED)})")
         print("\n".join(diffs[:40]))
         bad += bool(diffs)
     return bad
@@ -131,6 +142,8 @@ def main() -> None:
     r.add_argument("root", type=Path)
     r.add_argument("out", type=Path)
     r.add_argument("--ci", action="store_true")
+    r.add_argument("--as-written", action="store_true")
+    r.add_argument("--also", type=Path, action="append", default=[])
     for p in (h, r):
         p.add_argument("--code", type=Path, default=ROOT)
     for name in ("compare", "runs"):
@@ -141,7 +154,7 @@ def main() -> None:
     if args.what == "help":
         snapshot_help(args.code, args.out)
     elif args.what == "report":
-        snapshot_report(args.code, args.root, args.out, args.ci)
+        snapshot_report(args.code, args.root, args.out, args.ci, args.as_written, args.also)
     else:
         sys.exit(1 if (compare if args.what == "compare" else compare_runs)(args.a, args.b) else 0)
 
