@@ -5,8 +5,9 @@ scores a run, so two launches of the same settings never write into one director
 second would redo all the work and delete the first one's temporary files).  A lock left by a
 process that no longer runs on this host is taken over; one of another host (a folder shared by
 the nodes of a cluster) never is: this host cannot see that process, and the message names it.
-The lock is a file created with O_EXCL (``open(..., "x")``), which NFS (v3 and later) and the
-cluster file systems honour across hosts; no ``flock``, which network file systems may ignore.
+The lock is a hard link to a file that already names its owner (``os.link`` fails if the lock
+exists: atomic on local, NFS and cluster file systems), else a file created with O_EXCL; no
+``flock``, which network file systems may ignore.
 """
 from __future__ import annotations
 
@@ -44,19 +45,36 @@ class DirLock:
 
     def _take(self):
         me = {"pid": os.getpid(), "host": socket.gethostname()}
-        for _ in range(2):
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.path, "x") as fh:
-                    json.dump(me, fh)
-                return self
-            except FileExistsError:
-                if not self._stale():
-                    raise self.error(f"{self.path.parent} is in use by another process "
-                                     f"({self._owner_text()}); wait for it, or delete "
-                                     f"{self.path} if that process is gone") from None
-                self.path.unlink(missing_ok=True)   # a stale lock (its unlink may be refused)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # The lock appears with its owner already written: a hard link of a file holding it
+        # (atomic, and NFS-safe), so a process refused at that instant can name the owner.
+        # Where the file system has no hard links, the file is created with O_EXCL, then written.
+        mine = self.path.with_name(f"{LOCK_FILE}.{me['host']}.{me['pid']}")
+        mine.write_text(json.dumps(me))
+        try:
+            for _ in range(2):
+                try:
+                    self._create(mine, me)
+                    return self
+                except FileExistsError:
+                    if not self._stale():
+                        raise self.error(f"{self.path.parent} is in use by another process "
+                                         f"({self._owner_text()}); wait for it, or delete "
+                                         f"{self.path} if that process is gone") from None
+                    self.path.unlink(missing_ok=True)   # a stale lock (its unlink may be refused)
+        finally:
+            mine.unlink(missing_ok=True)
         raise self.error(f"could not take {self.path}")
+
+    def _create(self, written: Path, me: dict) -> None:
+        """``.lock`` created holding ``me`` (FileExistsError when another process holds it)."""
+        try:
+            os.link(written, self.path)
+        except FileExistsError:
+            raise
+        except OSError:       # no hard links here (FAT, some SMB shares)
+            with open(self.path, "x") as fh:
+                json.dump(me, fh)
 
     def _owner_text(self) -> str:
         """Who holds the lock: its pid and host, and, for another host, why it is not taken
