@@ -89,3 +89,14 @@ def assert_error(result, pattern, code=1):
     assert result.exit_code == code, result.output
     assert re.search(pattern, result.output, re.S), result.output
     assert "Traceback" not in result.output
+
+
+@pytest.fixture
+def restore_registry():
+    """Loss classes a test registers leave with it: the command line's --loss choices are built
+    once per process, so a later test would see a registry larger than its options."""
+    from pipeline.core.losses import registry
+    before = dict(registry._LOSSES)
+    yield
+    registry._LOSSES.clear()
+    registry._LOSSES.update(before)

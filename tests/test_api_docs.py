@@ -12,7 +12,6 @@ import pytest
 from conftest import ROOT
 from oracle_fixtures import (CLASSIFIER, TINY_VIT_KWARGS, extract, run_cli, train_args,
                              write_colour_tree)
-from pipeline.core.losses import registry
 
 
 def blocks() -> list[str]:
@@ -36,16 +35,6 @@ def study_setup(base) -> str:
             f"split = 'val'\n"
             f"images = sorted((root / 'colours' / 'val').rglob('*.JPEG'))[:16]\n"
             f"train_options = {options!r}\n")
-
-
-@pytest.fixture
-def restore_registry():
-    """The loss class a block registers leaves with the test (the command line's --loss choices
-    are built once per process)."""
-    before = dict(registry._LOSSES)
-    yield
-    registry._LOSSES.clear()
-    registry._LOSSES.update(before)
 
 
 def test_every_block_of_the_api_docs_runs(tmp_path, monkeypatch, restore_registry):

@@ -15,7 +15,6 @@ import torch
 from conftest import ROOT
 from oracle_fixtures import CLASSIFIER, TINY_VIT_KWARGS, extract, write_colour_tree
 from pipeline.core.losses import CustomLossError, Loss, Param, get, names, register
-from pipeline.core.losses import registry
 from trust_oracles.heads import train_head
 from trust_oracles.losses import loss_class_options
 
@@ -38,15 +37,6 @@ class Hinge(Loss):
     def per_sample(cls, z, c_pos, c_neg, p_true, bank):
         return (bank["margin"] - (c_pos - c_neg) * z.float()).clamp_min(0)
 '''
-
-
-@pytest.fixture
-def restore_registry():
-    """Losses registered by a test leave with it (the command line's choices are built once)."""
-    before = dict(registry._LOSSES)
-    yield
-    registry._LOSSES.clear()
-    registry._LOSSES.update(before)
 
 
 def test_a_loss_added_in_two_product_files_trains_from_the_command_line(tmp_path):

@@ -127,10 +127,9 @@ def check_options(loss: str, given: Mapping) -> None:
     if naive and given.get("class_balanced"):
         raise LossOptionError("--class-balanced and --pos-weight/--neg-weight are exclusive: "
                               "class-balanced weights are computed from the training split")
-    for name, param in all_params().items():
-        if given.get(name) is not None and (name in {p.name for p in cls.params} or
-                                            param in WEIGHT_PARAMS):
-            param.check(given[name])
+    for param in (*cls.params, *WEIGHT_PARAMS):
+        if given.get(param.name) is not None:
+            param.check(given[param.name])
     if given.get("z") is not None and given["z"] not in HEADS:
         raise LossOptionError(f"--ss-distance {given['z']!r}: expected one of {HEADS}")
 
