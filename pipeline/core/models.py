@@ -19,7 +19,7 @@ from torch import nn
 from pipeline.core.errors import HubUnreachable, ModelError
 from pipeline.core.hub import create_pretrained
 from pipeline.core.inference import for_inference, for_training
-from pipeline.core.presets import (EMBEDDED_ARCH, EMBEDDED_DATA_CONFIG, IMAGENET_PRESETS,
+from pipeline.core.presets import (CHECKPOINT_NAMES, EMBEDDED_ARCH, EMBEDDED_DATA_CONFIG, IMAGENET_PRESETS,
                                    embedded_classifier_path)
 
 
@@ -61,6 +61,7 @@ def resolve_spec(name: str, embedded: bool, weights: str | None = None,
     kwargs = dict(kwargs or {})
     if weights and is_project_checkpoint(weights):
         ckpt = _load_file(weights)
+        check_named_model(name, embedded, weights, ckpt["model"])
         return ModelSpec(ckpt["model"], {**ckpt["model_kwargs"], **kwargs}, weights, False,
                          ckpt.get("data_config"))
     if embedded and name in EMBEDDED_ARCH:
@@ -76,6 +77,20 @@ def resolve_spec(name: str, embedded: bool, weights: str | None = None,
     name = IMAGENET_PRESETS.get(name, name)
     check_model_name(name)
     return ModelSpec(name, kwargs, weights, random_init)
+
+
+def check_named_model(name: str, embedded: bool, weights: str, held: str) -> None:
+    """Refuse a checkpoint whose model is not the architecture ``name`` stands for: a demo
+    checkpoint's name (presets.CHECKPOINT_NAMES), an embedded preset, or a timm model name.  Any
+    other name is a label the user chose, and the checkpoint says what it holds."""
+    named = CHECKPOINT_NAMES.get(name) or (EMBEDDED_ARCH[name][0] if embedded and name in
+                                           EMBEDDED_ARCH else None)
+    if named is None and timm.is_model(timm.models.split_model_name_tag(name)[0]):
+        named = timm.models.split_model_name_tag(name)[0]
+    if named is not None and named != held:
+        raise ModelError(f"--weights {weights} holds a {held}, but {name!r} names a {named}: "
+                         f"pass the {name} checkpoint, or name the model after what the file "
+                         "holds")
 
 
 def check_model_name(name: str) -> None:
