@@ -421,3 +421,17 @@ def test_recoloradv_refuses_grey_input_and_names_its_extra_when_missing(tmp_path
     user_error(invoke(*grey), r"--attack recoloradv needs the authors' package "
                r"recoloradv==0\.0\.1 and six .*pip install '\.\[recoloradv\]'", 1)
     assert not (tmp_path / "adv").exists()
+
+
+def test_an_attack_that_leaves_no_correct_prediction_says_so(fitted, tmp_path):
+    """A split with no correct prediction gives an oracle nothing to rank: the command warns,
+    naming --eps and the fix (the split is written: it is still an attacked copy of the data)."""
+    tree, ckpt = fitted
+    args = attack_args(tree, ckpt, tmp_path / "adv")
+    args[args.index("--eps") + 1], args[args.index("--steps") + 1] = "1", "20"
+    args[args.index("--step-size") + 1] = "64/255"
+    out = ok(*args)
+    assert manifest(tmp_path / "adv" / "val-adv")["summary"]["stored_accuracy"] == 0
+    assert "no correct prediction" in out and "lower --eps" in out
+    assert "no correct prediction" not in ok(*attack_args(tree, ckpt, tmp_path / "weak", "--eps",
+                                                          "1/255", "--max-samples", "6"))

@@ -99,6 +99,14 @@ def attack(classifier, data, split, out, name, labels_file, attack_name, eps, al
     if dist.info().is_main:
         print_summary(s)
     dist.shutdown(dist.info())
+    if s["stored_accuracy"] == 0 and dist.info().is_main:
+        # such a split has no correct prediction for an oracle to tell from the wrong ones:
+        # every ranking metric is undefined or trivial there (the report marks it unranked)
+        click.echo(f"warning: the attack left the classifier no correct prediction on the stored "
+                   f"images of {s['out']} (accuracy 0.00%): an oracle has nothing to rank there. "
+                   "To compare oracles on it, lower --eps (1/255 is one grey level of the "
+                   "stored PNG) or --steps and write the split anew (another --out-split)",
+                   err=True)
 
 
 def print_summary(s: dict) -> None:
