@@ -182,9 +182,6 @@ def render(summary: dict) -> dict[str, str]:
     for split in s["splits"]:
         for row in split["rows"]:
             row["_columns"] = split["columns"]
-    for split in (s.get("pretrained") or {}).get("splits", []):
-        for row in split["rows"]:
-            row["_columns"] = split["columns"]
     return {name: fn(s).rstrip() for name, fn in all_blocks(s).items()}
 
 
@@ -241,22 +238,49 @@ def copy_figures(summary: dict, previous: dict | None) -> None:
             (FIGURES / f["name"]).unlink()
 
 
+def _pretrained_only(root: Path, note: str | None) -> int:
+    """--pretrained ROOT: the committed extract with its pretrained part extracted anew."""
+    from bench import results_pretrained
+    summary = load_summary()
+    study = results_pretrained.extract(root, note)
+    if study is None:
+        raise Refused(f"{root}: no pretrained/report/report.json (run `cli.py demo --full "
+                      "--pretrained-only` first)")
+    summary["pretrained"] = study
+    page = rewrite(PAGE.read_text(), render(summary))      # markers checked before writing
+    SUMMARY.write_text(summary_text(summary))
+    PAGE.write_text(page)
+    print(f"wrote the pretrained part of {SUMMARY.relative_to(ROOT)} and "
+          f"{len(results_pretrained.BLOCKS)} block(s) of {PAGE.relative_to(ROOT)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--report", type=Path, help="a report folder (or its report.json) of one "
                     "`cli.py demo --full` run: extract it, copy its figures, rewrite the page")
     ap.add_argument("--note", help="what the run's files do not record (e.g. how it was "
                     "invoked), printed under 'What was run'")
-    ap.add_argument("--pretrained-note", help="the same, of the pretrained-oracle grid's run "
-                    "(printed in that section's source)")
+    ap.add_argument("--pretrained", type=Path, metavar="ROOT", help="an artifacts root "
+                    "(artifacts/fashion-mnist) whose pretrained/report holds a pretrained study "
+                    "(`cli.py demo --full --pretrained-only`): extract it in place of the "
+                    "extract's pretrained part and rewrite the page; the rest of the extract "
+                    "is kept")
+    ap.add_argument("--pretrained-note", help="what the pretrained study's files do not "
+                    "record (printed in that section's source)")
     ap.add_argument("--check", action="store_true", help="exit 1 when the page's generated "
                     "blocks differ from docs/results/summary.json's rendering")
     args = ap.parse_args(argv)
     try:
         if args.report and args.check:
             raise Refused("--check compares the page with the committed extract: no --report")
-        if (args.note or args.pretrained_note) and not args.report:
-            raise Refused("--note and --pretrained-note describe the run of --report: pass both")
+        if args.note and not args.report:
+            raise Refused("--note describes the run of --report: pass both")
+        if args.pretrained_note and not (args.report or args.pretrained):
+            raise Refused("--pretrained-note describes the study of --report or --pretrained: "
+                          "pass one")
+        if args.pretrained:
+            return _pretrained_only(args.pretrained, args.pretrained_note)
         if args.report:
             previous = load_summary() if SUMMARY.exists() else None
             summary = extract(args.report, args.note, args.pretrained_note)

@@ -1,287 +1,258 @@
-"""docs/RESULTS.md, "With a pretrained oracle": the blocks drawn from the pretrained-oracle grid
-of the same `cli.py demo --full` run (``<root>/pretrained/report``, beside the demo's report).
+"""docs/RESULTS.md, "With a pretrained oracle": the blocks drawn from the pretrained study
+(`cli.py demo --full --pretrained-only`, its report in ``<root>/pretrained/report``).
 
-bench/results_page.py extracts that report into summary.json's ``pretrained`` (the same shape
-as the page's own extract: rows, paired comparisons, versus the post-hoc scores, sweeps) and
-renders these blocks with the rest; the from-scratch rows they are set against are the page's.
+bench/results_page.py extracts that report into summary.json's ``pretrained``: the report's
+rows (as the page's own extract), each classifier fit's accuracy, and the report's verdicts --
+every learned scorer against MCP and SS against each other loss, on the primary metric with
+intervals over fits, seeds and rows, Holm-corrected per question and split -- and renders these
+blocks from it.
 """
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
 from bench import results_format as R
 from bench.results_blocks import full_tables
 from bench.results_extract import extract as extract_report
+from pipeline.core.presets import CHECKPOINT_NAMES, IN1K
 
-ORACLE = "lite0-in1k"
-LOSSES = ("ce", "focal", "tcp", "ss")
+QUESTIONS = ("reference", "losses")
+VERDICTS = ("better", "no clear difference", "worse")
+SIZES = {model: name for name, model in CHECKPOINT_NAMES.items() if not name.endswith(IN1K)}
 
 
 def extract(root: Path, note: str | None = None) -> dict | None:
-    """The extract of ``<root>/pretrained/report`` (None where the run has no such grid);
-    ``note``: what that grid's files do not record (how it was invoked)."""
+    """The extract of ``<root>/pretrained/report`` (None where the run has no study); ``note``:
+    what the study's files do not record (how it was invoked)."""
     path = root / "pretrained" / "report" / "report.json"
     if not path.exists():
         return None
     s = extract_report(path, note)
-    return {k: s[k] for k in ("sources", "report", "machine", "fits", "splits", "sweeps")}
+    doc = json.loads(path.read_text())
+    out = {k: s[k] for k in ("sources", "report", "machine", "splits")}
+    out["fits"] = _fits(s["splits"])
+    out["verdicts"] = _verdicts(doc.get("verdicts") or {})
+    return out
 
 
-def check_same_classifiers(summary: dict, p: dict) -> None:
-    """Refuse (results_page.Refused) a grid whose shared classifiers are not the page's: the
-    section sets its rows against the page's, so vit and resnet must be the same fits scoring
-    the same rows (a ``demo --pretrained-only`` after ``demo --full``, or one run of both).
-    Compared, per shared classifier and split: the MCP row's cache identity (weights and data
-    by content), its accuracy exactly, and its other metrics within ``_ROUNDING`` -- a cache
-    extracted again on another GPU model holds the same predictions with logits rounded
-    otherwise, which moves a ranking metric in its last shown digit.  (Not the held-out fits:
-    their rows are the runs' common held-out rows, which another grid may carve otherwise.)"""
-    bad = []
-    for split in _evaluated(p):
-        mine = R._split(summary, split["role"])
-        for c in R._classifiers(split) if mine is not None else ():
-            ours, theirs = _mcp(mine, c), _mcp(split, c)
-            if ours is not None and theirs is not None and not _same_mcp(
-                    _by_metric(ours, mine), _by_metric(theirs, split),
-                    ours.get("identity"), theirs.get("identity")):
-                bad.append(f"{c} MCP on {split['split']}")
-    if bad:
-        raise R.Refused("the pretrained grid's classifiers differ from this report's run ("
-                        + "; ".join(bad) + "): run `cli.py demo --full --pretrained-only` in "
-                        "the artifacts folder of the report's run (it reuses its fits and "
-                        "caches), or `demo --full --pretrained-oracle` for both grids at once")
+def _fits(splits: list[dict]) -> list[dict]:
+    """Each classifier fit (its weights hash) and its accuracy on every evaluated split."""
+    fits: dict[tuple, dict] = {}
+    for split in splits:
+        for row in R._rows(split, kind="baseline", loss="mcp"):
+            sha = (row.get("identity") or {}).get("weights_sha256") or ""
+            fit = fits.setdefault((row["classifier"], sha), {
+                "classifier": row["classifier"], "weights_sha256": sha, "acc": {}})
+            fit["acc"][_column(split)] = _accuracy(row, split)
+    return sorted(fits.values(), key=lambda f: (f["classifier"], f["weights_sha256"]))
 
 
-_ROUNDING = (0.02, 0.002)    # |a - b| <= max(absolute, relative * |a|), in display units
+def _accuracy(row: dict, split: dict) -> float | None:
+    """A row's accuracy as the extract holds it (display units; the mean where a list)."""
+    columns = split["columns"]["standard"]
+    value = row["standard"][columns.index("acc")] if "acc" in columns else None
+    return value[0] if isinstance(value, list) else value
 
 
-def _by_metric(row: dict, split: dict) -> dict:
-    return {m: v[0] if isinstance(v, list) else v
-            for m, v in zip(split["columns"]["standard"], row["standard"], strict=True)}
+def _column(split: dict) -> str:
+    """A split's column in the classifiers' table: its tag; every attacked split one column."""
+    return "adversarial" if split["role"] == "adversarial" else split["split"]
 
 
-def _same_mcp(ours: dict, theirs: dict, our_id: dict | None, their_id: dict | None) -> bool:
-    if our_id != their_id or ours.keys() != theirs.keys() or ours.get("acc") != theirs.get("acc"):
-        return False
-    return all((a is None) == (b is None) and (
-        a is None or abs(a - b) <= max(_ROUNDING[0], _ROUNDING[1] * abs(a)))
-        for a, b in ((ours[m], theirs[m]) for m in ours))
+def _verdicts(doc: dict) -> dict:
+    """The report's verdict families in display units: per comparison [difference, low, high,
+    Holm-adjusted p, verdict] per metric."""
+    families = []
+    for fam in doc.get("families", []):
+        comparisons = [{
+            "a": e["a"], "b": e["b"], "training": e["training"],
+            "classifier": SIZES.get(e["arch"].get("model"), e["arch"].get("model")),
+            "fits": e["fits"], "seeds": e["seeds"], "covers": e["covers"],
+            "verdict": e["verdict"], "disagree": e["disagree"],
+            "metrics": {m: [R.shown(c["delta"], m), *(R.shown(v, m) for v in (c["ci"] or
+                                                                                 (None, None))),
+                            c.get("p_holm"), c.get("verdict")]
+                        for m, c in e["metrics"].items()}} for e in fam["comparisons"]]
+        selected = fam.get("selected")
+        families.append({"split": fam["split"], "question": fam["question"],
+                         "counts": fam["counts"], "refused": fam["refused"],
+                         "selected": selected and {k: selected[k] for k in ("scorer", "verdict")},
+                         "comparisons": comparisons})
+    return {"primary": doc.get("primary"), "alpha": doc.get("alpha"),
+            "method": doc.get("method"), "families": families}
 
 
-def _learned(split: dict, classifier: str) -> list[dict]:
-    rows = [r for r in R._rows(split, kind="oracle", classifier=classifier)
-            if r["oracle"] == ORACLE]
-    return sorted(rows, key=lambda r: ("head-only" in r["variant"], LOSSES.index(r["loss"]),
-                                       r["loss_label"]))
-
-
-def _family(row: dict) -> str:
-    return "head-only" if "head-only" in row["variant"] else "fine-tuned"
-
-
-def _mcp_side(split: dict, row: dict, mcp: bool = True):
-    return R._side(R._versus_of(split, row, mcp=mcp), "aurc")
+# --------------------------------------------------------------------------------- blocks --
+def _study(s: dict) -> dict | None:
+    """The extract's study, its rows knowing their split's columns (results_format's lookups
+    read them there)."""
+    p = s.get("pretrained")
+    if p is None or "verdicts" not in p:
+        return None
+    for split in p["splits"]:
+        for row in split["rows"]:
+            row["_columns"] = split["columns"]
+    return p
 
 
 def _evaluated(p: dict) -> list[dict]:
-    """The grid's report splits that the page evaluates (test, shifted, adversarial)."""
     return [sp for sp in p["splits"] if sp["role"] != "other"]
 
 
-def _mcp(split: dict, classifier: str) -> dict | None:
-    return R._one(split, kind="baseline", classifier=classifier, loss="mcp")
+def _families(p: dict, question: str) -> list[tuple[dict, dict]]:
+    """(split, family) of ``question``, in the report's split order."""
+    by = {(f["split"], f["question"]): f for f in p["verdicts"]["families"]}
+    return [(sp, by[(sp["split"], question)]) for sp in _evaluated(p)
+            if (sp["split"], question) in by]
 
 
-def _ranked(split: dict, classifier: str) -> bool:
-    """Whether the split has correct and incorrect predictions of ``classifier`` to rank (an
-    attack that leaves no correct prediction leaves AUC undefined and every AURC at 1)."""
-    return R._mean(_mcp(split, classifier), "auc") is not None
+def _kind(c: dict) -> str:
+    """Which oracle a learned scorer is: O = C fine-tuned, cross (the other size's ImageNet
+    weights) or a head on the classifier's features."""
+    if c["training"] != "fine-tuned":
+        return "heads"
+    return "O = C" if "O = C" in c["a"] else "cross"
 
 
-def _unranked(split: dict) -> str:
-    gone = [f"{c}, {R.fmt(R._c(_mcp(split, c), 'acc'), 'acc')}% accurate"
-            for c in R._classifiers(split) if not _ranked(split, c)]
-    return (f"; not ranked, no correct and incorrect predictions to separate: {'; '.join(gone)}"
-            if gone else "")
+def _counts(comparisons: list[dict]) -> str:
+    t = Counter(c["verdict"] for c in comparisons)
+    return (f"better {t['better']}, no clear difference {t['no clear difference']}, worse "
+            f"{t['worse']} (of {len(comparisons)})")
 
 
 def block_source(s: dict) -> str:
-    """Which invocation made the grid: the page's own (one demo.json), or a `--pretrained-only`
-    run of its own (its demo.json beside its report), with its report's hash and machine."""
-    p = s.get("pretrained")
+    p = _study(s)
     if p is None:
-        return "No pretrained-oracle grid in this run."
+        return "No pretrained study in this run."
     rep, demo = p["sources"]["report"], p["sources"]["demo"]
-    text = (f"The section's runs come from `{rep['path']}` (sha256 `{rep['sha256'][:16]}…`, "
-            f"created {rep['created']}); ")
+    runs = p["report"]["runs"]
+    text = (f"The section's numbers come from `{rep['path']}` (sha256 `{rep['sha256'][:16]}…`, "
+            f"created {rep['created']}), " + (f"{runs} runs" if runs else
+                                              "a report of the classifier fits' caches alone, "
+                                              "with no oracle run"))
     note = (f"\n\nNote (given when this page was generated): {p['sources']['note']}"
             if p["sources"].get("note") else "")
     if demo is None:
-        return text + "the same invocation made them as the page's other sections." + note
-    cfg = demo["config"]
-    return text + (
-        f"they were made by `{demo['command']}`, finished {demo['finished']} in "
-        f"{demo['minutes']} min on " + R._machine_text(p.get("machine") or {}, demo["machine"])
-        + f", seeds {R._list(demo['seeds'])}, losses {', '.join(cfg.get('losses', []))}, from "
-        "the page's classifier fits scoring the page's rows: the same weights and data by "
-        "their caches' identities, and their MCP rows agree on every split (accuracy exactly, "
-        "the other metrics within a GPU's rounding), or this page would not have been "
-        "generated. The section's MCP rows are its own report's." + note)
-
-
-def block_answer(s: dict) -> str:
-    """How the pretrained oracles fare against MCP, split by split, beside the from-scratch
-    oracles of the same classifiers."""
-    p = s.get("pretrained")
-    if p is None:
-        return "This run has no pretrained-oracle grid (`demo --pretrained-oracle`)."
-    lines = []
-    for split in _evaluated(p):
-        scratch = R._split(s, split["role"])
-        sides = {c: R._tally([_mcp_side(split, r) for r in _learned(split, c)])
-                 for c in R._classifiers(split) if _ranked(split, c)}
-        total = sum(sides.values(), Counter())
-        text = (f"- **{R._split_name(split)}**: pretrained-oracle scorers against MCP on AURC: "
-                f"{R._count_text(total)} (" + "; ".join(
-                    f"{c}: {R._count_text(t)}" for c, t in sides.items() if t)
-                + _unranked(split) + ")")
-        if scratch is not None:
-            old = R._tally([R._side(R._versus_of(scratch, r, mcp=True), "aurc")
-                            for r in R._rows(scratch, kind="oracle")])
-            text += f". The from-scratch scorers of vit and resnet: {R._count_text(old)}."
-        lines.append(text)
-    return "\n".join(lines)
+        return text + "; no demo.json beside it records the command." + note
+    return text + (f", made by `{demo['command']}`, finished {demo['finished']} in "
+                   f"{demo['minutes']} min on "
+                   + R._machine_text(p.get("machine") or {}, demo["machine"]) + "." + note)
 
 
 def block_classifiers(s: dict) -> str:
-    p = s.get("pretrained")
+    p = _study(s)
     if p is None:
-        return "No pretrained-oracle grid in this run."
-    head, rows = ["classifier"], []
-    splits = _evaluated(p)
-    head += [R._short_split(sp) for sp in splits]
-    for c in R._classifiers(splits[0]):
-        cells = [R.fmt(R._c(_mcp(sp, c), "acc"), "acc", ci=True) for sp in splits]
-        rows.append([f"`{c}`", *cells])
-    fit = (s["pretrained"].get("fits") or {}).get("lite0") or {}
-    lines = ["Accuracy (%) of each classifier on the rows the oracles are scored on, "
-             "[95% bootstrap interval]:", "", *R._table(head, rows)]
-    if fit.get("temperature") is not None:
-        lines += ["", f"lite0's fitted temperature: {fit['temperature']}."]
-    return "\n".join(lines)
+        return "No pretrained study in this run."
+    columns = list(dict.fromkeys(_column(sp) for sp in _evaluated(p)))
+    head = ["classifier", "fit (weights sha256)", *columns]
+    rows = [[f"`{f['classifier']}`", f"`{f['weights_sha256'][:12]}`",
+             *(f"{f['acc'][c]:.2f}" if f["acc"].get(c) is not None else "not run"
+               for c in columns)] for f in p["fits"]]
+    return "\n".join(["Accuracy (%) of each classifier fit on the rows the oracles are "
+                      "scored on:", "", *R._table(head, rows), "", _ranges(p["fits"], columns)])
 
 
-def block_table(s: dict) -> str:
-    """Per split and classifier: every pretrained scorer's AUC and AURC with their intervals and
-    its paired AURC difference from MCP and from the strongest post-hoc score."""
-    p = s.get("pretrained")
+def _ranges(fits: list[dict], columns: list[str]) -> str:
+    """Per size, the range over its fits of each column's accuracy and of the points each
+    shifted column loses against test."""
+    parts = []
+    for c in dict.fromkeys(f["classifier"] for f in fits):
+        mine = [f["acc"] for f in fits if f["classifier"] == c]
+        cells = []
+        for col in columns:
+            values = [a[col] for a in mine if a.get(col) is not None]
+            # the attacked split is a part of test: its loss is the manifest's, not this
+            lost = [a["test"] - a[col] for a in mine if col not in ("test", "adversarial")
+                    and a.get(col) is not None and a.get("test") is not None]
+            if values:
+                cells.append(f"{col} {R._range(values)}"
+                             + (f" ({R._range(lost)} points below test)" if lost else ""))
+        parts.append(f"`{c}` over {len(mine)} fits: " + "; ".join(cells) + ".")
+    return "\n".join(f"- {p}" for p in parts)
+
+
+def block_answer(s: dict) -> str:
+    """Per split: the learned scorers against MCP (O = C, cross, heads; per size), the scorer
+    chosen on held-out rows and its verdict, and SS against the other losses."""
+    p = _study(s)
     if p is None:
-        return "No pretrained-oracle grid in this run."
+        return "This run has no pretrained study (`demo --pretrained-oracle`)."
+    losses = dict((sp["split"], f) for sp, f in _families(p, "losses"))
     lines = []
-    for split in _evaluated(p):
-        lines += [f"**{R._split_name(split)}**", ""]
-        head = ["C", "scorer", "AUC %", "AURC ×10³", "ΔAUC vs MCP", "ΔAURC ×10³ vs MCP",
-                "ΔAUGRC ×10³ vs MCP", "ΔAURC ×10³ vs the strongest post-hoc score"]
-        rows = []
-        for c in R._classifiers(split):
-            strongest = next((v["other"] for v in split["versus"] if v["strongest"]
-                              and v["learned"]["classifier"] == c), None)
-            mcp = _mcp(split, c)
-            rows.append([f"`{c}`", "MCP", R.fmt(R._c(mcp, "auc"), "auc", ci=True),
-                         R.fmt(R._c(mcp, "aurc"), "aurc", ci=True), "", "", "", ""])
-            for r in _learned(split, c):
-                vs = R._versus_of(split, r, mcp=True)
-                rows.append([f"`{c}`", f"{r['display_loss']}",
-                             R.fmt(R._c(r, "auc"), "auc", ci=True),
-                             R.fmt(R._c(r, "aurc"), "aurc", ci=True),
-                             *(R.fmt_delta(vs, m) for m in ("auc", "aurc", "augrc")),
-                             R.fmt_delta(R._versus_of(split, r, mcp=False), "aurc")
-                             + (f" ({strongest})" if strongest else "")])
-        lines += [*R._table(head, rows), ""]
-    return "\n".join(lines).rstrip()
+    for sp, fam in _families(p, "reference"):
+        comps = fam["comparisons"]
+        parts = [f"{k}: {_counts([c for c in comps if _kind(c) == k])}"
+                 for k in ("O = C", "cross", "heads") if any(_kind(c) == k for c in comps)]
+        sizes = "; ".join(f"`{c}`: {_counts([x for x in comps if x['classifier'] == c])}"
+                          for c in dict.fromkeys(x["classifier"] for x in comps))
+        sel = fam.get("selected")
+        chosen = (f" Chosen on held-out rows: {sel['scorer']} ({sel['verdict']} than MCP)."
+                  if sel else "")
+        ss = losses.get(sp["split"])
+        vs = f" SS against the other losses: {_counts(ss['comparisons'])}." if ss else ""
+        lines.append(f"- **{R._split_name(sp)}**, learned scorers against MCP: "
+                     f"{_counts(comps)}; by oracle: {'; '.join(parts)}; by classifier: {sizes}."
+                     + chosen + vs)
+    if not lines and not p["report"]["runs"]:
+        return ("No oracle of the study is in this report: the blocks of verdicts below are "
+                "empty until a report of its runs replaces it.")
+    return "\n".join(lines) or "The report holds no verdicts (it ran without intervals)."
+
+
+def _delta(c: dict, metric: str) -> str:
+    d, low, high, p, verdict = c["metrics"][metric]
+    if d is None:
+        return "undefined"
+    ci = f" [{low:+g}, {high:+g}]" if low is not None else ""
+    return f"{d:+g}{ci}"
+
+
+def _p(c: dict, metric: str) -> str:
+    p = c["metrics"][metric][3]
+    return "" if p is None else ("<0.001" if p < 0.001 else f"{p:.3f}")
+
+
+def _comparison_rows(comps: list[dict], primary: str) -> list[list[str]]:
+    return [[f"`{c['classifier']}`", c["a"] if c["b"] == "MCP" else f"{c['a']} − {c['b']}",
+             c["training"], f"{c['fits']} × {'/'.join(str(n) for n in c['seeds'][0])}",
+             _delta(c, primary), _p(c, primary), f"**{c['verdict']}**" if c["verdict"] else "",
+             _delta(c, "aurc"), _delta(c, "auc"), ", ".join(c["disagree"])] for c in comps]
+
+
+def _verdict_tables(s: dict, question: str, what: str) -> str:
+    p = _study(s)
+    if p is None:
+        return "No pretrained study in this run."
+    primary = p["verdicts"]["primary"]
+    head = ["C", what, "training", "fits × seeds", f"Δ{primary.upper()} ×10³ [95%]",
+            "p (Holm)", "verdict", "ΔAURC ×10³ [95%]", "ΔAUC % [95%]", "metrics that disagree"]
+    lines = []
+    for sp, fam in _families(p, question):
+        lines += [f"**{R._split_name(sp)}**", "",
+                  *R._table(head, _comparison_rows(fam["comparisons"], primary)), ""]
+        lines += [f"Not compared: {r['a']} − {r['b']}: {r['why']}" for r in fam["refused"]]
+    return "\n".join(lines).rstrip() or "No comparison of this kind in the study's report."
+
+
+def block_verdicts(s: dict) -> str:
+    """Every learned scorer of the study against its classifier's MCP, per split."""
+    return _verdict_tables(s, "reference", "scorer (− MCP)")
 
 
 def block_losses(s: dict) -> str:
-    """Which loss gives the lowest AURC per classifier and split, and SS's paired differences
-    from CE, focal and TCP (fine-tuned, the paper's slopes)."""
-    p = s.get("pretrained")
-    if p is None:
-        return "No pretrained-oracle grid in this run."
-    lines, tally = [], Counter()
-    for split in _evaluated(p):
-        best = []
-        for c in [c for c in R._classifiers(split) if _ranked(split, c)]:
-            learned = [r for r in _learned(split, c) if R._mean(r, "aurc") is not None]
-            if learned:
-                b = min(learned, key=lambda r: R._mean(r, "aurc"))
-                best.append(f"{c}: {b['display_loss']}" + ("" if _family(b) == "head-only"
-                                                              else " (fine-tuned)"))
-            for other in R.PER_SAMPLE:
-                cmp = R._cmp(split, R._oc(ORACLE, c), "SS", other)
-                for m in ("auc", "aurc"):
-                    side = R._side(cmp, m)
-                    if side:
-                        tally[(split["role"], m, side)] += 1
-        lines.append(f"- {R._split_name(split)}: lowest AURC — " + "; ".join(best)
-                     + _unranked(split) + ".")
-    lines += ["", "SS (fine-tuned, the paper's slopes) against CE, focal and TCP of the same "
-              "pretrained oracle, paired differences:", ""]
-    for role in ("test", "shifted", "adversarial"):
-        for m in ("auc", "aurc"):
-            t = Counter({k[2]: v for k, v in tally.items() if k[:2] == (role, m)})
-            if t:
-                lines.append(f"- {role}, {m.upper()}: SS {R._count_text(t)}.")
-    return "\n".join(lines)
-
-
-def block_versus_scratch(s: dict) -> str:
-    """Per split, classifier and loss (fine-tuned, the paper's slopes): the from-scratch oracle
-    of the classifier's own backbone (the page's ⟨C, C⟩) and the pretrained oracle, each as its
-    paired AURC difference from the same classifier's MCP."""
-    p = s.get("pretrained")
-    if p is None:
-        return "No pretrained-oracle grid in this run."
-    head = ["split", "C", "loss", "from scratch ⟨C, C⟩: ΔAURC ×10³ vs MCP",
-            f"pretrained ⟨{ORACLE}, C⟩: ΔAURC ×10³ vs MCP"]
-    rows = []
-    for split in _evaluated(p):
-        scratch = R._split(s, split["role"])
-        for c in R._classifiers(scratch) if scratch is not None else ():
-            for loss in LOSSES:
-                old = R._one(scratch, kind="oracle", oracle=c, classifier=c, loss=loss, variant="")
-                new = R._one(split, kind="oracle", oracle=ORACLE, classifier=c, loss=loss,
-                             variant="")
-                if old is None or new is None or not _ranked(split, c):
-                    continue
-                rows.append([R._short_split(split), f"`{c}`", new["display_loss"],
-                             R.fmt_delta(R._versus_of(scratch, old, mcp=True), "aurc"),
-                             R.fmt_delta(R._versus_of(split, new, mcp=True), "aurc")])
-    return "\n".join(R._table(head, rows)) if rows else "No classifier in both grids."
-
-
-def block_sweeps(s: dict) -> str:
-    p = s.get("pretrained")
-    if p is None or not p["sweeps"]:
-        return "No pretrained-oracle sweep in this run."
-    slopes = ("alpha_pos", "alpha_neg")
-    rows = [[f"`{sw['oc']}`", " / ".join(f"{sw['fixed'].get(k):g}" for k in slopes),
-             " / ".join(f"{sw['chosen'].get(k, sw['fixed'].get(k)):g}" for k in slopes),
-             sw["criterion"]] for sw in p["sweeps"]]
-    head = ["sweep (oracle-classifier)", "paper's α+ / α−", "chosen α+ / α−",
-            "criterion (held-out rows)"]
-    return "\n".join(R._table(head, rows))
+    """SS against each other loss of the same oracle, classifier and training, per split."""
+    return _verdict_tables(s, "losses", "SS − other loss")
 
 
 def block_full_tables(s: dict) -> str:
-    p = s.get("pretrained")
+    p = _study(s)
     if p is None:
-        return "No pretrained-oracle grid in this run."
-    return full_tables(p["splits"], heading="### Pretrained oracles, split")
+        return "No pretrained study in this run."
+    return full_tables(_evaluated(p), heading="### Pretrained study, split")
 
 
 BLOCKS = {"pretrained-source": block_source, "pretrained-answer": block_answer,
-          "pretrained-classifiers": block_classifiers, "pretrained-table": block_table,
-          "pretrained-losses": block_losses, "pretrained-sweeps": block_sweeps,
-          "pretrained-versus-scratch": block_versus_scratch,
-          "pretrained-full-tables": block_full_tables}
+          "pretrained-classifiers": block_classifiers, "pretrained-verdicts": block_verdicts,
+          "pretrained-losses": block_losses, "pretrained-full-tables": block_full_tables}

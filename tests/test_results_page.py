@@ -167,56 +167,36 @@ def test_a_page_without_a_blocks_markers_is_refused(summary, page):
         R.rewrite(broken, R.render(summary))
 
 
-def test_the_pretrained_grid_must_be_the_pages_classifiers_by_identity(summary):
-    """The pretrained section is set against the page's rows: its vit and resnet must be the
-    same weights scoring the same rows (the caches' identities), equally accurate, and their
-    MCP metrics equal within a GPU's rounding of the extraction, no more."""
-    from bench.results_pretrained import check_same_classifiers
-    assert summary.get("pretrained"), "the committed page has a pretrained-oracle grid"
-
-    def grid_with(change):
-        grid = copy.deepcopy(summary["pretrained"])
-        split = next(sp for sp in grid["splits"] if sp["role"] == "test")
-        row = R._one(split, kind="baseline", classifier="vit", loss="mcp")
-        change(row, split["columns"]["standard"])
-        return grid
-
-    def shift_auc(by):
-        def change(row, columns):
-            i = columns.index("auc")
-            value = row["standard"][i]
-            row["standard"][i] = [value[0] + by, value[1]] if isinstance(value, list) \
-                else value + by
-        return change
-
-    check_same_classifiers(summary, grid_with(lambda row, columns: None))
-    check_same_classifiers(summary, grid_with(shift_auc(0.01)))           # rounding: accepted
-    with pytest.raises(R.Refused, match="vit MCP on test"):
-        check_same_classifiers(summary, grid_with(shift_auc(1.0)))
-    with pytest.raises(R.Refused, match="vit MCP on test"):
-        check_same_classifiers(summary, grid_with(
-            lambda row, columns: row["identity"].update(weights_sha256="0" * 64)))
-
-
-def test_a_split_without_correct_predictions_is_not_ranked(summary):
-    """A classifier the attack leaves no correct prediction (AUC undefined, every AURC 1) is
-    named as not ranked, not counted as 'no clear difference'."""
+def test_the_pretrained_sections_blocks_render_a_studys_verdicts(tmp_path):
+    """bench/results_pretrained.py over a study's report (here a synthetic one: SS, CE and CE
+    of another oracle for one classifier, two seeds): each fit's accuracy, and every verdict of
+    the report's two questions with its interval and Holm-adjusted p-value, rendered as the
+    report decided it -- nothing recounted."""
     from bench import results_pretrained as P
-    s = copy.deepcopy(summary)
-    s = json.loads(R.summary_text(s))
-    for split in s["pretrained"]["splits"]:
-        for row in split["rows"]:
-            row["_columns"] = split["columns"]
-    adversarial = next(sp for sp in s["pretrained"]["splits"] if sp["role"] == "adversarial")
-    mcp = R._one(adversarial, kind="baseline", classifier="vit", loss="mcp")
-    mcp["standard"][adversarial["columns"]["standard"].index("auc")] = None   # as if 0% right
-    unranked = [c for c in R._classifiers(adversarial) if not P._ranked(adversarial, c)]
-    assert "vit" in unranked
-    text = P.block_answer(s)
-    adversarial_line = text.split("**adversarial")[1]
-    named = adversarial_line.split("not ranked, no correct and incorrect predictions to "
-                                   "separate: ")[1]
-    for c in unranked:
-        assert f"{c}, " in named and f"{c}: better in" not in adversarial_line
-    ranked = [c for c in R._classifiers(adversarial) if c not in unranked]
-    assert ranked and all(f"{c}: better in" in adversarial_line for c in ranked)
+    from bench.synthetic_runs import write_study
+    from pipeline.report.run import ReportConfig, report
+    root = tmp_path / "artifacts" / "fm"
+    write_study(root / "pretrained" / "fits", n=600, pairs=(("vit", "vit"),),
+                losses=("ce", "ss"), seeds=(0, 1), n_train=1200)
+    report(ReportConfig(runs_root=str(root / "pretrained" / "fits" / "runs"),
+                        out=str(root / "pretrained" / "report"), figures=False, jobs=1,
+                        resamples=200))
+    doc = json.loads((root / "pretrained" / "report" / "report.json").read_text())
+    study = P.extract(root, "how it was run")
+    assert [f["classifier"] for f in study["fits"]] == ["vit"]
+    assert study["fits"][0]["acc"]["test"] is not None
+    s = json.loads(R.summary_text({"pretrained": study}))
+    blocks = {name: fn(s) for name, fn in P.BLOCKS.items()}
+    assert "2 runs" in blocks["pretrained-source"] or "4 runs" in blocks["pretrained-source"]
+    assert "how it was run" in blocks["pretrained-source"]
+    fams = {(f["split"], f["question"]): f for f in doc["verdicts"]["families"]}
+    ref = fams[("test", "reference")]
+    for e in ref["comparisons"]:
+        row = next(line for line in blocks["pretrained-verdicts"].splitlines()
+                   if f"| {e['a']} |" in line)
+        assert f"**{e['verdict']}**" in row, row
+    counts = ref["counts"]
+    assert (f"better {counts['better']}, no clear difference {counts['no clear difference']}, "
+            f"worse {counts['worse']}") in blocks["pretrained-answer"]
+    assert "| `vit` | SS ⟨vit-model, O = C⟩ − CE ⟨vit-model, O = C⟩ | fine-tuned | 1 × 2 |" in \
+        blocks["pretrained-losses"]
