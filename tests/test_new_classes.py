@@ -173,3 +173,15 @@ def test_new_classes_with_a_classifier_that_holds_out_none_is_refused(work, tmp_
                          r"without, but --classifier vit .* holds out no class: fit one with "
                          r"`cli.py fit-classifier --holdout-classes LIST`")
     assert not (tmp_path / "cache" / "vit").exists()
+
+
+def test_an_existing_checkpoint_of_other_held_out_classes_is_kept_and_flagged(work):
+    root, data, ckpt, _ = work
+    before = ckpt.read_bytes()
+    out = ok("fit-classifier", "--classifier", "vit", "--data", data, "--max-samples", 300,
+             "--epochs", 1, "--holdout-classes", "Coat", "--out-file", ckpt, *CPU)
+    assert "nothing to do" in out and "classes held out: [8, 9] (now [4])" in out
+    assert ckpt.read_bytes() == before
+    same = ok("fit-classifier", "--classifier", "vit", "--data", data, "--max-samples", 300,
+              "--epochs", 1, "--holdout-classes", HOLDOUT, "--out-file", ckpt, *CPU)
+    assert "nothing to do" in same and "differs" not in same

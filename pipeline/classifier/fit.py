@@ -198,7 +198,7 @@ def fit(cfg: FitConfig) -> dict:
         ckpt = read_checkpoint(out)
         fitted = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(out.stat().st_mtime))
         return {"skipped": True, "out": str(out), "meta": ckpt.get("meta", {}), "fitted": fitted,
-                "notes": stale_reasons(ckpt, spec, hp, samples, init_sha256(cfg))}
+                "notes": stale_reasons(ckpt, spec, hp, samples, init_sha256(cfg), held)}
     notes = []
     if is_embedded_dataset(samples.dataset) and samples.split != "clf-train":
         notes.append(f"fitted on split {samples.split!r}: the embedded dataset keeps 'clf-train' "
