@@ -105,6 +105,7 @@ CLASSIFIER_IDENTITY = (
     "data_config", "dataset", "dataset_fingerprint", "split", "corruption", "num_rows",
     "num_classes", "precision", "flip_view", "features", "features_flip", "shard_size", "decode",
     MC_DROPOUT, "exif_transpose",   # these two only where given (absent = off)
+    "classes_kept",   # only where a classifier held classes out (pipeline/data/newclass.py)
 )
 
 # What must agree between the caches of one classifier across splits (train vs test vs shifted),

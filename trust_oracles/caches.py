@@ -23,6 +23,7 @@ import numpy as np
 from cache.manifest import MANIFEST_FILE
 from cache.reader import ClassifierCache
 from cache.schema import FEATURE_COLUMN, CacheError, check_identity
+from pipeline.data.newclass import CLASSES_KEPT, select_classes
 from pipeline.data.sources import SampleList, is_embedded, list_split
 from pipeline.oracle.settings.targets import check_classifier, check_images
 from trust_oracles.errors import MissingDependencyError
@@ -137,7 +138,8 @@ class Cache:
     def _samples(self, config: dict) -> SampleList:
         """The split listed from the cache's data root, checked against the cache."""
         data, split = config.get("data"), self.identity["split"]
-        samples = list_split(data, split, config.get("labels_file"))
+        samples = select_classes(list_split(data, split, config.get("labels_file")),
+                                 self.identity.get(CLASSES_KEPT))   # data/newclass.py
         check_identity(self.identity, {"dataset": samples.dataset,
                                        "dataset_fingerprint": samples.fingerprint,
                                        "num_rows": len(samples)}, f"cache {self.path}",

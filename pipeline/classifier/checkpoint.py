@@ -10,6 +10,7 @@ import torch
 
 from cache.atomic import atomic_file
 from cache.schema import to_attr
+from pipeline.core.heldout import HELD_OUT
 from pipeline.core.models import CHECKPOINT_FORMAT, ModelError
 from pipeline.data.sources import SampleList
 
@@ -37,10 +38,12 @@ def read_checkpoint(path: Path) -> dict:
 
 
 def stale_reasons(ckpt: dict, spec, hp: dict, samples: SampleList,
-                  init: str | None = None) -> list[str]:
+                  init: str | None = None, held: tuple[int, ...] = ()) -> list[str]:
     """What differs between an existing checkpoint and what this command would train (``init``:
-    the sha256 of the weights file it starts from)."""
+    the sha256 of the weights file it starts from; ``held``: the classes held out)."""
     meta, out = ckpt.get("meta", {}), []
+    if list(meta.get(HELD_OUT) or []) != list(held):
+        out.append(f"classes held out: {meta.get(HELD_OUT) or 'none'} (now {list(held) or 'none'})")
     if meta.get("init_sha256", init) != init:
         out.append(f"initial weights: fitted from a weights file of sha256 "
                    f"{str(meta.get('init_sha256'))[:12]} (now {str(init)[:12]})")

@@ -81,6 +81,11 @@ def _preset(key: str, none: str = "") -> str:
         default_text=_preset("val_fraction")),
     Opt(("--max-samples",), type=click.IntRange(2), group="data", help="Fit on a seeded subset "
         "of N images of the split.", default_text="every image"),
+    Opt(("--holdout-classes",), group="data", metavar="LIST", help="Classes to leave out of "
+        "the fit, comma-separated names or indices of the dataset's classes: the classifier is "
+        "fitted and scored on the other classes' rows only, never predicts these, and extract "
+        "--new-classes caches their rows as the split <split>-newclass (every prediction wrong).",
+        default_text="none"),
     WORKERS.but(help="DataLoader worker processes.", default_text="0 for the embedded "
                 "vit/resnet (presets.EMBEDDED_FIT), else the cores minus one, at most 8"),
     PRECISION,
@@ -92,8 +97,8 @@ def _preset(key: str, none: str = "") -> str:
 )
 def fit_classifier(classifier, data, split, out, labels_file, num_classes, model_kwargs, weights,
                    pretrained, epochs, batch_size, lr, weight_decay, warmup_epochs, pad, flip,
-                   label_smoothing, val_fraction, max_samples, workers, precision, device, seed,
-                   force, no_progress):
+                   label_smoothing, val_fraction, max_samples, holdout_classes, workers, precision,
+                   device, seed, force, no_progress):
     """Train a base classifier (random init by default) and save a checkpoint extract loads.
 
     Hyperparameters left out take pipeline/core/presets.py's: EMBEDDED_FIT for the embedded
@@ -101,6 +106,7 @@ def fit_classifier(classifier, data, split, out, labels_file, num_classes, model
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
     # stays free of torch.
     from pipeline.classifier.fit import FitConfig, fit
+    from pipeline.data.newclass import parse_holdout
 
     if weights and pretrained:
         raise click.UsageError(f"--weights and "
@@ -113,6 +119,7 @@ def fit_classifier(classifier, data, split, out, labels_file, num_classes, model
                     labels_file=labels_file, num_classes=num_classes,
                     model_kwargs=model_kwargs, weights=weights,
                     pretrained=pretrained, hparams=hparams, max_samples=max_samples,
+                    holdout_classes=parse_holdout(holdout_classes),
                     device=device, seed=seed, force=force, progress=not no_progress)
     result = fit(cfg)
     m = result["meta"]
@@ -132,6 +139,9 @@ def fit_classifier(classifier, data, split, out, labels_file, num_classes, model
                f"{m['dataset']}/{m['split']}, {t['train_s']:.1f}s, {t['img_per_s']:.0f} img/s): "
                f"held-out accuracy {100 * m['held_out_accuracy']:.2f}% on {m['held_out_rows']} "
                f"images; saved {result['out']}")
+    if m.get("held_out_classes"):
+        click.echo(f"classes held out (never predicted; extract --new-classes caches their rows): "
+                   f"{', '.join(m['held_out_class_names'])}")
 
 
 @click.command("import-weights", cls=Command)

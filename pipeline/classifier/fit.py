@@ -22,12 +22,14 @@ import torch
 from pipeline.classifier.checkpoint import read_checkpoint, save_checkpoint, stale_reasons
 from pipeline.classifier.recipe import evaluate, train_epochs
 from pipeline.core import dist
+from pipeline.core.heldout import HELD_OUT, HELD_OUT_NAMES, mask_held_out
 from pipeline.core.models import (ModelError, build_model, file_sha256, is_project_checkpoint,
                                   resolve_data_config, resolve_spec,
                                   state_dict_from_file)
 from pipeline.core.precision import default_precision
 from pipeline.core.presets import DEFAULT_FIT, EMBEDDED_ARCH, EMBEDDED_FIT, embedded_classifier_path
 from pipeline.data.errors import DataError
+from pipeline.data.newclass import kept_classes, resolve_holdout, select_classes
 from pipeline.data.sources import default_artifacts, embedded_data, is_embedded_dataset, list_split
 
 # FitConfig fields that say where and how, not what is fitted: not in the checkpoint's meta
@@ -48,6 +50,7 @@ class FitConfig:
     pretrained: bool = False            # initialise from timm's hub weights
     hparams: dict = field(default_factory=dict)   # overrides of DEFAULT_FIT / EMBEDDED_FIT
     max_samples: int | None = None      # seeded subset of the split (tests, quick looks)
+    holdout_classes: tuple[str, ...] = ()   # class names/indices left out (data/newclass.py)
     device: str | None = None
     seed: int = 0
     force: bool = False
@@ -158,6 +161,23 @@ def default_split(data: str | None, idx_data: bool) -> str:
     return ORACLE_TRAIN_SPLIT
 
 
+def _known_rows(cfg: FitConfig, samples):
+    """(the rows of the classes not held out, the held-out class indices): the classifier is
+    fitted and scored on those rows only; its outputs stay the dataset's classes."""
+    held = resolve_holdout(cfg.holdout_classes, samples.classes) if cfg.holdout_classes else ()
+    if not held:
+        return samples, ()
+    return select_classes(samples, kept_classes(held, len(samples.classes), False)), held
+
+
+def _recorded_config(cfg: FitConfig) -> dict:
+    """The checkpoint meta's config: JSON values, the run-time fields left out, and
+    holdout_classes only where given (the checkpoints of other fits keep their bytes)."""
+    return {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v)
+            for k, v in asdict(cfg).items()
+            if k not in RUNTIME_ONLY and (k != "holdout_classes" or v)}
+
+
 def fit(cfg: FitConfig) -> dict:
     """Fit one classifier; returns {"skipped", "out", "meta", "notes"} (meta as saved)."""
     if dist.info().enabled:
@@ -165,6 +185,7 @@ def fit(cfg: FitConfig) -> dict:
     idx_data = embedded_data(cfg.data)
     samples = list_split(cfg.data, cfg.split or default_split(cfg.data, idx_data),
                          cfg.labels_file)
+    samples, held = _known_rows(cfg, samples)
     embedded_preset = is_embedded_dataset(samples.dataset) and cfg.classifier in EMBEDDED_ARCH
     hp = resolve_hparams(cfg, embedded_preset)
     num_classes = cfg.num_classes or len(samples.classes)
@@ -177,7 +198,7 @@ def fit(cfg: FitConfig) -> dict:
         ckpt = read_checkpoint(out)
         fitted = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(out.stat().st_mtime))
         return {"skipped": True, "out": str(out), "meta": ckpt.get("meta", {}), "fitted": fitted,
-                "notes": stale_reasons(ckpt, spec, hp, samples, init_sha256(cfg))}
+                "notes": stale_reasons(ckpt, spec, hp, samples, init_sha256(cfg), held)}
     notes = []
     if is_embedded_dataset(samples.dataset) and samples.split != "clf-train":
         notes.append(f"fitted on split {samples.split!r}: the embedded dataset keeps 'clf-train' "
@@ -195,13 +216,12 @@ def fit(cfg: FitConfig) -> dict:
     start = time.perf_counter()
     history = train_epochs(model, samples, data_cfg, train_rows, hp, device, cfg.seed, cfg.progress)
     train_s = time.perf_counter() - start
+    mask_held_out(model, held)   # as build_model will build it from the checkpoint
     accuracy = evaluate(model, samples, data_cfg, val_rows, hp, device)
     # What determines the weights, and nothing else: no wall time, date or output path, so the same
     # command on the same machine and thread count writes a byte-identical file (docs/RESULTS.md,
     # "Determinism"). The CPU thread count is recorded: it changes the order of float sums.
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()
-              if k not in RUNTIME_ONLY}
-    meta = {"model": spec.name, "config": config,
+    meta = {"model": spec.name, "config": _recorded_config(cfg),
             "hparams": hp, "dataset": samples.dataset, "split": samples.split,
             "dataset_fingerprint": samples.fingerprint, "num_classes": num_classes,
             "init_sha256": init_sha256(cfg),
@@ -209,6 +229,8 @@ def fit(cfg: FitConfig) -> dict:
             "held_out_rows": len(val_rows), "held_out_accuracy": accuracy, "history": history,
             "device": str(device), "threads": torch.get_num_threads(),
             "torch": str(torch.__version__), "timm": str(timm.__version__)}
+    if held:   # only then: the checkpoints of other fits keep their bytes
+        meta.update({HELD_OUT: list(held), HELD_OUT_NAMES: [samples.classes[k] for k in held]})
     save_checkpoint(out, model, spec, data_cfg, meta)
     timing = {"train_s": round(train_s, 2), "img_per_s": round(hp["epochs"] * len(train_rows) / train_s, 1)}
     return {"skipped": False, "out": str(out), "meta": meta, "notes": notes, "warnings": warnings,

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from pipeline.core.errors import HubUnreachable, ModelError
+from pipeline.core.heldout import held_out_of, mask_held_out
 from pipeline.core.hub import create_pretrained
 from pipeline.core.inference import for_inference, for_training
 from pipeline.core.presets import (CHECKPOINT_NAMES, EMBEDDED_ARCH, EMBEDDED_DATA_CONFIG, IMAGENET_PRESETS,
@@ -116,6 +117,14 @@ def checkpoint_model(path: str) -> str | None:
         else None
 
 
+def held_out_classes(path: str | None) -> tuple[int, ...]:
+    """The classes a fit-classifier checkpoint was fitted without (``core/heldout.py``); none
+    for any other weights file, hub weights or a random init."""
+    if not path or not str(path).endswith((".pt", ".pth")) or not Path(path).exists():
+        return ()
+    return held_out_of(_load_file(path))
+
+
 def _check_file(path: Path) -> None:
     if not path.exists():
         raise ModelError(f"--weights {path}: file not found")
@@ -176,8 +185,9 @@ def _file_kind(path: Path) -> str:
     return "text" if head and all(c.isprintable() or c in "\n\r\t" for c in text) else "unknown"
 
 
-def state_dict_from_file(path: str) -> dict[str, torch.Tensor]:
-    obj = _load_file(path)
+def state_dict_from_file(path: str, obj=None) -> dict[str, torch.Tensor]:
+    """The state dict of a weights file (``obj``: the file already loaded)."""
+    obj = _load_file(path) if obj is None else obj
     for key in ("state_dict", "model", "model_state"):  # common checkpoint wrappers
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             obj = obj[key]
@@ -234,11 +244,14 @@ def build_model(spec: ModelSpec, seed: int = 0, num_classes: int | None = None, 
         raise ModelError(f"timm.create_model({spec.name!r}, **{kwargs}) failed: "
                          f"{type(err).__name__}: {err} (check --model-kwargs)") from None
     if spec.weights is not None:
-        state = state_dict_from_file(spec.weights)
+        obj = _load_file(spec.weights)
+        state = state_dict_from_file(spec.weights, obj)
         stored = stored_num_classes(model, state)
         if stored is not None and stored != model.num_classes and "num_classes" not in kwargs:
             model.reset_classifier(stored)   # e.g. resnet18 fine-tuned on a 3-class folder
         load_weights(model, spec.weights, state)
+        # classes held out of its fit: never predicted, here for every stage (core/heldout.py)
+        mask_held_out(model, held_out_of(obj))
     return for_training(model) if train else for_inference(model)
 
 

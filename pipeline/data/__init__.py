@@ -1,7 +1,7 @@
 """Datasets -> uint8 pixel rows, shared by extract, classifier and oracle.  Imports core, cache.
 sources.py   which samples a split holds (samples.py), one Format per layout (folders.py: ImageFolder,
              ImageNet; idx.py; attacked.py; unlabelled.py: unlabelled files); listing.py: files,
-             links, names; classes.py: output k = class k?; labels.py: labels
+             links, names; classes.py: output k = class k?; labels.py; newclass.py: subsets
 images.py    decode -> corrupt -> resize/crop, in loader.py's batches and loader; orientation.py: EXIF
              (opt-in); stamps.py: file stamps and hashes; errors.py: DataError
 decode.py    nvJPEG on the accelerator; resize.py, prefetch.py: batched resize, stages ahead of use;

@@ -78,6 +78,10 @@ from pipeline.data.imagenet_c import CORRUPTIONS
         "own dropout", help="With --mc-dropout: rebuild the classifier with timm's "
         "drop_rate=R (dropout before its head), for a classifier without dropout of its own "
         "(the report then says the rate was applied at test time only)."),
+    Opt(("--new-classes",), is_flag=True, group="data", help="With a classifier fitted with "
+        "--holdout-classes: cache only the rows of the classes it held out (every prediction "
+        "wrong), under the split tag <split>-newclass (e.g. test-newclass). Without it, such a "
+        "classifier's caches hold only the rows of its known classes."),
     SEED_OPT.but(help="Seed for random init, corruptions and MC-Dropout's masks."),
     Opt(("--verify",), is_flag=True, group="runtime", help="On a cache already there, re-read "
         "every shard and compare it with the XXH3-128 hash its manifest records (without "
@@ -87,11 +91,12 @@ from pipeline.data.imagenet_c import CORRUPTIONS
 def extract(classifier, data, splits, out, labels_file, batch_size, workers, precision, device,
             weights, random_init, model_kwargs, preprocess, features, flip_view, skip_bad,
             shard_size, compile_, decode, exif_transpose, corruption, severity, mc_dropout,
-            mc_dropout_rate, seed, verify, no_progress):
+            mc_dropout_rate, new_classes, seed, verify, no_progress):
     """Stage 1: run a frozen classifier over dataset split(s) once; cache logits and targets."""
     # The stage is imported on call: a command loads only its own stage, and `cli.py report`
     # stays free of torch.
     from pipeline.core import dist
+    from pipeline.data.newclass import newclass_tag
     from pipeline.extract.splits import extract_split, split_configs
 
     _refuse_conflicting_options(weights, random_init, mc_dropout, mc_dropout_rate, exif_transpose,
@@ -103,13 +108,13 @@ def extract(classifier, data, splits, out, labels_file, batch_size, workers, pre
         preprocess=preprocess, features=features, flip_view=flip_view, skip_bad=skip_bad,
         shard_size=shard_size, compile=compile_, decode=decode, exif_transpose=exif_transpose,
         seed=seed, verify=verify, mc_dropout=mc_dropout or 0, mc_dropout_rate=mc_dropout_rate,
-        progress=not no_progress)
+        new_classes=new_classes, progress=not no_progress)
     for cfg in configs:
         summary = extract_split(cfg)
         if dist.info().is_main:
             for note in summary["notes"]:
                 click.echo(f"note: {note}", err=True)
-            _print_extract_summary(cfg.split, summary)
+            _print_extract_summary(newclass_tag(cfg.split, new_classes), summary)
     dist.shutdown(dist.info())
 
 

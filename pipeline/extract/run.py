@@ -22,7 +22,8 @@ from cache.atomic import temp_files
 from cache.schema import KIND_CLASSIFIER, MC_DROPOUT, SCHEMA_VERSION
 from cache.shards import shard_is_complete, shard_path, shard_ranges
 from pipeline.core import dist
-from pipeline.core.models import build_model, resolve_data_config, resolve_spec, weights_sha256
+from pipeline.core.models import (build_model, held_out_classes, resolve_data_config, resolve_spec,
+                                  weights_sha256)
 from pipeline.core.precision import default_precision
 from pipeline.core.stop import StopSignals
 from pipeline.data.classes import check_num_classes
@@ -30,7 +31,9 @@ from pipeline.core.timing import ModelTimer
 from pipeline.data.corruptions import make_corruption as corruption_fn
 from pipeline.data.decode import DeviceDecoder, collate_raw, make_dataset
 from pipeline.data.images import GpuNormalize, transform_for
+from pipeline.data.errors import DataError
 from pipeline.data.loader import chunk_batches, default_workers, make_loader
+from pipeline.data.newclass import CLASSES_KEPT, kept_classes, select_classes
 from pipeline.data.orientation import EXIF_TRANSPOSE, reading_exif
 from pipeline.data.prefetch import StagedPrefetch
 from pipeline.data.sources import SampleList, is_embedded_dataset, list_split
@@ -69,6 +72,7 @@ class ExtractConfig:
     verify: bool = False              # re-read every shard of a complete cache (XXH3-128 hash)
     mc_dropout: int = 0               # T >= 2 MC-Dropout passes (pipeline/extract/mcdropout.py)
     mc_dropout_rate: float | None = None   # timm drop_rate to rebuild the classifier with
+    new_classes: bool = False         # the rows of the classes the classifier held out only
     shuffle_seed: int | None = None   # tests: permute rows inside shards to prove index placement
     progress: bool = True
 
@@ -84,7 +88,7 @@ def make_corruption(cfg: ExtractConfig):
 
 
 def build_identity(cfg: ExtractConfig, samples: SampleList, spec, model, data_cfg,
-                   mc_rates: dict | None = None) -> dict:
+                   mc_rates: dict | None = None, kept: tuple[int, ...] | None = None) -> dict:
     num_classes = int(model.num_classes)   # checked against the classes by check_num_classes
     # features_flip only where both views' features are stored: older caches keep their identity,
     # and an older partial cache with --features --flip-view (no flipped features) is refused
@@ -93,6 +97,8 @@ def build_identity(cfg: ExtractConfig, samples: SampleList, spec, model, data_cf
         both[MC_DROPOUT] = mc.record(cfg.mc_dropout, mc_rates, cfg.seed, cfg.batch_size)
     if samples.exif_transpose:   # likewise: absent means the pixels as stored
         both[EXIF_TRANSPOSE] = True
+    if kept is not None:         # likewise: absent means every row of the split
+        both[CLASSES_KEPT] = list(kept)
     return dict(schema_version=SCHEMA_VERSION, kind=KIND_CLASSIFIER, model=spec.name,
                 model_kwargs=spec.kwargs, weights_sha256=weights_sha256(model),
                 preprocess=cfg.preprocess, data_config=data_cfg.to_dict(), dataset=samples.dataset,
@@ -100,6 +106,28 @@ def build_identity(cfg: ExtractConfig, samples: SampleList, spec, model, data_cf
                 corruption=corruption_tag(cfg), num_rows=len(samples), num_classes=num_classes,
                 precision=cfg.precision, flip_view=cfg.flip_view, features=cfg.features,
                 shard_size=cfg.shard_size, decode=cfg.decode, **both)
+
+
+def select_rows(cfg: ExtractConfig, samples: SampleList, spec):
+    """The rows a classifier that holds classes out is cached on (pipeline/data/newclass.py):
+    its known classes' rows, or with ``--new-classes`` the held-out ones'; every row otherwise.
+    Returns the rows and the classes kept (None: no selection)."""
+    held = held_out_classes(spec.weights)
+    if cfg.new_classes and not held:
+        raise DataError(f"--new-classes caches the rows of the classes a classifier was fitted "
+                        f"without, but --classifier {cfg.classifier} ({spec.weights or spec.name})"
+                        " holds out no class: fit one with `cli.py fit-classifier "
+                        "--holdout-classes LIST` and pass it, or leave --new-classes out")
+    if not held:
+        return samples, None
+    kept = kept_classes(held, len(samples.classes), cfg.new_classes)
+    selected = select_classes(samples, kept)
+    if not len(selected):
+        names = ", ".join(samples.classes[k] for k in kept)
+        raise DataError(f"split {samples.split!r} has no row of the classes {names} that "
+                        f"{'--new-classes caches' if cfg.new_classes else 'the classifier knows'}"
+                        ": extract another --split")
+    return selected, kept
 
 
 def extract(cfg: ExtractConfig) -> dict:
@@ -113,6 +141,7 @@ def extract(cfg: ExtractConfig) -> dict:
                       else default_workers(dist.local_world()))
     spec = resolve_spec(cfg.classifier, is_embedded_dataset(samples.dataset),
                         cfg.weights, cfg.random_init, cfg.model_kwargs)
+    samples, kept = select_rows(cfg, samples, spec)
     text = model_text(cfg, spec)
     model, mc_rates = mc.mc_model(spec, cfg.seed, cfg.mc_dropout_rate, text) if cfg.mc_dropout \
         else (build_model(spec, seed=cfg.seed), None)
@@ -129,7 +158,7 @@ def extract(cfg: ExtractConfig) -> dict:
     if samples.idx_images is None:   # files: stamped and hashed where the workers read them
         dataset.recorder = SourceRecorder(len(samples))
     class_notes = check_num_classes(int(model.num_classes), samples, cfg.classifier)
-    identity = build_identity(cfg, samples, spec, model, data_cfg, mc_rates)
+    identity = build_identity(cfg, samples, spec, model, data_cfg, mc_rates, kept)
     # every node the same command: the cache and the rows each rank computes (paths may differ)
     dist.agree(info, "extract settings", {**identity, "batch_size": cfg.batch_size,
                                           "verify": cfg.verify, "skip_bad": cfg.skip_bad})

@@ -13,6 +13,7 @@ from cache.manifest import IDENTITY_FILE, check_cache_root
 from cache.reader import cache_dir_for, split_tag
 from pipeline.core import dist
 from pipeline.core.presets import EMBEDDED_EXTRACT
+from pipeline.data.newclass import newclass_tag
 from pipeline.data.sources import check_splits, default_artifacts, default_splits, embedded_data
 from pipeline.extract.run import ExtractConfig, extract
 
@@ -34,8 +35,10 @@ def split_configs(out: Path | None, splits: tuple[str, ...], corruption: str | N
         fields["precision"] = EMBEDDED_EXTRACT["precision"]
     splits = splits or default_splits(data)
     check_splits(data, splits)
+    new = fields.get("new_classes", False)   # the held-out classes' rows: <split>-newclass
     return [ExtractConfig(out=cache_dir_for(root, fields["classifier"],
-                                            split_tag(split, corruption, severity)),
+                                            split_tag(newclass_tag(split, new), corruption,
+                                                      severity)),
                           split=split, corruption=corruption,
                           severity=severity if corruption else 0, **fields)
             for split in splits]

@@ -97,13 +97,19 @@ def _print_train_summary(s: dict) -> None:
         _print_output(o)
 
 
+def _mean(value: float) -> str:
+    """A mean confidence; n/a where the split has no such row (a test-newclass split: every
+    prediction wrong, none correct)."""
+    return "n/a (no such row)" if value != value else f"{value:.3f}"
+
+
 def _print_output(o: dict) -> None:
     if o.get("already_complete"):
         click.echo(f"  [{o['split']}] outputs already written: {o['path']}")
         return
     click.echo(f"  [{o['split']}] {o['rows']} rows, classifier accuracy {100 * o['accuracy']:.2f}%"
-               f", mean confidence correct {o['mean_confidence_correct']:.3f} / incorrect "
-               f"{o['mean_confidence_incorrect']:.3f}: {o['path']}")
+               f", mean confidence correct {_mean(o['mean_confidence_correct'])} / incorrect "
+               f"{_mean(o['mean_confidence_incorrect'])}: {o['path']}")
     t = o.get("inference") or {}
     if t.get("model_ms_per_img") is not None:
         click.echo(f"  [{o['split']}] oracle inference {t['model_ms_per_img']:.4f} ms/img "

@@ -164,6 +164,8 @@ def nearest_per_class(queries: np.ndarray, pred: np.ndarray, kept: np.ndarray,
     other = np.full(nq, -1, np.int64)
     best = np.full(nq, np.inf)
     for c in range(len(offsets) - 1):
+        if offsets[c + 1] == offsets[c]:
+            continue           # a class held out of the classifier's fit: no training row
         x = xp.put(kept[offsets[c]:offsets[c + 1]])
         xn = xp.sqnorm(x)
         step = _chunk_rows(xp, len(x))
@@ -191,10 +193,11 @@ def kept_sets(features: np.ndarray, labels: np.ndarray, num_classes: int, k: int
               xp=None) -> tuple[np.ndarray, np.ndarray]:
     """The density-filtered rows of every class, stacked in class order, and their offsets
     (class c at ``offsets[c]:offsets[c + 1]``).  Every class needs at least k rows (the caller
-    says which class lacks them)."""
+    says which class lacks them), except a class the classifier held out of its fit, which has
+    none and is never predicted (pipeline/data/newclass.py): its set is empty."""
     order = []
     for c in range(num_classes):
         rows = np.flatnonzero(labels == c)
-        order.append(rows[kept_rows(features[rows], k, alpha, xp)])
+        order.append(rows[kept_rows(features[rows], k, alpha, xp)] if len(rows) else rows)
     offsets = np.cumsum([0] + [len(rows) for rows in order])
     return features[np.concatenate(order)], offsets

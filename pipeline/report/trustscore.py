@@ -121,7 +121,12 @@ def _class_problem(train: str, k: int) -> str | None:
     counts = np.bincount(cols["label"][cols["valid"] == 1],
                          minlength=int(cache.identity["num_classes"]))
     names = cache.manifest.get("classes") or []
+    # a classifier fitted without some classes never predicts them: only its known classes
+    # (the cache's classes_kept, pipeline/data/newclass.py) need training rows
+    known = cache.identity.get("classes_kept")
     for c, n in enumerate(counts.tolist()):
+        if known is not None and c not in known:
+            continue
         name = f"class {c}" + (f" ({names[c]!r})" if c < len(names) else "")
         if n == 0:
             return (f"{name} has no valid row in the training cache {train}; TrustScore needs "

@@ -17,6 +17,7 @@ import numpy as np
 from cache.reader import ClassifierCache, UnstampedCacheWarning, cache_dir_for, note_once, slug
 from cache.schema import CLASSIFIER_KEYS, CacheError, check_identity
 from pipeline.data.corruptions import make_corruption, parse_corruption_tag
+from pipeline.data.newclass import CLASSES_KEPT, select_classes
 from pipeline.data.orientation import EXIF_TRANSPOSE, reading_exif
 from pipeline.data.sources import SampleList, list_split
 from pipeline.data.stamps import check_sources
@@ -82,7 +83,10 @@ def open_split(data: str | None, cache_root: Path, classifier: str, tag: str,
     cache = ClassifierCache.open(path)
     ident = cache.identity
     check_classifier(cache, classifier)
-    samples = (memo or SplitMemo()).samples(data, ident["split"], labels_file)
+    # the rows the cache holds: those of the classes it kept (a classifier that held classes
+    # out, pipeline/data/newclass.py), then checked by the fingerprint of exactly those rows
+    samples = select_classes((memo or SplitMemo()).samples(data, ident["split"], labels_file),
+                             ident.get(CLASSES_KEPT))
     if ident.get("dataset_fingerprint") == samples.fingerprint and \
             ident.get("num_rows") != len(samples):
         # the fingerprint hashes exactly the listed rows: the data is the same, the cache is not
