@@ -152,7 +152,8 @@ def _machine(doc: dict) -> dict:
 
 def _command(cfg: dict) -> tuple[str, bool]:
     """The `cli.py demo` command that demo.json's config stands for, and whether it is --full."""
-    full = cfg.get("seeds") == DEMO["full_seeds"] and cfg.get("pairs") == DEMO["full_pairs"]
+    full = cfg.get("full", cfg.get("seeds") == DEMO["full_seeds"]
+                   and cfg.get("pairs") == DEMO["full_pairs"])
     parts = ["python cli.py demo"] + (["--full"] if full else [])
     if not full:
         if cfg.get("seeds") not in (None, DEMO["seeds"]):
@@ -165,6 +166,8 @@ def _command(cfg: dict) -> tuple[str, bool]:
     if cfg.get("pretrained"):
         parts.append("--pretrained-oracle" if cfg.get("base_oracles", True)
                      else "--pretrained-only")
+        if cfg.get("fits"):
+            parts.append(f"--fits {cfg['fits']}")
     return " ".join(parts), full
 
 
