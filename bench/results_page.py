@@ -176,15 +176,22 @@ BLOCKS = {"source": block_source, "answers": block_answers, "summary": block_sum
           "figures": block_figures, "full-tables": block_full_tables}
 
 
-def render(summary: dict) -> dict[str, str]:
-    """Every block's text, from the extract alone."""
-    s = json.loads(summary_text(summary))          # what the committed file holds, and a copy
+def prepared(summary: dict) -> dict:
+    """The extract as the block renderers read it: what the committed file holds (a copy), each
+    row knowing its split's columns."""
+    s = json.loads(summary_text(summary))
     for split in s["splits"]:
         for row in split["rows"]:
             row["_columns"] = split["columns"]
     for split in (s.get("pretrained") or {}).get("splits", []):
         for row in split["rows"]:
             row["_columns"] = split["columns"]
+    return s
+
+
+def render(summary: dict) -> dict[str, str]:
+    """Every block's text, from the extract alone."""
+    s = prepared(summary)
     return {name: fn(s).rstrip() for name, fn in all_blocks(s).items()}
 
 
@@ -265,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
             SUMMARY.write_text(summary_text(summary))
             copy_figures(summary, previous)
             PAGE.write_text(page)
+            from bench import readme_blocks         # README.md's headline counts, from the same
+            if readme_blocks.main([], summary) != 0:   # extract
+                raise Refused("README.md's generated blocks could not be written")
             print(f"wrote {SUMMARY.relative_to(ROOT)}, {len(summary['figures'])} figure(s) in "
                   f"{FIGURES.relative_to(ROOT)}/, {len(all_blocks(summary))} block(s) of "
                   f"{PAGE.relative_to(ROOT)}")
