@@ -49,7 +49,7 @@ One concept has one name, in every command:
 - **A format says what it formats**: `report --report-format`, `corrupt --image-format`.
 - **Where weights come from**: `--weights FILE` a file, `--hub-weights` timm's hub, and
   `--random-init` none (tests, benchmarks).
-- **Names say what they set**: `train-oracle --ss-distance` (was `--z`) chooses what the SS
+- **Names say what they set**: `train-oracle --ss-distance` chooses what the SS
   loss's slopes act on.
 
 Every option shows its default.  Where the value is chosen at run time, the default says how:
