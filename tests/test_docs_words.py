@@ -34,7 +34,7 @@ ISSUE_RES = (
 
 HISTORY_RES = (
     re.compile(r"\bit (?:retried|crashed|hung)\b", re.I),
-    re.compile(r"\(it (?:failed|printed|raised|wrote|went|gave)\b", re.I),
+    re.compile(r"\(it (?:failed|printed|raised|wrote|went|gave|read)\b", re.I),
     re.compile(r"\bused to (?:be|have|take|give|write|crash|fail|hang|print|raise|run|read|"
                r"accept|refuse|return|work|keep|lose|skip)\b", re.I),
     re.compile(r"\b(?:previously|formerly|hitherto)\b", re.I),
@@ -82,7 +82,8 @@ def test_the_history_patterns_catch_what_they_should_and_only_that():
     bad = ["(it retried for about a minute, then stopped)", "(was `ValueError: x`)",
            "grey input; was `ValueError`", "`--ss-distance` (was `--z`)", "it used to crash",
            "previously it wrote NaN", "train-oracle now warns at training time",
-           "(train-oracle ended in a traceback)", "(was silently wrong)"]
+           "(train-oracle ended in a traceback)", "(was silently wrong)",
+           "(it read `artifacts/x` whatever the user had worked on)"]
     for line in bad:
         assert history(line), line
     good = ["the cache was extracted with `--weights FILE`", "where `--mc-dropout T` was given",
