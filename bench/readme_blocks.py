@@ -82,7 +82,7 @@ def _wrap(text: str) -> str:
 
 
 def stale(text: str, rendered: dict[str, str]) -> list[str]:
-    have = blocks_of(text, rendered)
+    have = blocks_of(text, rendered, README)
     return [name for name, body in rendered.items() if have[name] != body]
 
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None, summary: dict | None = None) -> int:
                 raise Refused(f"README.md: block(s) {', '.join(bad)} are stale: run python "
                               "bench/readme_blocks.py")
             return 0
-        README.write_text(rewrite(text, rendered))
+        README.write_text(rewrite(text, rendered, README))
         return 0
     except (Refused, Stale) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -204,20 +204,20 @@ def all_blocks(summary: dict | None = None) -> dict:
 
 
 # --------------------------------------------------------------------------------- page --
-def blocks_of(text: str, names) -> dict[str, str]:
-    """{name: the text between its markers} of a page, for each of ``names``."""
+def blocks_of(text: str, names, where: Path = PAGE) -> dict[str, str]:
+    """{name: the text between its markers} of a page (``where``), for each of ``names``."""
     out = {}
     for name in names:
         b, e = BEGIN.format(name), END.format(name)
         if text.count(b) != 1 or text.count(e) != 1 or text.index(b) > text.index(e):
-            raise Refused(f"{PAGE.relative_to(ROOT)}: block {name!r} needs exactly one '{b}' "
+            raise Refused(f"{where.relative_to(ROOT)}: block {name!r} needs exactly one '{b}' "
                           f"followed by one '{e}'")
         out[name] = text[text.index(b) + len(b):text.index(e)].strip("\n")
     return out
 
 
-def rewrite(text: str, rendered: dict[str, str]) -> str:
-    blocks_of(text, rendered)            # every marker present, once
+def rewrite(text: str, rendered: dict[str, str], where: Path = PAGE) -> str:
+    blocks_of(text, rendered, where)     # every marker present, once
     for name, body in rendered.items():
         b, e = BEGIN.format(name), END.format(name)
         head, rest = text.split(b, 1)
