@@ -102,13 +102,40 @@ def _claim_small_scale(split: dict) -> dict:
 
 
 def _claim_softmax(split: dict) -> dict:
-    t = _tally([_side(v, "aurc") for v in split["versus"] if v["other_key"] == "mcp"])
+    t = learned_vs_mcp(split)
     return {"claim": "A trained oracle estimates trust better than the classifier's own softmax",
             "source": "the paper's premise; it compares no post-hoc score on ImageNet",
             "evidence": f"{split['split']}, every learned scorer against MCP, paired ΔAURC: "
                         f"{_count_text(t)}",
             "verdict": _verdict(t["better"], sum(t.values())),
             "rule": "holds when every learned scorer is better, fails when none is"}
+
+
+def learned_vs_mcp(split: dict):
+    """Every learned scorer of ``split`` against MCP, paired ΔAURC: a Counter of better / none
+    (no clear difference) / worse (the answers block, claim 7 and README.md's headline)."""
+    return _tally([_side(v, "aurc") for v in split["versus"] if v["other_key"] == "mcp"])
+
+
+def ss_vs_losses(split: dict):
+    """SS against the other losses of its fine-tuned pair, paired ΔAUC: Counters of better /
+    none / worse against the per-sample CE, focal and TCP, and against the authors' broadcasting
+    CE and focal."""
+    per_sample, broadcast = [], []
+    for o, c in _pairs(split):
+        per_sample += [_side(_cmp(split, _oc(o, c), "SS", x), "auc") for x in PER_SAMPLE]
+        broadcast += [_side(_cmp(split, _oc(o, c), "SS", x), "auc") for x in BROADCAST]
+    return _tally(per_sample), _tally(broadcast)
+
+
+def tnr_ranges(test: dict) -> tuple[str, str]:
+    """The fine-tuned oracles' TNR at the 0.5 threshold (paper definition) on ``test``: SS's
+    range, and CE's, focal's and TCP's."""
+    tnr = [_mean(_one(test, kind="oracle", oracle=o, classifier=c, loss="ss", variant=""), "tnr",
+                 "paper") for o, c in _pairs(test)]
+    others = [_mean(r, "tnr", "paper") for r in _rows(test, kind="oracle", variant="")
+              if r["loss"] in ("ce", "focal", "tcp")]
+    return _range(tnr), _range(others)
 
 
 def _verdict(good: int, total: int) -> str:
@@ -123,26 +150,20 @@ def block_answers(s: dict) -> str:
     for split in (test, shifted):
         if split is None:
             continue
-        per_sample, broadcast = [], []
-        for o, c in _pairs(split):
-            per_sample += [_side(_cmp(split, _oc(o, c), "SS", x), "auc") for x in PER_SAMPLE]
-            broadcast += [_side(_cmp(split, _oc(o, c), "SS", x), "auc") for x in BROADCAST]
+        per_sample, broadcast = ss_vs_losses(split)
         parts.append(f"{_on(split)}, against per-sample CE, focal and TCP "
-                     f"{_count_text(_tally(per_sample))}; against the authors' broadcasting CE "
-                     f"and focal {_count_text(_tally(broadcast))}")
-    tnr = [_mean(_one(test, kind="oracle", oracle=o, classifier=c, loss="ss", variant=""), "tnr",
-                 "paper") for o, c in _pairs(test)]
-    others = [_mean(r, "tnr", "paper") for r in _rows(test, kind="oracle", variant="")
-              if r["loss"] in ("ce", "focal", "tcp")]
+                     f"{_count_text(per_sample)}; against the authors' broadcasting CE "
+                     f"and focal {_count_text(broadcast)}")
+    tnr, others = tnr_ranges(test)
     lines = [f"- **Does SS help?** SS against the other losses trained the same way (fine-tuned, "
              f"same pair, paired ΔAUC): {'; '.join(parts)}. At the 0.5 threshold SS rejects "
-             f"incorrect predictions (test TNR {_range(tnr)}%) where CE, focal and TCP reject "
-             f"few ({_range(others)}%)."]
+             f"incorrect predictions (test TNR {tnr}%) where CE, focal and TCP reject "
+             f"few ({others}%)."]
     parts = []
     for split in (test, shifted, adv):
         if split is None:
             continue
-        t = _tally([_side(v, "aurc") for v in split["versus"] if v["other_key"] == "mcp"])
+        t = learned_vs_mcp(split)
         bests = []
         for c in _classifiers(split):
             best, vs = _best_learned(split, c)

@@ -157,7 +157,7 @@ def _command(cfg: dict) -> tuple[str, bool]:
     parts = ["python cli.py demo"] + (["--full"] if full else [])
     if not full:
         if cfg.get("seeds") not in (None, DEMO["seeds"]):
-            parts.append(f"--seeds {cfg['seeds']}")
+            parts.append(f"--num-seeds {cfg['seeds']}")
         if cfg.get("pairs") not in (None, DEMO["pairs"]):
             parts.append(f"--pairs {cfg['pairs']}")
     for key in ("corruption", "severity"):

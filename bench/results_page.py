@@ -176,12 +176,19 @@ BLOCKS = {"source": block_source, "answers": block_answers, "summary": block_sum
           "figures": block_figures, "full-tables": block_full_tables}
 
 
-def render(summary: dict) -> dict[str, str]:
-    """Every block's text, from the extract alone."""
-    s = json.loads(summary_text(summary))          # what the committed file holds, and a copy
+def prepared(summary: dict) -> dict:
+    """The extract as the block renderers read it: what the committed file holds (a copy), each
+    row knowing its split's columns."""
+    s = json.loads(summary_text(summary))
     for split in s["splits"]:
         for row in split["rows"]:
             row["_columns"] = split["columns"]
+    return s
+
+
+def render(summary: dict) -> dict[str, str]:
+    """Every block's text, from the extract alone."""
+    s = prepared(summary)
     return {name: fn(s).rstrip() for name, fn in all_blocks(s).items()}
 
 
@@ -194,20 +201,20 @@ def all_blocks(summary: dict | None = None) -> dict:
 
 
 # --------------------------------------------------------------------------------- page --
-def blocks_of(text: str, names) -> dict[str, str]:
-    """{name: the text between its markers} of a page, for each of ``names``."""
+def blocks_of(text: str, names, where: Path = PAGE) -> dict[str, str]:
+    """{name: the text between its markers} of a page (``where``), for each of ``names``."""
     out = {}
     for name in names:
         b, e = BEGIN.format(name), END.format(name)
         if text.count(b) != 1 or text.count(e) != 1 or text.index(b) > text.index(e):
-            raise Refused(f"{PAGE.relative_to(ROOT)}: block {name!r} needs exactly one '{b}' "
+            raise Refused(f"{where.relative_to(ROOT)}: block {name!r} needs exactly one '{b}' "
                           f"followed by one '{e}'")
         out[name] = text[text.index(b) + len(b):text.index(e)].strip("\n")
     return out
 
 
-def rewrite(text: str, rendered: dict[str, str]) -> str:
-    blocks_of(text, rendered)            # every marker present, once
+def rewrite(text: str, rendered: dict[str, str], where: Path = PAGE) -> str:
+    blocks_of(text, rendered, where)     # every marker present, once
     for name, body in rendered.items():
         b, e = BEGIN.format(name), END.format(name)
         head, rest = text.split(b, 1)
@@ -289,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
             SUMMARY.write_text(summary_text(summary))
             copy_figures(summary, previous)
             PAGE.write_text(page)
+            from bench import readme_blocks         # README.md's headline counts, from the same
+            if readme_blocks.main([], summary) != 0:   # extract
+                raise Refused("README.md's generated blocks could not be written")
             print(f"wrote {SUMMARY.relative_to(ROOT)}, {len(summary['figures'])} figure(s) in "
                   f"{FIGURES.relative_to(ROOT)}/, {len(all_blocks(summary))} block(s) of "
                   f"{PAGE.relative_to(ROOT)}")

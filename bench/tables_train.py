@@ -130,6 +130,34 @@ def ddp() -> str:
     return "\n".join(out[:-1])
 
 
+def ddp_summary() -> str:
+    """docs/PERFORMANCE.md's one table of the multi-GPU runs (``ddp``, bench/NOTES.md: each run
+    with its command): training img/s per GPU count and batch, and the extraction's ratio."""
+    runs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("ddp-*.json"))]
+    if not runs:
+        return "Several GPUs (`bench/bench_ddp.py`): not measured."
+    rows = []
+    for d in runs:
+        where = f"{d['gpus']}× {d['device']}"
+        for model, res in d["models"].items():
+            for r in res["train"]:
+                if r["gpus"] > 1:
+                    rows.append([where, model, f"train-oracle, {r['per_gpu_batch']} per GPU "
+                                 f"(global {r['global_batch']})", n0(r["img_per_s"]),
+                                 f"{r['vs_one_gpu']:.2f}×"])
+            ex = res["extract"]
+            if ex["many"].get("steady_scope") == "all processes" and \
+                    ex["one"].get("steady_scope") == "all processes":
+                rows.append([where, model, f"extract, steady, {d.get('decode', 'cpu').upper()} "
+                             "decode", n0(ex["many"]["steady_img_per_s"]), f"{ex['ratio']:.2f}×"])
+    dates = sorted({d["date"] for d in runs})
+    return "\n".join([
+        f"`python bench/bench_ddp.py --gpus N` on generated JPEGs, torch "
+        f"{', '.join(sorted({d['torch'] for d in runs}))}, {dates[0]} to {dates[-1]}; one run "
+        "each (the runs and their commands: bench/NOTES.md).", "",
+        table(["GPUs", "oracle", "what", "img/s", "vs one GPU"], rows)])
+
+
 def head_only_gpu() -> str:
     d = load("head-only-1xH200.json")
     rows = []
@@ -140,6 +168,19 @@ def head_only_gpu() -> str:
                          f"{r['load_s']:.1f}", f"{r['train_s']:.1f}", f"{r['score_val_s']:.2f}",
                          f"**{r['total_s']:.1f}**", f"{r['steps']:,}",
                          r["step_path"]["mode"].replace("_", " ")])
+    return "\n".join([
+        f"{d['rows']:,} rows × D fp16 features of both views in shards of "
+        f"{d['shard_rows']:,} rows (extract's default), batch {d['batch']}, one epoch "
+        f"(5% held out, 4 validations), then {d['val_rows']:,} val rows scored; one "
+        f"{source(d)}", "",
+        table(["D", "what", "load s", "train s", "score val s", "total s", "steps", "step"],
+              rows)])
+
+
+def head_only_versus() -> str:
+    """head_only_gpu's run against the tree of an earlier commit in the same call (bench/NOTES.md:
+    what the loading and the loop gained)."""
+    d = load("head-only-1xH200.json")
     b = load("head-only-2ecf2fc-1xH200.json")
     versus = []
     for dim, res in d["dims"].items():
@@ -150,12 +191,6 @@ def head_only_gpu() -> str:
                 f"{old['total_s']:.1f} → **{new['total_s']:.1f}**",
                 f"**{old['total_s'] / new['total_s']:.2f}×**"])
     return "\n".join([
-        f"{d['rows']:,} rows × D fp16 features of both views in shards of "
-        f"{d['shard_rows']:,} rows (extract's default), batch {d['batch']}, one epoch "
-        f"(5% held out, 4 validations), then {d['val_rows']:,} val rows scored; one "
-        f"{source(d)}", "",
-        table(["D", "what", "load s", "train s", "score val s", "total s", "steps", "step"],
-              rows), "",
         f"Against the tree of commit 2ecf2fc in the same call, {b['note'].split(', ', 2)[2]}: "
         f"`{b['command']}` there.", "",
         table(["D", "what", "load s", "train s", "total s", "speed-up"], versus)])

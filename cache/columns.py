@@ -4,7 +4,7 @@
 without a concatenated copy and without h5py's one lock: each shard's dataset is read as the bytes
 at its offset in the file (the contiguous, unfiltered datasets ``shards.write_shard`` writes), by
 ``READ_THREADS`` threads at once, which copy from the page cache several times faster than h5py
-(docs/PERFORMANCE.md, "Head-only runs and sweeps").  Every shard is checked first (the column's
+(bench/NOTES.md, "Head-only runs and sweeps").  Every shard is checked first (the column's
 shape and dtype) and what is read is checked against the XXH3-64 checksum the manifest records
 for that shard's column (``_locate``).  A chunked or filtered dataset (another writer's layout)
 is read through h5py.

@@ -6,7 +6,7 @@ returns at the cost of one hash over the bytes read.  A classifier cache's manif
 shard, the file's size and XXH3-128 hash (``xxhsum -H2`` agrees with it): the size is checked
 whenever the cache is opened, the hash by ``cli.py extract --verify``.  XXH3 (xxhash) rather
 than zlib's CRC-32 or SHA-256 because it runs near memory speed, which keeps checking every read
-and hashing every shard within a few per cent of extraction and report times (docs/PERFORMANCE.md);
+and hashing every shard within a few per cent of extraction and report times (bench/NOTES.md);
 the threat is damage (truncation, copies, flipped bits), not forgery.  See docs/DATA_CONTRACT.md.
 """
 from __future__ import annotations

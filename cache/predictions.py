@@ -31,13 +31,14 @@ def table_format(path: Path) -> str:
     """The format ``path``'s extension names; refuses others, and Parquet without pyarrow."""
     fmt = FORMATS.get(Path(path).suffix.lower())
     if fmt is None:
-        raise CacheError(f"--out {path}: unknown table format {Path(path).suffix or '(none)'!r}; "
-                         "name the file .csv, .jsonl (JSON lines) or .parquet")
+        raise CacheError(f"--out-file {path}: unknown table format "
+                         f"{Path(path).suffix or '(none)'!r}; name the file .csv, .jsonl (JSON "
+                         "lines) or .parquet")
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401
         except ImportError:
-            raise CacheError(f"--out {path}: writing Parquet needs pyarrow, which is not "
+            raise CacheError(f"--out-file {path}: writing Parquet needs pyarrow, which is not "
                              "installed (pip install pyarrow); or name the file .csv or .jsonl"
                              ) from None
     return fmt

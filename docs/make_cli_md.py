@@ -49,8 +49,29 @@ One concept has one name, in every command:
 - **A format says what it formats**: `report --report-format`, `corrupt --image-format`.
 - **Where weights come from**: `--weights FILE` a file, `--hub-weights` timm's hub, and
   `--random-init` none (tests, benchmarks).
-- **Names say what they set**: `train-oracle --ss-distance` (was `--z`) chooses what the SS
+- **Names say what they set**: `train-oracle --ss-distance` chooses what the SS
   loss's slopes act on.
+
+## Why some options differ
+
+A few options keep one name across commands with a different range or default, or two names for
+what looks like one concept, because the commands need different things of them:
+
+- **`train-oracle --head-only`, `sweep --fine-tune`**: each flag names the kind of oracle that is
+  not its command's default.  `train-oracle` fine-tunes the whole oracle, the paper's protocol; a
+  sweep trains one oracle per point, so it trains head-only banks (seconds a point) unless told
+  to fine-tune.
+- **`--jobs`**: `demo --jobs N` is how many of its commands run at once (at least 1); `report
+  --jobs` is a worker-process count where 0 means one per CPU core (an advanced option).
+- **`--max-samples N`**: `train-oracle`'s 0 means every row, so that a preset's subset can be
+  undone; `fit-classifier` needs 2 images or more, since it holds some out (`--val-fraction`);
+  `attack` takes 1 or more.  `extract` has none: a cache holds every row of its split, the rows
+  every later stage joins by index; take a subset when training (`train-oracle --max-samples`).
+- **`--val-fraction`**: `train-oracle` takes 0 (no held-out rows: the final model is kept);
+  `fit-classifier` needs a held-out share to score, so 0 is refused.
+- **`import-weights --model`**: the timm architecture of a weights file saved by another
+  implementation.  The checkpoint it writes is given to any stage's `--weights`, as a classifier
+  or as an oracle, so the option names no role (`--classifier`, `--oracle` do).
 
 Every option shows its default.  Where the value is chosen at run time, the default says how:
 for train-oracle, "from the preset (embedded: 0.01; paper: 1e-05)" is

@@ -238,7 +238,7 @@ def test_report_names_a_damaged_file_found_by_its_workers(tmp_path):
 
 @pytest.mark.slow
 def test_the_verification_benchmark_runs(tmp_path):
-    """bench/bench_integrity.py --quick: every figure of docs/PERFORMANCE.md's table comes out."""
+    """bench/bench_integrity.py --quick: every figure of bench/NOTES.md's checksum paragraph comes out."""
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, str(root / "bench" / "bench_integrity.py"), "--quick"],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path,

@@ -186,15 +186,15 @@ def test_folders_and_globs_without_images_are_refused(trained, tmp_path):
 def test_a_glob_and_the_output_formats(trained, tmp_path):
     data, _, run = trained
     spec = f"{data}/val/*/*_[01].JPEG"
-    run_cli(["predict", "--run", run, "--images", spec, "--out", tmp_path / "g.jsonl", *FAST])
+    run_cli(["predict", "--run", run, "--images", spec, "--out-file", tmp_path / "g.jsonl", *FAST])
     rows = [json.loads(line) for line in (tmp_path / "g.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and all(r["path"].endswith(("_0.JPEG", "_1.JPEG")) for r in rows)
     assert set(rows[0]) == {"path", "pred", "class_name", "msp", "confidence", "trust", "error"}
-    result = run_cli(["predict", "--run", run, "--images", spec, "--out", tmp_path / "g.txt",
+    result = run_cli(["predict", "--run", run, "--images", spec, "--out-file", tmp_path / "g.txt",
                       *FAST], expect=None)
-    assert_error(result, r"--out .*g.txt: unknown table format '.txt'; name the file .csv, "
+    assert_error(result, r"--out-file .*g.txt: unknown table format '.txt'; name the file .csv, "
                          r"\.jsonl \(JSON lines\) or \.parquet")
-    result = run_cli(["predict", "--run", run, "--images", spec, "--out", tmp_path / "g.parquet",
+    result = run_cli(["predict", "--run", run, "--images", spec, "--out-file", tmp_path / "g.parquet",
                       *FAST], expect=None)
     try:
         import pyarrow.parquet as pq

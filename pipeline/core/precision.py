@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 PRECISIONS = ("bf16", "fp16", "fp32")
 # The one default of every command's --precision (predict: the run's own).  bf16 autocast on the
 # CPU is slower than fp32 there and moves logits visibly, so the CPU gets fp32.
-PRECISION_RULE = ("Autocast of the forward passes: bf16, fp16 or fp32. Default: bf16 on a CUDA "
-                  "device, fp32 on the CPU.")
+# Each command's --precision shows that default (or its own) as its default, not in its help.
+PRECISION_RULE = "Autocast of the forward passes: bf16, fp16 or fp32."
 
 
 def default_precision(precision: str | None, device: torch.device) -> str:

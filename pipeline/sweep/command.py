@@ -70,7 +70,7 @@ def passed_on() -> tuple[str, list[tuple[str, str]]]:
 @click.argument("train_args", nargs=-1, type=click.UNPROCESSED)
 def sweep(fixed_alpha_pos, fixed_alpha_neg, mode, criterion, fine_tune, out, no_figures,
           train_args, **value_lists):
-    """Choose loss parameters on held-out rows: one oracle per point (paper Fig. 4b/c).
+    """Choose loss parameters on held-out rows: one oracle per point (the paper's Figure 4b/c).
 
     Every other option is train-oracle's and is shared by all points, e.g.
 

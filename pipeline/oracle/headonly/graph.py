@@ -34,7 +34,7 @@ Several steps per replay (``per_replay``): graphs of 1, 2, 4, ... ``per_replay``
 row; a replay runs as many steps as fit before the loop's next sync (``LoopSettings.next_sync``,
 which the loop passes to ``steps``) and the epoch's end, and the loop takes their losses at
 once.  The same kernels on the same values: bit for bit the same run.  Measured on an H200
-(docs/PERFORMANCE.md, "Head-only runs and sweeps"), a graph's own pace is the GPU's busy time at
+(bench/NOTES.md, "Head-only runs and sweeps"), a graph's own pace is the GPU's busy time at
 every length and the loop's extra time is the host's work at its syncs, so longer replays buy
 nothing there: one step a replay is the default.
 

@@ -7,7 +7,7 @@ after another and at a fraction of the bus's speed; pinning the whole destinatio
 reading threads of ``cache.columns.read_columns_into`` read each piece of the file into a small
 pinned buffer of their own (two a thread: one filling while the other's copy runs) and queue its
 copy to the device on their own stream, so reading the page cache and copying to the device
-overlap and no host copy of the column is kept (``DeviceSink``; measured in docs/PERFORMANCE.md,
+overlap and no host copy of the column is kept (``DeviceSink``; measured in bench/NOTES.md,
 "Head-only runs and sweeps").  The device's rows are valid once ``read_columns_into`` has
 returned and ``Staging.wait`` has run: a damaged shard raises first.
 """

@@ -125,7 +125,7 @@ class TrainConfig:
                                                help="SGD momentum, 0 <= m < 1.",
                                                default_text=preset_default("momentum", "")))
     warmup_steps: int | None = setting(None, Opt(("--warmup-steps",), type=IntRange(0),
-                                       group="protocol", help="OneCycle warm-up (capped at 30%% "
+                                       group="protocol", help="OneCycle warm-up (capped at 30% "
                                        "of short runs).",
                                        default_text=preset_default("warmup_steps", "")))
     cycle_momentum: bool = setting(False, Opt(("--cycle-momentum",), is_flag=True,
