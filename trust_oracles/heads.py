@@ -103,7 +103,7 @@ class HeadOracle:
 
 def train_head(features: ArrayLike | torch.Tensor, correct: ArrayLike, *,
                loss: str | type[Loss] | Loss | LossFn = PAPER_LOSS,
-               loss_options: Mapping[str, Any] | None = None,
+               loss_options: Mapping[str, float | int | bool | str] | None = None,
                p_true: ArrayLike | torch.Tensor | None = None,
                head: str | None = None, arch: str = "linear",
                epochs: int = EMBEDDED_ORACLE["epochs"],

@@ -20,9 +20,10 @@ same loop, recorded as ``custom:<module>.<qualname>`` (``trust_oracles.losses``)
 """
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
 
 from cache.runs import RunDir
 from pipeline.core.catalog import BEST_KEY
@@ -55,7 +56,8 @@ def _options() -> dict:
 
 
 # --------------------------------------------------------------------------- settings --
-def settings(**options: Any) -> TrainConfig:
+def settings(**options: str | int | float | bool | os.PathLike | Sequence[str]
+             | Mapping[str, object] | None) -> TrainConfig:
     """The ``TrainConfig`` that ``cli.py train-oracle`` builds from the same options.
 
     Parameters
