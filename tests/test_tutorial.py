@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT
 
 NOTEBOOK = ROOT / "docs" / "tutorial.ipynb"
+KERNEL = "trust-oracles-tutorial"
 
 
 def _need(module: str):
@@ -46,8 +47,12 @@ def test_the_tutorial_runs_on_a_synthetic_study(tmp_path, monkeypatch):
                 losses=("ce", "ss"), seeds=(0, 1), held_out=None)
     monkeypatch.setenv("TRUST_ORACLES_STUDY", str(tmp_path / "study"))
     monkeypatch.setenv("TRUST_ORACLES_RESAMPLES", "100")
+    # a kernel of this interpreter, whatever kernels the user's Jupyter knows
+    from ipykernel.kernelspec import write_kernel_spec
+    write_kernel_spec(tmp_path / "jupyter" / "kernels" / KERNEL)
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+    nbclient.NotebookClient(nb, timeout=120, kernel_name=KERNEL,
                             resources={"metadata": {"path": str(ROOT)}}).execute()
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
                    for o in c.outputs if o.output_type == "stream")
