@@ -5,7 +5,7 @@ PY      = $(VENV)/bin/python
 # The torch/torchvision pair that works on our CPU machines; GPU users install their own build.
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test install data
+.PHONY: demo test install data docs
 
 demo: install data
 	$(PY) cli.py demo
@@ -13,13 +13,17 @@ demo: install data
 test: install data
 	$(PY) -m pytest -q
 
+# the docs site (mkdocs.yml) into site/; --strict: a broken link or reference fails
+docs: install
+	$(VENV)/bin/mkdocs build --strict
+
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PINS)
-	$(PY) -m pip install -q -e '.[test,recoloradv]'
+	$(PY) -m pip install -q -e '.[test,recoloradv,docs]'
 	$(PY) -m pip install -q --no-deps 'torchattacks==3.5.1'  # the attack extra without its stale requests pin
 	$(PY) -m pip install -q --no-deps 'nvidia-nvimgcodec-cu13==0.9.0.20'  # its CPU backend: tests of --decode hw's decoder path
 	touch $@

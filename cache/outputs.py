@@ -33,11 +33,21 @@ class MadeOn:
     them.  Scores made on another device or in another precision differ in their last bits or
     more (docs/METRICS.md, "Scores on another device"); made on the same, they are the same.
 
-    ``device``: cpu or cuda ("" where not recorded); ``name``: the GPU's name or the CPU's model;
-    ``isa``: the vector instructions torch's CPU kernels use (AVX512, AVX2, ...; "" on a GPU);
-    ``precision``: bf16, fp16 or fp32; ``inputs``: "images", or "cached features" for a head-only
-    run's own scores, whose features were made on the device and in the precision named here
-    (the feature cache's; the head then runs in float32)."""
+    Attributes
+    ----------
+    device : str
+        cpu or cuda ("" where not recorded).
+    name : str
+        The GPU's name or the CPU's model.
+    isa : str
+        The vector instructions torch's CPU kernels use (AVX512, AVX2, ...; "" on a GPU).
+    precision : str
+        bf16, fp16 or fp32.
+    inputs : str
+        "images", or "cached features" for a head-only run's own scores, whose features were
+        made on the device and in the precision named here (the feature cache's; the head then
+        runs in float32).
+    """
     device: str
     name: str
     isa: str
@@ -45,11 +55,30 @@ class MadeOn:
     inputs: str = "images"
 
     def to_dict(self) -> dict[str, str]:
+        """The record an output file stores.
+
+        Returns
+        -------
+        dict of str to str
+            {"device", "name", "isa", "precision", "inputs"}.
+        """
         return {"device": self.device, "name": self.name, "isa": self.isa,
                 "precision": self.precision, "inputs": self.inputs}
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any] | None) -> "MadeOn | None":
+        """The inverse of ``to_dict``.
+
+        Parameters
+        ----------
+        record : mapping, optional
+            A stored record; missing keys read as "" ("images" for ``inputs``).
+
+        Returns
+        -------
+        MadeOn or None
+            None for no record (files written without one).
+        """
         if not record:
             return None
         return cls(str(record.get("device") or ""), str(record.get("name") or ""),
@@ -58,17 +87,33 @@ class MadeOn:
 
     @property
     def known(self) -> bool:
+        """Whether the device and the precision are recorded."""
         return bool(self.device and self.precision)
 
     def describe(self) -> str:
-        """e.g. ``cuda (NVIDIA H200) at bf16`` or ``cpu (AMD EPYC 9654, AVX512) at fp32``."""
+        """A line for a message.
+
+        Returns
+        -------
+        str
+            e.g. ``cuda (NVIDIA H200) at bf16`` or ``cpu (AMD EPYC 9654, AVX512) at fp32``.
+        """
         what = ", ".join(x for x in (self.name, self.isa) if x)
         return f"{self.device or 'an unrecorded device'}" + (f" ({what})" if what else "") + \
             f" at {self.precision or 'an unrecorded precision'}"
 
     def same_numerics(self, other: "MadeOn") -> bool:
-        """The same kernels on the same numbers: the same kind of device (the same GPU model;
-        CPUs with the same vector instructions) and the same precision."""
+        """Whether both ran the same kernels on the same numbers: the same kind of device (the
+        same GPU model; CPUs with the same vector instructions) and the same precision.
+
+        Parameters
+        ----------
+        other : MadeOn
+
+        Returns
+        -------
+        bool
+        """
         if self.device != other.device or self.precision != other.precision:
             return False
         return self.name == other.name if self.device == "cuda" else self.isa == other.isa

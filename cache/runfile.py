@@ -26,7 +26,28 @@ class RunError(TrustOraclesError, RuntimeError):
 
 @dataclass(frozen=True)
 class RunLabels:
-    """run.json's ``run`` record: what was trained (also each output file's ``run`` attribute)."""
+    """run.json's ``run`` record: what was trained (also each output file's ``run`` attribute).
+
+    Attributes
+    ----------
+    oracle, oracle_model : str
+        The oracle's backbone as given (a preset or timm name) and the model built.
+    classifier : str
+        The classifier whose correctness it learned.
+    loss : str
+        ce, focal, tcp, ss, or ``custom:<name>``; ``loss_label`` its name in tables.
+    variant : str
+        e.g. "head-only", "broadcast+head-only" ("" for the paper's recipe).
+    seed : int
+    group : str
+        12 hex digits: everything but the seed (the seeds of one recipe share it).
+    dataset : str
+    num_classes : int
+    config : mapping
+        The resolved training settings.
+    tnr : str or None
+        The loss's TNR rule.
+    """
     oracle: str
     oracle_model: str
     classifier: str
@@ -42,6 +63,24 @@ class RunLabels:
 
     @classmethod
     def from_json(cls, record: Mapping[str, Any], where: str = "run.json") -> "RunLabels":
+        """Read from run.json's ``run`` record.
+
+        Parameters
+        ----------
+        record : mapping
+            The record as stored.
+        where : str
+            The file named in the error.
+
+        Returns
+        -------
+        RunLabels
+
+        Raises
+        ------
+        CacheError
+            The record lacks a field.
+        """
         missing = [f.name for f in fields(cls) if f.name not in record and f.name != "tnr"]
         if missing:
             raise CacheError(f"{where}: the run record lacks {missing}; it was not written by "

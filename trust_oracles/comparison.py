@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from pipeline.core.catalog import higher_is_better, names
 from pipeline.report.bootstrap import NO_CI
@@ -28,12 +29,29 @@ COMPARED_METRICS = tuple(name for name, _ in VERSUS_METRICS)   # the report's: a
 
 @dataclass(frozen=True)
 class Difference:
-    """One metric of a paired comparison: ``delta`` = ``a`` - ``b`` (None when either is
-    undefined) and its paired bootstrap ``interval``.  ``favours``: "a" or "b" when the interval
-    excludes 0 on that side of the metric's direction (``higher_is_better``, from the catalog;
-    None for TPR, which has none), else None.  ``p``: the two-sided bootstrap p-value of "no
-    difference"; ``covers``: the sources of variance the interval resamples (rows; seeds; fits).
-    With several seeds or fits, ``a`` and ``b`` are the means over them."""
+    """One metric of a paired comparison (``compare``).
+
+    Attributes
+    ----------
+    metric, definition : str
+        The catalog's name of the metric, and its definition ("standard" or "paper").
+    a, b : float or None
+        The metric of each score (with several seeds or fits, the means over them); None where
+        undefined.
+    delta : float or None
+        ``a`` - ``b`` (None when either is undefined).
+    interval : Interval
+        Its paired bootstrap interval.
+    higher_is_better : bool or None
+        The metric's direction, from the catalog (None for TPR, which has none).
+    favours : {"a", "b"} or None
+        The side the interval favours when it excludes 0, else None.
+    p : float or None
+        The two-sided bootstrap p-value of "no difference".
+    covers : str
+        The sources of variance the interval resamples: "rows", "seeds, rows" or "fits, seeds,
+        rows".
+    """
     metric: str
     definition: str
     a: float | None
@@ -55,7 +73,18 @@ class Difference:
 
 @dataclass(frozen=True)
 class Comparison(Mapping):
-    """What ``compare`` returns: a mapping {metric name: Difference}, and the settings."""
+    """What ``compare`` returns: a mapping {metric name: Difference}, and the settings.
+
+    Attributes
+    ----------
+    differences : dict of str to Difference
+        What ``cmp[name]`` reads.
+    definition : str
+    n : int
+        Rows compared (over every fit).
+    resamples, seed : int
+    confidence_level : float
+    """
     differences: dict[str, Difference]
     definition: str
     n: int
@@ -75,7 +104,8 @@ class Comparison(Mapping):
         return len(self.differences)
 
 
-def compare(score_a, score_b, correct, *, metrics: Sequence[str] = COMPARED_METRICS,
+def compare(score_a: ArrayLike | Sequence[ArrayLike], score_b: ArrayLike | Sequence[ArrayLike],
+            correct: ArrayLike | Sequence[ArrayLike], *, metrics: Sequence[str] = COMPARED_METRICS,
             definition: str = "standard", tnr_threshold: float = 0.5,
             resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
             confidence_level: float = 0.95) -> Comparison:
@@ -98,8 +128,10 @@ def compare(score_a, score_b, correct, *, metrics: Sequence[str] = COMPARED_METR
     definition : {"standard", "paper"}
     tnr_threshold : float
         The paper definition's TNR threshold, as in ``evaluate``.
-    resamples, seed, confidence_level
-        The bootstrap, as in ``evaluate`` (the report's defaults: 1000, 0, 0.95).
+    resamples, seed : int
+        The bootstrap, as in ``evaluate`` (the report's defaults: 1000, 0).
+    confidence_level : float
+        Of the intervals, as in ``evaluate`` (the report's defaults: 1000, 0, 0.95).
 
     Returns
     -------

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from pipeline.core.catalog import DEFINITIONS, names
 from pipeline.core.metrics import rank
@@ -33,10 +34,20 @@ STANDARD_TNR_THRESHOLD = 0.5     # the standard definition's TNR threshold, what
 
 @dataclass(frozen=True)
 class Interval:
-    """A percentile bootstrap interval of one metric.  ``low``/``high`` None: no interval, and
-    ``undefined`` says why (the metric is undefined, a class it needs has < 2 rows, > 5% of the
-    resamples drew too few of a class, the paper's grid FPR-95%-TPR has none).  ``resamples``:
-    those that entered it; ``note``: how many were left out, if any."""
+    """A percentile bootstrap interval of one metric.
+
+    Attributes
+    ----------
+    low, high : float or None
+        Its bounds; None: no interval, and ``undefined`` says why (the metric is undefined, a
+        class it needs has < 2 rows, > 5% of the resamples drew too few of a class, the paper's
+        grid FPR-95%-TPR has none).
+    resamples : int
+        The resamples that entered it.
+    undefined : str or None
+    note : str or None
+        How many resamples were left out, if any.
+    """
     low: float | None
     high: float | None
     resamples: int
@@ -45,6 +56,7 @@ class Interval:
 
     @property
     def defined(self) -> bool:
+        """Whether there is an interval (``undefined`` is None)."""
         return self.undefined is None
 
 
@@ -54,8 +66,19 @@ class MetricSet(Mapping):
 
     None exactly when the rows leave the metric undefined (one class only, TPR/TNR of an
     unbounded score, ECE of a non-probability); ``undefined[name]`` says why.  ``notes[name]``: a
-    caveat (the paper's FPR-95%-TPR fallback, a working point moved by ties).  ``intervals``:
-    {name: Interval}, None without a bootstrap."""
+    caveat (the paper's FPR-95%-TPR fallback, a working point moved by ties).
+
+    Attributes
+    ----------
+    definition : str
+        "paper" or "standard".
+    data : dict of str to float or None
+        The values, what ``ms[name]`` reads.
+    undefined, notes : dict of str to str
+        Why a metric is undefined; a caveat of its value.
+    intervals : dict of str to Interval, or None
+        None without a bootstrap.
+    """
     definition: str
     data: dict[str, float | None]
     undefined: dict[str, str]
@@ -75,7 +98,22 @@ class MetricSet(Mapping):
         return len(self.data)
 
     def interval(self, name: str) -> Interval:
-        """The bootstrap interval of metric ``name``; ValueError without a bootstrap."""
+        """The bootstrap interval of one metric.
+
+        Parameters
+        ----------
+        name : str
+            A catalog name of this definition (KeyError otherwise).
+
+        Returns
+        -------
+        Interval
+
+        Raises
+        ------
+        ValueError
+            The evaluation had no bootstrap.
+        """
         self[name]      # an unknown name: the KeyError that lists the metrics
         if self.intervals is None:
             raise ValueError("no intervals: evaluate(..., bootstrap=RESAMPLES) computes them")
@@ -85,8 +123,20 @@ class MetricSet(Mapping):
 @dataclass(frozen=True)
 class Evaluation:
     """What ``evaluate`` returns.  ``ev["paper"]`` or ``ev.paper`` (likewise ``standard``): that
-    definition's ``MetricSet``; ``n`` rows, ``n_correct`` correct; ``tnr_threshold``: the paper
-    definition's; ``resamples`` (None: no intervals), ``seed``, ``confidence_level``."""
+    definition's ``MetricSet``.
+
+    Attributes
+    ----------
+    definitions : dict of str to MetricSet
+    n, n_correct : int
+        Rows, and correct ones among them.
+    tnr_threshold : float
+        The paper definition's TNR threshold.
+    resamples : int or None
+        Of the bootstrap (None: no intervals).
+    seed : int
+    confidence_level : float
+    """
     definitions: dict[str, MetricSet]
     n: int
     n_correct: int
@@ -103,10 +153,12 @@ class Evaluation:
 
     @property
     def paper(self) -> MetricSet:
+        """The paper's definitions of the metrics (docs/METRICS.md)."""
         return self["paper"]
 
     @property
     def standard(self) -> MetricSet:
+        """The standard definitions of the metrics (docs/METRICS.md)."""
         return self["standard"]
 
 
@@ -121,7 +173,7 @@ def _one_dimensional(values, what: str) -> np.ndarray:
     return arr
 
 
-def check_scores(score, correct, name: str = "score") -> tuple[np.ndarray, np.ndarray]:
+def check_scores(score: ArrayLike, correct: ArrayLike, name: str = "score") -> tuple[np.ndarray, np.ndarray]:
     """The one input check of ``evaluate``, ``compare`` and ``evaluate_posthoc``.
 
     Parameters
@@ -201,7 +253,7 @@ def _summary(score, correct, tnr_threshold, probability, calibrated, resamples, 
     return metrics, boot, ci
 
 
-def evaluate(score, correct, *, definition: str = "both", tnr_threshold: float = 0.5,
+def evaluate(score: ArrayLike, correct: ArrayLike, *, definition: str = "both", tnr_threshold: float = 0.5,
              probability: bool = True, calibrated: bool = True, bootstrap: int | None = None,
              seed: int = 0, confidence_level: float = 0.95) -> Evaluation:
     """Every metric of the catalog for one score, as ``cli.py report`` computes it.
@@ -235,7 +287,11 @@ def evaluate(score, correct, *, definition: str = "both", tnr_threshold: float =
     Evaluation
         ``ev[definition][name]``: the value (None, the reason in ``undefined``, where the rows
         leave it undefined: one class only); ``ev[definition].interval(name)``: its interval.
-        InputError (a ValueError) for malformed inputs (``check_scores``) or options.
+
+    Raises
+    ------
+    InputError (a ValueError)
+        Malformed inputs (``check_scores``) or options.
     """
     _check_options(definition, bootstrap, seed, confidence_level, tnr_threshold)
     score, correct = check_scores(score, correct)

@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from numpy.typing import ArrayLike
+
 import numpy as np
 import torch
 
@@ -35,9 +37,26 @@ __all__ = ["HeadOracle", "train_head"]
 class HeadOracle:
     """A head-only oracle trained by ``train_head``: z = head(features), confidence = sigmoid(z).
 
-    ``log`` holds the entries a run's log.jsonl would (per step ``{"step", "loss"}``, validations
-    ``{"step", "val": {...}}``); ``train_rows``/``val_rows`` the positions of the rows trained on
-    and held out; ``best_step`` the step kept (the last without held-out rows)."""
+    Attributes
+    ----------
+    head : torch.nn.Module
+        The head, on the CPU, in eval mode.
+    in_features : int
+        D, the features' dimension it reads.
+    loss : str
+        The loss's name (``custom:<name>`` for a function of your own).
+    best_step : int
+        The step kept (the last without held-out rows).
+    val_aupr_error : float or None
+        Its held-out AUPR-Error (None without held-out rows).
+    total_steps : int
+        Steps trained.
+    train_rows, val_rows : ndarray of int
+        The positions of the rows trained on and held out.
+    log : tuple of dict
+        The entries a run's log.jsonl would hold: per step ``{"step", "loss"}``, validations
+        ``{"step", "val": {...}}``.
+    """
     head: torch.nn.Module
     in_features: int
     loss: str
@@ -49,20 +68,43 @@ class HeadOracle:
     log: tuple[dict, ...]
 
     @torch.no_grad()
-    def z(self, features: Any, chunk: int = 65536) -> np.ndarray:
-        """(N, D) features -> (N,) float32 head outputs, D = ``in_features``."""
+    def z(self, features: ArrayLike | torch.Tensor, chunk: int = 65536) -> np.ndarray:
+        """The head's outputs (logits of "the classifier is right").
+
+        Parameters
+        ----------
+        features : array-like or Tensor, shape (N, D)
+            Finite features, D = ``in_features``.
+        chunk : int
+            Rows per forward pass.
+
+        Returns
+        -------
+        ndarray, shape (N,), float32
+        """
         x = _features(features, self.in_features)
         parts = [self.head(x[i:i + chunk]) for i in range(0, len(x), chunk)]
         return torch.cat(parts).numpy() if parts else np.zeros(0, np.float32)
 
-    def score(self, features: Any) -> np.ndarray:
-        """(N, D) features -> (N,) float32 confidence that the classifier is right, sigmoid(z)."""
+    def score(self, features: ArrayLike | torch.Tensor) -> np.ndarray:
+        """The confidence that the classifier is right, sigmoid(z).
+
+        Parameters
+        ----------
+        features : array-like or Tensor, shape (N, D)
+            Finite features, D = ``in_features``.
+
+        Returns
+        -------
+        ndarray, shape (N,), float32
+        """
         return torch.sigmoid(torch.from_numpy(self.z(features))).numpy()
 
 
-def train_head(features: Any, correct: Any, *,
+def train_head(features: ArrayLike | torch.Tensor, correct: ArrayLike, *,
                loss: str | type[Loss] | Loss | LossFn = PAPER_LOSS,
-               loss_options: Mapping[str, Any] | None = None, p_true: Any = None,
+               loss_options: Mapping[str, float | int | bool | str] | None = None,
+               p_true: ArrayLike | torch.Tensor | None = None,
                head: str | None = None, arch: str = "linear",
                epochs: int = EMBEDDED_ORACLE["epochs"],
                batch_size: int = EMBEDDED_ORACLE["batch_size"], lr: float = EMBEDDED_ORACLE["lr"],
@@ -104,6 +146,7 @@ def train_head(features: Any, correct: Any, *,
     Returns
     -------
     HeadOracle
+        The trained head, on the CPU, and its training's record.
 
     Raises
     ------

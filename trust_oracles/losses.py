@@ -62,13 +62,26 @@ from trust_oracles.errors import received
 
 __all__ = ["CustomLossError", "Loss", "LossFn", "Param", "custom_loss_name", "register"]
 
-# loss(z (B,) float32, correct (B,) float32 0/1) -> 0-dim tensor, the batch mean (module docstring)
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""A loss of your own as a function: ``loss(z, correct) -> scalar``, ``z`` the oracle's output
+(B,) float32 and ``correct`` (B,) float32 0./1., returning the batch mean as a 0-dim tensor."""
 
 
 def custom_loss_name(loss: LossFn, name: str | None = None) -> str:
     """The name a run records for ``loss``: ``custom:<name>``, or ``custom:<module>.<qualname>`` of
     a function (of its class, for an ``nn.Module`` or another callable object).
+
+    Parameters
+    ----------
+    loss : LossFn
+        A function or a callable object ``loss(z, correct) -> scalar``.
+    name : str, optional
+        The name to record instead of the qualified one.
+
+    Returns
+    -------
+    str
+        ``custom:<name>``: run.json's loss, the run's group and folder name.
 
     Raises
     ------

@@ -95,6 +95,11 @@ class TrustOracle:
             held-out answers; ``risk``: the lowest whose share of wrong answers among the
             trusted held-out rows is at most R.
 
+        Returns
+        -------
+        float
+            The threshold: a confidence at or above it is trusted.
+
         Raises
         ------
         RunError
@@ -105,9 +110,21 @@ class TrustOracle:
         return self.threshold_choice(target)["threshold"]
 
     def threshold_choice(self, threshold: ThresholdSpec = None) -> dict:
-        """How a threshold is chosen and what it reaches on the held-out rows, as the
-        ``trust`` record of ``predict --images``' meta JSON: ``threshold``, ``chosen_by``,
-        ``reached`` (tpr, fpr, coverage, risk, rows) where the run has held-out rows."""
+        """How a threshold is chosen and what it reaches on the held-out rows.
+
+        Parameters
+        ----------
+        threshold : float, target or None
+            A threshold in [0, 1], a target as for ``threshold`` (("tpr", T), "risk=R", ...),
+            or None: the run's default target (TPR 0.95 on the held-out rows).
+
+        Returns
+        -------
+        dict
+            The ``trust`` record of ``predict --images``' meta JSON: ``threshold``,
+            ``chosen_by``, ``reached`` (tpr, fpr, coverage, risk, rows) where the run has
+            held-out rows.
+        """
         key = inputs.threshold_key(threshold)
         if key not in self._choices:
             if isinstance(key, float):
@@ -198,6 +215,11 @@ class TrustOracle:
         workers : int, default 0
             Decoding processes (0: in this process).
 
+        Returns
+        -------
+        Scores
+            One row per path, in the given order.
+
         Raises
         ------
         DataError
@@ -213,8 +235,18 @@ class TrustOracle:
         return scores_from(out, cut, pixels=True)
 
     def check_cache(self, cache: Cache) -> None:
-        """Refuse (``CacheMismatch``, naming each attribute) a cache of another classifier than
-        the one this oracle was trained to judge (model, weights, preprocessing, classes)."""
+        """Refuse a cache of another classifier than the one this oracle was trained to judge.
+
+        Parameters
+        ----------
+        cache : Cache
+            A classifier cache (``open_cache``).
+
+        Raises
+        ------
+        CacheMismatch
+            Its model, weights, preprocessing or classes differ, each named.
+        """
         check_identity(cache.identity, self._classifier, f"cache {cache.path}",
                        keys=CLASSIFIER_KEYS,
                        hint="It was extracted with another classifier than the training split's "
@@ -241,6 +273,11 @@ def load_oracle(run_dir: str | Path, *, weights: str | Path | None = None,
     precision : {"bf16", "fp16", "fp32"}, optional
         Override both models' autocast; default: the precision each ran in before (the
         classifier: its cache's; the oracle: the run's), as ``predict --images``.
+
+    Returns
+    -------
+    TrustOracle
+        Ready to score (eval mode, frozen), on ``device``.
 
     Raises
     ------

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
 import numpy as np
+from numpy.typing import ArrayLike
 
 from pipeline.report.baselines import FITTED, LOGIT_BASELINES, TABLE, baseline_scores
 from pipeline.report.calibrate import FitError
@@ -31,29 +30,45 @@ __all__ = ["POSTHOC_SCORES", "PosthocFit", "evaluate_posthoc", "fit_posthoc", "p
 
 # from the logits alone; MC-Dropout's scores read columns of an MC-Dropout extraction instead
 POSTHOC_SCORES = tuple(n for n in LOGIT_BASELINES if not TABLE[n].columns)
+"""The names of the built-in post-hoc scores computed from logits: "mcp" (the maximum softmax
+probability), "entropy", "maxlogit", "energy", "doctor", and the fitted "ts" (temperature
+scaling), "pnorm" (MaxLogit-pNorm) and "relu" (REL-U); docs/METRICS.md defines each."""
 
 
 @dataclass(frozen=True)
 class PosthocFit:
-    """The fitted baselines' parameters (``fit_posthoc``): ``parameters`` {"ts": temperature,
-    "pnorm": p (an int, or "MSP" when no p beats the MSP), "relu": (K, K) matrix}, a baseline
-    that could not be fitted left out with its reason in ``undefined``; ``records``: each fit's
-    record as report.json ``fits`` keeps it (with REL-U's matrix); ``rows``: rows fitted on."""
-    parameters: dict[str, Any]
+    """The fitted baselines' parameters, as ``fit_posthoc`` returns them.
+
+    Attributes
+    ----------
+    parameters : dict
+        {"ts": the temperature (float), "pnorm": p (an int, or "MSP" when no p beats the MSP),
+        "relu": REL-U's (K, K) matrix}; a baseline that could not be fitted is left out.
+    undefined : dict of str to str
+        Each baseline that could not be fitted, and why.
+    records : dict
+        Each fit's record as report.json's ``fits`` keeps it (with REL-U's matrix).
+    rows : int
+        The rows fitted on.
+    """
+    parameters: dict[str, float | int | str | np.ndarray]
     undefined: dict[str, str] = field(default_factory=dict)
     records: dict[str, dict] = field(default_factory=dict)
     rows: int = 0
 
     @property
     def temperature(self) -> float | None:
+        """Temperature scaling's temperature; None where it could not be fitted."""
         return self.parameters.get("ts")
 
     @property
     def p(self) -> int | str | None:
+        """MaxLogit-pNorm's p ("MSP" when no p beats the MSP); None where it could not be
+        fitted."""
         return self.parameters.get("pnorm")
 
 
-def _check_logits(logits, what: str = "logits") -> np.ndarray:
+def _check_logits(logits: ArrayLike, what: str = "logits") -> np.ndarray:
     z = np.asarray(logits)
     if z.ndim != 2 or z.shape[0] == 0 or z.shape[1] < 2:
         raise received(what, f"shape {z.shape}", "(N, K) with N >= 1 rows and K >= 2 classes")
@@ -67,7 +82,7 @@ def _check_logits(logits, what: str = "logits") -> np.ndarray:
     return z
 
 
-def fit_posthoc(logits, labels) -> PosthocFit:
+def fit_posthoc(logits: ArrayLike, labels: ArrayLike) -> PosthocFit:
     """Fit temperature scaling, MaxLogit-pNorm's p and REL-U's matrix on held-out rows, as the
     report fits them (on the rows ``train-oracle`` held out of the classifier's training split).
 
@@ -103,7 +118,7 @@ def fit_posthoc(logits, labels) -> PosthocFit:
     return PosthocFit(params, undefined, records, len(y))
 
 
-def posthoc_scores(logits, *, names: Sequence[str] | None = None,
+def posthoc_scores(logits: ArrayLike, *, names: Sequence[str] | None = None,
                    fit: PosthocFit | None = None) -> dict[str, np.ndarray]:
     """The built-in post-hoc scores of ``logits``, higher = more likely correct.
 
@@ -148,8 +163,9 @@ def _as_callable_input(z: np.ndarray) -> np.ndarray:
     return out
 
 
-def evaluate_posthoc(fn: Callable[[np.ndarray], Any] | str, logits, correct, *,
-                     fit: PosthocFit | None = None, **kwargs) -> Evaluation:
+def evaluate_posthoc(fn: Callable[[np.ndarray], ArrayLike] | str, logits: ArrayLike,
+                     correct: ArrayLike, *, fit: PosthocFit | None = None,
+                     **kwargs: float | int | bool | str | None) -> Evaluation:
     """Evaluate a score computed from logits, like the report's post-hoc baselines.
 
     Parameters
@@ -173,6 +189,7 @@ def evaluate_posthoc(fn: Callable[[np.ndarray], Any] | str, logits, correct, *,
     Returns
     -------
     Evaluation
+        As ``evaluate`` returns it.
 
     Raises
     ------

@@ -26,9 +26,9 @@ from cache.runs import RunDir, RunError
 __all__ = ["MadeOn", "Run", "RunRecord", "SplitScores", "open_run"]
 
 
-# run.json's ``run`` record (docs/DATA_CONTRACT.md): what was trained.  The type every stage
-# reads run.json with (cache.runfile), under the API's name.
 RunRecord = RunLabels
+"""run.json's ``run`` record (docs/DATA_CONTRACT.md): what was trained; the type every stage reads
+run.json with (``cache.runfile.RunLabels``), under the API's name."""
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,23 @@ class SplitScores:
 
 @dataclass(frozen=True)
 class Run:
-    """A run directory: ``record`` (what was trained), ``status``, ``head_only``, ``splits`` (the
-    outputs it holds, by name) and ``heldout`` (its held-out training rows' output, or None)."""
+    """A ``train-oracle`` run directory, as ``open_run`` reads it.
+
+    Attributes
+    ----------
+    path : Path
+        The run directory.
+    record : RunRecord
+        What was trained (run.json's ``run`` record).
+    status : str
+        "complete", or the state of a run still training or stopped.
+    head_only : bool
+        A head on cached features (``--head-only``), not a fine-tuned oracle.
+    splits : tuple of str
+        The outputs it holds, by name (split tags): what ``scores`` reads.
+    heldout : str or None
+        The name of its held-out training rows' output, or None.
+    """
     path: Path
     record: RunRecord
     status: str
@@ -80,8 +95,23 @@ class Run:
     heldout: str | None
 
     def scores(self, split: str) -> SplitScores:
-        """The scores of ``split`` (one of ``splits``, or ``heldout``'s name): verified columns
-        (and, where run.json records it, the file's digest)."""
+        """The oracle's scores of one split, verified (each column's hash and, where run.json
+        records it, the file's digest).
+
+        Parameters
+        ----------
+        split : str
+            One of ``splits``, or ``heldout``'s name.
+
+        Returns
+        -------
+        SplitScores
+
+        Raises
+        ------
+        RunError
+            The run holds no scores of ``split``.
+        """
         run_dir = RunDir(self.path)
         if split in self.splits:
             path = run_dir.output(split)
@@ -100,6 +130,15 @@ class Run:
 
 def open_run(run_dir: str | Path) -> Run:
     """The run in ``run_dir`` (a ``train-oracle`` output directory).
+
+    Parameters
+    ----------
+    run_dir : str or Path
+        A run directory: complete, or still training (its scores so far).
+
+    Returns
+    -------
+    Run
 
     Raises
     ------

@@ -20,9 +20,10 @@ same loop, recorded as ``custom:<module>.<qualname>`` (``trust_oracles.losses``)
 """
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
 
 from cache.runs import RunDir
 from pipeline.core.catalog import BEST_KEY
@@ -55,7 +56,8 @@ def _options() -> dict:
 
 
 # --------------------------------------------------------------------------- settings --
-def settings(**options: Any) -> TrainConfig:
+def settings(**options: str | int | float | bool | os.PathLike | Sequence[str]
+             | Mapping[str, object] | None) -> TrainConfig:
     """The ``TrainConfig`` that ``cli.py train-oracle`` builds from the same options.
 
     Parameters
@@ -103,10 +105,36 @@ def settings(**options: Any) -> TrainConfig:
 class RunResult:
     """A run trained (or found complete) by ``train``: its directory and run.json's main fields.
 
-    ``status`` is ``complete``, or ``stopped``/``interrupted`` (``stop_at_step`` or a signal: the
-    same call continues it).  ``outputs`` maps each evaluated split's tag to its scores file
-    (``outputs/<tag>.h5``); ``heldout_output`` holds the held-out training rows' scores (None
-    without held-out rows).  ``settings`` is the resolved config run.json records."""
+    Attributes
+    ----------
+    run_dir : Path
+    status : str
+        ``complete``, or ``stopped``/``interrupted`` (``stop_at_step`` or a signal: the same call
+        continues it).
+    run : RunRecord
+        What was trained.
+    settings : TrainConfig
+        The resolved config run.json records.
+    head_only : bool
+    step, total_steps : int
+        The last step trained, of how many.
+    resumed_at : int
+        The step this call started from (0: from scratch).
+    already_complete : bool
+        The run was found complete: nothing trained.
+    best_step : int or None
+        The step kept.
+    val_aupr_error : float or None
+        The kept step's held-out AUPR-Error (None: the final model, no held-out rows).
+    outputs : dict of str to Path
+        Each evaluated split's tag -> its scores file (``outputs/<tag>.h5``).
+    heldout_output : Path or None
+        The held-out training rows' scores (None without held-out rows).
+    train_rows, val_rows : int
+        Rows trained on and held out.
+    step_path : str
+        How a step ran: eager or cuda_graph.
+    """
     run_dir: Path
     status: str
     run: RunRecord

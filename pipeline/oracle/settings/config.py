@@ -31,6 +31,29 @@ PATH = PathValue()
 
 @dataclass(frozen=True)
 class TrainConfig:
+    """A training run's settings, one field per option of ``cli.py train-oracle`` (the field's
+    option and its help are declared with it; docs/CLI.md lists them all).  Built from options
+    by ``trust_oracles.settings`` or the command line, the same parsing and defaults; run.json
+    records it.
+
+    Attributes
+    ----------
+    classifier, oracle : str
+        The classifier whose cache holds the targets, and the oracle's backbone (None: the
+        classifier's), presets or timm names.
+    loss : str
+        ce, focal, tcp or ss (the paper's steep slope), or a registered loss of your own.
+    data, cache, out, runs_root : str
+        Where the data, the caches and the run directory are.
+    train_split, eval_splits
+        The cache tag trained on, and the tags scored after training.
+    head_only : bool
+        A head on the classifier's cached features instead of a fine-tuned oracle.
+    epochs, batch_size, lr, seed
+        The protocol's (the dataset's preset fills what is not given); every other field: the
+        ``train-oracle`` option of the same name.
+    """
+
     # what is trained on, by which classifier
     classifier: str = setting("vit", CLASSIFIER.but(help="The classifier whose cache holds the "
                               "targets: preset (vit, resnet) or timm name, as given to extract."))
