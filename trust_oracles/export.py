@@ -15,8 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cache.export import (WEIGHTS, card_front_matter, check_target, read_export,
-                          write_export)
+from cache.export import WEIGHTS, card_front_matter, check_target, write_export
 from cache.runcache import training_cache
 from cache.runs import RunError
 from pipeline.oracle.deploy import exported
@@ -26,7 +25,7 @@ from pipeline.oracle.settings.config import LOSS_OPTIONS
 from trust_oracles.evaluation import evaluate
 from trust_oracles.runs import open_run
 
-__all__ = ["export_oracle", "open_export"]
+__all__ = ["export_oracle"]
 
 CARD_METRICS = ("acc", "auc", "aupr_err", "fpr95", "aurc", "augrc")   # the card's table columns
 
@@ -165,14 +164,3 @@ def _metric_table(metrics: dict) -> list[str]:
             cells.append(cell)
         rows.append(f"| {split} | {got['rows']} | " + " | ".join(cells) + " |")
     return rows
-
-
-def open_export(source: str | Path) -> tuple[Path, dict]:
-    """(folder, its checked config.json) of an exported oracle: a folder, or ``hf-hub:org/name``
-    resolved through the local Hugging Face cache (``exported.hub_folder``)."""
-    text = str(source)
-    if text.startswith(exported.HUB_PREFIX):
-        folder = exported.hub_folder(text)
-        return folder, read_export(folder, source=f"{text} ({folder})")
-    return Path(source), read_export(Path(source))
-

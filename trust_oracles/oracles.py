@@ -23,7 +23,6 @@ from typing import Sequence
 import torch
 from PIL import Image
 
-from cache.export import is_export_dir
 from cache.outputs import MadeOn
 from cache.runfile import RunFile
 from cache.schema import CLASSIFIER_KEYS, check_identity
@@ -34,7 +33,8 @@ from pipeline.data.labels import class_names
 from pipeline.data.orientation import EXIF_TRANSPOSE
 from pipeline.oracle.deploy import images as deploy
 from pipeline.oracle.deploy import rebuild
-from pipeline.oracle.deploy.exported import HUB_PREFIX, deployed_export, exported_choice
+from pipeline.oracle.deploy.exported import (deployed_export, exported_choice, is_exported,
+                                             open_export)
 from pipeline.oracle.deploy.predict import note_other_numerics
 from pipeline.oracle.deploy.threshold import given_threshold, pick_threshold
 from trust_oracles import _batches as batches
@@ -42,7 +42,6 @@ from trust_oracles import _inputs as inputs
 from trust_oracles._inputs import ThresholdSpec
 from trust_oracles.caches import Cache
 from trust_oracles.errors import received
-from trust_oracles.export import open_export
 from trust_oracles.scores import Scores, scores_from
 
 
@@ -275,7 +274,7 @@ def load_oracle(run_dir: str | Path, *, weights: str | Path | None = None,
     device = check_device(None if device is None else str(device))
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    if str(run_dir).startswith(HUB_PREFIX) or is_export_dir(run_dir):
+    if is_exported(run_dir):
         return _load_exported(run_dir, weights, device, batch_size, precision)
     run_dir = Path(run_dir)
     run = rebuild.complete_run(run_dir)

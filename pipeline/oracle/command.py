@@ -122,6 +122,14 @@ def target_option(ctx, param, value):
         raise click.BadParameter(str(err)) from None
 
 
+def run_option(ctx, param, value):
+    """--run: a directory that exists (click's own check and message), or an ``hf-hub:`` id
+    (resolved when the command runs)."""
+    if value is None or value.startswith("hf-hub:"):
+        return value
+    return click.Path(path_type=Path, exists=True, file_okay=False).convert(value, param, ctx)
+
+
 # predict's options that belong to one of its two modes: labelled splits or new images
 SPLIT_ONLY = ("data", "splits", "cache", "labels_file")
 IMAGES_ONLY = ("out", "threshold", "target", "skip_bad")
@@ -129,9 +137,11 @@ IMAGES_ONLY = ("out", "threshold", "target", "skip_bad")
 
 @click.command(cls=Command)
 @options(
-    Opt(("--run", "run_dir"), type=click.Path(path_type=Path, exists=True, file_okay=False),
-        required=True, group="data", show_default=False,
-        help="A finished train-oracle run directory."),
+    Opt(("--run", "run_dir"), callback=run_option, required=True, group="data",
+        show_default=False, metavar="DIRECTORY",
+        help="A finished train-oracle run directory, a folder `cli.py export` wrote, or "
+        "hf-hub:org/name (an exported oracle in the local Hugging Face cache, downloaded where "
+        "the hub is reachable)."),
     DATA.but(help="Dataset root.", default_text="the run's training data"),
     Opt(("--split", "splits"), multiple=True, group="data", help="Cache tag(s) to score "
         "(repeatable).", default_text="the run's evaluation splits"),
@@ -221,9 +231,16 @@ def _check_predict_mode(ctx: click.Context, images: bool) -> None:
 
 def _predict_splits(run_dir, name, common, data, splits, cache, labels_file) -> list[dict]:
     from cache.runs import RunDir
+    from pipeline.oracle.deploy.exported import is_exported
     from pipeline.oracle.deploy.predict import PredictConfig
     from pipeline.oracle.deploy.predict import predict as run_predict
 
+    if is_exported(run_dir):        # a split's outputs are recorded in a run's run.json
+        raise click.ClickException(
+            f"--run {run_dir} is an exported oracle: labelled splits are scored into a run "
+            "directory (outputs/<tag>.h5, recorded in run.json), which it has not; score the "
+            "split's images with --images FOLDER --out-file FILE, or in Python with "
+            "trust_oracles.load_oracle(...).score_files(paths)")
     config = _run_stage2(lambda: RunDir(run_dir).record().config)
     same = data is None or data == config["data"]
     data = config["data"] if data is None else data

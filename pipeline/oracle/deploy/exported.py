@@ -20,7 +20,7 @@ from typing import NamedTuple
 import torch
 from safetensors.torch import load_model, save_model
 
-from cache.export import CONFIG, ExportError
+from cache.export import CONFIG, ExportError, is_export_dir, read_export
 from cache.reader import ClassifierCache
 from cache.runfile import RunFile
 from cache.runs import BEST, RunDir, RunError
@@ -141,6 +141,22 @@ def deployed_export(folder: Path, config: dict, weights: str | None, precision: 
                  precision or record.identity["precision"]),
         Deployed(oracle, DataConfig.from_dict(orc["data_config"]),
                  precision or orc["precision"])), record
+
+
+def is_exported(source: str | Path) -> bool:
+    """Whether ``source`` names an exported oracle: ``hf-hub:...`` or a folder ``cli.py export``
+    wrote."""
+    return str(source).startswith(HUB_PREFIX) or is_export_dir(source)
+
+
+def open_export(source: str | Path) -> tuple[Path, dict]:
+    """(folder, its checked config.json) of an exported oracle: a folder, or ``hf-hub:org/name``
+    resolved through the local Hugging Face cache (``hub_folder``)."""
+    text = str(source)
+    if text.startswith(HUB_PREFIX):
+        folder = hub_folder(text)
+        return folder, read_export(folder, source=f"{text} ({folder})")
+    return Path(source), read_export(Path(source))
 
 
 def hub_folder(spec: str) -> Path:
