@@ -1,7 +1,8 @@
 """Command line: the click group of the pipeline's commands and the shared error handling.
 
 Each command lives beside its stage (``pipeline/<stage>/command.py``): options -> the stage's
-frozen config -> one call.  Every command's options, by --help group: docs/CLI.md (written by
+frozen config -> one call.  ``export`` is here: a thin caller of the Python API
+(``trust_oracles.export``), which sits above every stage, so no stage's command may import it.  Every command's options, by --help group: docs/CLI.md (written by
 docs/make_cli_md.py from these commands).
 
     python cli.py extract --classifier vit            # stage 1 (embedded Fashion-MNIST default)
