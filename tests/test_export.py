@@ -265,3 +265,38 @@ def test_other_classifier_weights_are_refused_naming_both_hashes(trained, weight
     assert "pass --weights FILE with that classifier's weights file" in message
     run_cli(["predict", "--run", base / "shared", "--images", trained[0] / "val",
              "--out-file", base / "t.csv", "--weights", base / "mine.pth", *FAST])
+
+
+def test_an_unreachable_hub_falls_back_to_the_cache_at_once(trained, offline_hub, monkeypatch):
+    """Without HF_HUB_OFFLINE but no network: one probe, then the local cache only."""
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")         # nothing listens there
+    assert load_oracle("hf-hub:org/tiny-oracle", device="cpu").threshold() > 0
+    message = cli_error(["predict", "--run", "hf-hub:org/absent", "--images",
+                         trained[0] / "val", "--out-file", "x.csv", *FAST])
+    assert "and the hub cannot be reached" in message
+
+
+@pytest.fixture(scope="module")
+def head_only_export(trained, tmp_path_factory):
+    """A head-only run (features cached) and its export."""
+    data, base = trained[0], tmp_path_factory.mktemp("export-head")
+    extract(data, base / "cache", extra=("--features",), flip_view=False)
+    run_cli(["train-oracle", "--classifier", CLASSIFIER, "--oracle", CLASSIFIER, "--random-init",
+             "--model-kwargs", json.dumps({**TINY_VIT_KWARGS, "num_classes": 3}), "--data", data,
+             "--cache", base / "cache", "--loss", "ss", "--batch-size", 4, "--no-progress",
+             "--head-only", "--no-flip", "--epochs", 2, "--lr", 0.05, "--val-fraction", 0.25,
+             "--out", base / "run"])
+    run_cli(["export", base / "run", "--out", base / "shared", "--resamples", 0,
+             "--threshold", 0.5])
+    return base
+
+
+def test_a_head_only_export_scores_as_its_run_bit_for_bit(trained, head_only_export):
+    base, files = head_only_export, val_files(trained[0])
+    config = json.loads((base / "shared" / CONFIG).read_text())
+    assert config["oracle"]["head_only"] and config["threshold"]["chosen_by"] == "--threshold"
+    mine = load_oracle(base / "run", device="cpu").score_files(files, threshold=0.5)
+    theirs = load_oracle(base / "shared", device="cpu").score_files(files)
+    np.testing.assert_array_equal(theirs.z, mine.z)
+    np.testing.assert_array_equal(theirs.trust, mine.trust)

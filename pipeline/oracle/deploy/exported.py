@@ -25,6 +25,7 @@ from cache.reader import ClassifierCache
 from cache.runfile import RunFile
 from cache.runs import BEST, RunDir, RunError
 from cache.schema import CLASSIFIER_KEYS
+from pipeline.core.hub import unreachable
 from pipeline.core.inference import for_inference
 from pipeline.core.models import DataConfig, ModelError, ModelSpec, build_model, file_sha256
 from pipeline.data.orientation import EXIF_TRANSPOSE
@@ -172,16 +173,21 @@ def hub_folder(spec: str) -> Path:
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "on", "yes", "true")
     cache_dir = os.environ.get("HF_HUB_CACHE") or (
         os.path.join(os.environ["HF_HOME"], "hub") if os.environ.get("HF_HOME") else None)
+    why = "HF_HUB_OFFLINE is set" if offline else None
+    if not offline:         # one probe, seconds: not a minute of the library's retries
+        from huggingface_hub import constants
+        down = unreachable(os.environ.get("HF_ENDPOINT") or constants.ENDPOINT)
+        why = f"the hub cannot be reached ({down})" if down else None
     try:
         return Path(snapshot_download(repo, revision=revision or None, cache_dir=cache_dir,
-                                      local_files_only=offline, etag_timeout=5))
+                                      local_files_only=why is not None, etag_timeout=5))
     except Exception as err:  # noqa: BLE001 - its error classes vary by huggingface_hub version
         where = cache_dir or "the default Hugging Face cache"
-        if offline:
+        if why:
             raise ExportError(f"{spec} is not in the local Hugging Face cache ({where}) and "
-                              "HF_HUB_OFFLINE is set: download it once where the hub is "
-                              "reachable (unset HF_HUB_OFFLINE), or pass the exported folder's "
-                              "path instead") from None
+                              f"{why}: download it once where the hub is reachable (without "
+                              "HF_HUB_OFFLINE), or pass the exported folder's path "
+                              "instead") from None
         raise ExportError(f"{spec} could not be fetched from the Hugging Face hub "
                           f"({type(err).__name__}: {str(err).splitlines()[0][:160]}); check the "
                           "name and the network, or pass the exported folder's path") from None
