@@ -2,8 +2,9 @@
 
 Each command lives beside its stage (``pipeline/<stage>/command.py``): options -> the stage's
 frozen config -> one call.  ``export`` is here: a thin caller of the Python API
-(``trust_oracles.export``), which sits above every stage, so no stage's command may import it.  Every command's options, by --help group: docs/CLI.md (written by
-docs/make_cli_md.py from these commands).
+(``trust_oracles.export``), which sits above every stage, so no stage's command may import it.
+Every command's options, by --help group: docs/CLI.md (written by docs/make_cli_md.py from these
+commands).
 
     python cli.py extract --classifier vit            # stage 1 (embedded Fashion-MNIST default)
     torchrun --nproc-per-node 4 cli.py extract --classifier vit --data /imagenet --split train

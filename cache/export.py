@@ -28,7 +28,7 @@ from cache.errors import TrustOraclesError
 from cache.schema import canonical
 
 EXPORT_KIND = "trust-oracles-export"
-EXPORT_VERSION = 1          # bump when a field of config.json changes meaning; readers refuse others
+EXPORT_VERSION = 1      # bump when a field of config.json changes meaning; readers refuse others
 WEIGHTS, CONFIG, CARD = "model.safetensors", "config.json", "README.md"
 CARD_WEIGHTS_KEY = "trust_oracles_weights_sha256"
 _CARD_LINE = re.compile(rf"^{CARD_WEIGHTS_KEY}:\s*([0-9a-f]{{64}})\s*$", re.MULTILINE)

@@ -17,9 +17,9 @@ _batches.py scores them batch by batch), evaluation.py (evaluate, Evaluation), c
 (compare), posthoc.py (the post-hoc baselines and your own score functions), training.py (settings,
 train, RunResult), heads.py (train_head: a head on features in memory), losses.py (your own loss),
 export.py (export_oracle: a run's oracle as a Hugging Face
-Hub-layout folder, which load_oracle reads back), errors.py (every exception the API raises).  Each is a caller of the functions the commands run,
-never a second version of them.  Names are loaded on first use: the metrics (evaluate, compare,
-posthoc) load no torch.
+Hub-layout folder, which load_oracle reads back), errors.py (every exception the API raises).
+Each is a caller of the functions the commands run, never a second version of them.  Names are
+loaded on first use: the metrics (evaluate, compare, posthoc) load no torch.
 """
 from __future__ import annotations
 

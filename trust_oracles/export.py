@@ -75,7 +75,8 @@ def export_oracle(run_dir: str | Path, out: str | Path, *, threshold: float | No
     module, oracle = exported.oracle_record(run_dir, run)
     oracle["made_on"] = run.made_on
     labels = run.labels
-    config = {"oracle": oracle, "threshold": choice, "classifier": exported.classifier_record(cache),
+    config = {"oracle": oracle, "threshold": choice,
+              "classifier": exported.classifier_record(cache),
               "loss": {"name": labels.loss, "label": labels.loss_label,
                        "variant": labels.variant, "tnr": labels.tnr,
                        "params": {k: run.config[k] for k in ("loss_params", *LOSS_OPTIONS)
