@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from cache.errors import TrustOraclesError
+from cache.runs import is_run_dir
 from cache.schema import canonical
 
 EXPORT_KIND = "trust-oracles-export"
@@ -49,10 +50,11 @@ def sha256_file(path: Path) -> str:
 
 
 def is_export_dir(path: Path | str) -> bool:
-    """Whether ``path`` is a folder holding an exported oracle's config.json."""
+    """Whether ``path`` is a folder holding an exported oracle's config.json, or its weights
+    without one (then ``read_export`` names the missing config.json, not a missing run.json)."""
     config = Path(path) / CONFIG
     if not config.is_file():
-        return False
+        return (Path(path) / WEIGHTS).is_file() and not is_run_dir(Path(path))
     try:
         return json.loads(config.read_text()).get("kind") == EXPORT_KIND
     except (OSError, ValueError, AttributeError):
