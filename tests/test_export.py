@@ -297,3 +297,21 @@ def test_a_head_only_export_scores_as_its_run_bit_for_bit(trained, head_only_exp
     theirs = load_oracle(base / "shared", device="cpu").score_files(files)
     np.testing.assert_array_equal(theirs.z, mine.z)
     np.testing.assert_array_equal(theirs.trust, mine.trust)
+
+
+def test_the_card_shows_a_reports_rows_of_the_run(trained, tmp_path):
+    run = trained[2]
+    run_cli(["report", run, "--out", tmp_path / "rep", "--no-figures", "--format", "json",
+             "--jobs", 1, "--resamples", 50])
+    rows = json.loads((tmp_path / "rep" / "report.json").read_text())["evaluations"]
+    auc = next(r for r in rows if r["kind"] == "oracle")["metrics"]["standard"]["values"]["auc"]
+    run_cli(["export", run, "--out", tmp_path / "out", "--report", tmp_path / "rep" /
+             "report.json"])
+    config = json.loads((tmp_path / "out" / CONFIG).read_text())
+    assert config["metrics"]["source"].startswith("report report.json")
+    assert config["metrics"]["splits"]["val"]["metrics"]["auc"]["value"] == auc
+    assert "| val | 12 |" in (tmp_path / "out" / CARD).read_text()
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"evaluations": []}))
+    message = cli_error(["export", run, "--out", tmp_path / "o2", "--report", other])
+    assert "evaluates no output of run" in message and not (tmp_path / "o2").exists()

@@ -109,7 +109,8 @@ def _run_metrics(run_dir: Path, resamples: int) -> dict:
 
 
 def _report_metrics(report: Path, run_dir: Path) -> dict:
-    """The rows of ``report`` (report.json) that evaluate this run."""
+    """The rows of ``report`` (report.json) that evaluate this run, in ``_run_metrics``' shape:
+    the standard definition's values and the report's own intervals."""
     try:
         doc = json.loads(report.read_text())
     except (OSError, ValueError) as err:
@@ -120,7 +121,15 @@ def _report_metrics(report: Path, run_dir: Path) -> dict:
     if not mine:
         raise RunError(f"--report {report} evaluates no output of run {run_dir}; pass the "
                        "report of a `cli.py report` run over this run, or leave --report out")
-    return {"source": f"report {report.name} ({doc.get('schema')})", "evaluations": mine}
+    splits = {}
+    for e in mine:
+        values = {"acc": e.get("accuracy"), **e["metrics"]["standard"]["values"]}
+        ci = (e.get("ci") or {}).get("standard", {})
+        splits[e["split"]] = {"rows": e.get("valid_rows"), "metrics": {
+            n: {"value": values.get(n), **({"low": ci[n]["low"], "high": ci[n]["high"]}
+                                           if n in ci else {})} for n in CARD_METRICS}}
+    return {"source": f"report {report.name} ({doc.get('schema')}; {doc.get('bootstrap')})",
+            "splits": splits}
 
 
 def card(config: dict, weights_sha256: str) -> str:
@@ -134,8 +143,8 @@ def card(config: dict, weights_sha256: str) -> str:
              f"sha256 `{clf['identity']['weights_sha256']}`) is right on an image: confidence "
              f"= sigmoid(z); trusted when confidence >= {config['threshold']['threshold']:.6g} "
              f"(chosen by {config['threshold']['chosen_by']}). Load it with "
-             "`trust_oracles.load_oracle(DIR)` or `cli.py predict --run DIR --images ...`; any "
-             "other classifier is refused.", "",
+             "`trust_oracles.load_oracle(DIR)` or `cli.py predict --run DIR --images FOLDER "
+             "--out-file FILE`; any other classifier is refused.", "",
              "## Training data", "",
              f"Dataset `{data['dataset']}`, split `{data['split']}`, fingerprint "
              f"`{data['dataset_fingerprint']}`; rows {json.dumps(data['rows'])}.", "",
@@ -151,8 +160,6 @@ def card(config: dict, weights_sha256: str) -> str:
 
 
 def _metric_table(metrics: dict) -> list[str]:
-    if "splits" not in metrics:
-        return ["```json", json.dumps(metrics["evaluations"], indent=1)[:20000], "```"]
     rows = ["| split | rows | " + " | ".join(CARD_METRICS) + " |",
             "|---|---|" + "---|" * len(CARD_METRICS)]
     for split, got in metrics["splits"].items():
