@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from cache.export import CARD, CONFIG, EXPORT_KIND, EXPORT_VERSION, WEIGHTS, sha256_file
+from cache.outputs import output_paths, read_outputs
 from oracle_fixtures import CLASSIFIER, TINY_VIT_KWARGS, extract, run_cli, train_args, \
     trained_colour_run
 from trust_oracles import load_oracle, open_cache, open_run
@@ -113,10 +114,19 @@ def test_predict_images_on_the_folder_writes_the_runs_table(trained, tmp_path):
     assert "is an exported oracle" in message and "--out-file FILE" in message
 
 
-def test_a_labelled_split_of_an_exported_oracle_is_refused_naming_images(trained):
-    data, _, _, shared = trained
-    message = cli_error(["predict", "--run", shared, "--split", "val", *FAST])
-    assert "--images" in message and "load_oracle" in message
+def test_predict_a_labelled_split_with_the_folder_writes_the_runs_outputs(trained, tmp_path):
+    data, cache, run, shared = trained
+    run_cli(["predict", "--run", shared, "--split", "val", "--data", data, "--cache", cache,
+             "--out-file", tmp_path / "val.h5", *FAST])
+    mine, theirs = read_outputs(run / "outputs" / "val.h5"), read_outputs(tmp_path / "val.h5")
+    for column in ("z", "confidence", "valid", "correct", "index", "pred"):
+        np.testing.assert_array_equal(theirs.columns[column], mine.columns[column])
+    assert output_paths(theirs) == output_paths(mine)
+    message = cli_error(["predict", "--run", shared, "--split", "val", "--data", data, *FAST])
+    assert "--cache ROOT" in message and "--out-file FILE.h5" in message
+    message = cli_error(["predict", "--run", shared, "--split", "train", "--data", data,
+                         "--cache", cache, "--out-file", tmp_path / "train.h5", *FAST])
+    assert "lists the images the exported oracle" in message
 
 
 # ------------------------------------------------------------------------------ the hub --

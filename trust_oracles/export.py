@@ -84,7 +84,9 @@ def export_oracle(run_dir: str | Path, out: str | Path, *, threshold: float | No
               "training_data": {"dataset": labels.dataset,
                                 "dataset_fingerprint": cache.identity["dataset_fingerprint"],
                                 "split": cache.identity.get("split"), "rows": dict(run.rows)},
-              "run": {"name": run_dir.name, "group": labels.group, "seed": labels.seed},
+              # the run record every oracle output file carries (predict --split of the folder)
+              "run": {"name": run_dir.name, "group": labels.group, "seed": labels.seed,
+                      "record": dict(run.raw["run"])},
               "metrics": (_report_metrics(Path(report), run_dir) if report else
                           _run_metrics(run_dir, resamples))}
     return write_export(out, lambda path: exported.save_oracle(module, path), config,

@@ -157,7 +157,8 @@ IMAGES_ONLY = ("out", "threshold", "target", "skip_bad")
     Opt(("--out-file", "out"), aliases=("--out",), type=click.Path(path_type=Path,
         dir_okay=False), group="output", metavar="FILE", help="With --images: the table to "
         "write; its extension picks the format: .csv, .jsonl (JSON lines) or .parquet (needs "
-        "pyarrow). The threshold and how it was chosen go to <stem>.meta.json beside it.",
+        "pyarrow). The threshold and how it was chosen go to <stem>.meta.json beside it. With "
+        "an exported oracle's --split: its output file (.h5).",
         default_text="RUN/predictions/<--out-name>.csv"),
     WEIGHTS.but(help="With --images: the classifier's weights file. In both modes: a head-only "
                 "run's backbone weights where they are not where the run recorded them (e.g. "
@@ -193,7 +194,9 @@ def predict(ctx, run_dir, images, name, weights, batch_size, workers, precision,
     from pipeline.core import dist
     from pipeline.data.loader import default_workers
 
-    _check_predict_mode(ctx, images is not None)
+    from pipeline.oracle.deploy.exported import is_exported
+    exported = is_exported(run_dir)
+    _check_predict_mode(ctx, images is not None, exported)
     workers = default_workers(dist.local_world()) if workers is None else workers
     common = dict(batch_size=batch_size, workers=workers, precision=precision, device=device,
                   progress=not no_progress)
@@ -203,19 +206,25 @@ def predict(ctx, run_dir, images, name, weights, batch_size, workers, precision,
                            **{k: mode[k] for k in IMAGES_ONLY}, **common)
         _print_predictions(_run_stage2(predict_images, cfg))
         return
-    results = _predict_splits(run_dir, name, {**common, "weights": weights},
-                              **{k: mode[k] for k in SPLIT_ONLY})
+    if exported:
+        results = _predict_exported(run_dir, name, mode["out"], {**common, "weights": weights},
+                                    **{k: mode[k] for k in SPLIT_ONLY})
+    else:
+        results = _predict_splits(run_dir, name, {**common, "weights": weights},
+                                  **{k: mode[k] for k in SPLIT_ONLY})
     if dist.info().is_main:
         for o in results:
             _print_output(o)
     dist.shutdown(dist.info())
 
 
-def _check_predict_mode(ctx: click.Context, images: bool) -> None:
-    """An option of the other mode is a usage error naming it (never silently ignored)."""
+def _check_predict_mode(ctx: click.Context, images: bool, exported: bool = False) -> None:
+    """An option of the other mode is a usage error naming it (never silently ignored); an
+    exported oracle's split is written to --out-file (its folder is not written into)."""
     given = {p.name: p for p in ctx.command.params
              if ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE}
-    wrong = [typed_flag(ctx, n) for n in (SPLIT_ONLY if images else IMAGES_ONLY) if n in given]
+    wrong = [typed_flag(ctx, n) for n in (SPLIT_ONLY if images else IMAGES_ONLY) if n in given
+             and not (exported and n == "out")]
     if wrong:
         raise click.UsageError(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not "
                                + ("apply to --images (unlabelled images are scored without a "
@@ -231,16 +240,9 @@ def _check_predict_mode(ctx: click.Context, images: bool) -> None:
 
 def _predict_splits(run_dir, name, common, data, splits, cache, labels_file) -> list[dict]:
     from cache.runs import RunDir
-    from pipeline.oracle.deploy.exported import is_exported
     from pipeline.oracle.deploy.predict import PredictConfig
     from pipeline.oracle.deploy.predict import predict as run_predict
 
-    if is_exported(run_dir):        # a split's outputs are recorded in a run's run.json
-        raise click.ClickException(
-            f"--run {run_dir} is an exported oracle: labelled splits are scored into a run "
-            "directory (outputs/<tag>.h5, recorded in run.json), which it has not; score the "
-            "split's images with --images FOLDER --out-file FILE, or in Python with "
-            "trust_oracles.load_oracle(...).score_files(paths)")
     config = _run_stage2(lambda: RunDir(run_dir).record().config)
     same = data is None or data == config["data"]
     data = config["data"] if data is None else data
@@ -250,6 +252,17 @@ def _predict_splits(run_dir, name, common, data, splits, cache, labels_file) -> 
         splits=tuple(splits) or tuple(config["eval_splits"]), labels_file=labels_file,
         name=name, **common)
     return _run_stage2(run_predict, cfg)
+
+
+def _predict_exported(run_dir, name, out, common, data, splits, cache, labels_file) -> list[dict]:
+    """An exported oracle over one labelled split: --cache (and --data) name it, as the folder
+    keeps no run's data; the output file goes to --out-file."""
+    from pipeline.oracle.deploy.exported import predict_split
+    from pipeline.oracle.deploy.predict import PredictConfig
+
+    cfg = PredictConfig(run=run_dir, data=data, cache=cache, splits=tuple(splits),
+                        labels_file=labels_file, name=name, out=out, **common)
+    return _run_stage2(predict_split, cfg)
 
 
 def _print_predictions(s: dict) -> None:

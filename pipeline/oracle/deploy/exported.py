@@ -25,11 +25,14 @@ from cache.reader import ClassifierCache
 from cache.runfile import RunFile
 from cache.runs import BEST, RunDir, RunError
 from cache.schema import CLASSIFIER_KEYS
+from pipeline.core import dist
 from pipeline.core.hub import unreachable
 from pipeline.core.inference import for_inference
 from pipeline.core.models import DataConfig, ModelError, ModelSpec, build_model, file_sha256
 from pipeline.data.orientation import EXIF_TRANSPOSE
-from pipeline.oracle.deploy.predict import run_precision
+from pipeline.oracle.deploy.predict import PredictConfig, run_precision
+from pipeline.oracle.loop.outputs import score_images
+from pipeline.oracle.settings.targets import open_split
 from pipeline.oracle.deploy.rebuild import Deployed, DeployedModels, load_classifier
 from pipeline.oracle.nets.checkpoint import load_checkpoint
 from pipeline.oracle.nets.heads import make_head
@@ -142,6 +145,32 @@ def deployed_export(folder: Path, config: dict, weights: str | None, precision: 
                  precision or record.identity["precision"]),
         Deployed(oracle, DataConfig.from_dict(orc["data_config"]),
                  precision or orc["precision"])), record
+
+
+def predict_split(cfg: PredictConfig) -> list[dict]:
+    """``predict --run DIR --split TAG --cache ROOT --out-file FILE.h5``: an exported oracle over
+    one labelled split, written as the run's own outputs are (``loop.outputs.score_images``)."""
+    if len(cfg.splits) != 1 or cfg.cache is None or cfg.out is None:
+        raise RunError(f"--run {cfg.run} is an exported oracle, which keeps no run's data or "
+                       "outputs folder: give one --split with its --cache ROOT (and --data) and "
+                       "--out-file FILE.h5 for its scores")
+    info, device = dist.init(cfg.device)
+    folder, config = open_export(cfg.run)
+    record, run = classifier_of(str(folder), config), config["run"]["record"]
+    split = open_split(cfg.data, Path(cfg.cache), run["classifier"], cfg.splits[0],
+                       cfg.labels_file, same_classifier_as=record.identity)
+    found = split.cache.identity["dataset_fingerprint"]
+    if found == config["training_data"]["dataset_fingerprint"]:
+        raise RunError(f"--split {split.tag} lists the images the exported oracle {cfg.run} was "
+                       f"trained on (dataset fingerprint {found[:12]}): its scores would be "
+                       "training-set numbers. Predict on another split.")
+    oracle = _rebuild_oracle(folder, config["oracle"]).to(device)
+    opts = dict(batch_size=cfg.batch_size, workers=cfg.workers, progress=cfg.progress,
+                precision=cfg.precision or config["oracle"]["precision"])
+    out = Path(cfg.out)
+    return [score_images(RunDir(out.parent), oracle, split, out, run,
+                         DataConfig.from_dict(config["oracle"]["data_config"]), opts, info,
+                         device)]
 
 
 def is_exported(source: str | Path) -> bool:
