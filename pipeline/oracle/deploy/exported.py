@@ -1,7 +1,8 @@
 """A run's chosen oracle as an exported folder (``cache.export``'s layout), and back: the oracle
 module whose state becomes model.safetensors with the record config.json keeps of it, and the
-two models rebuilt from such a folder for ``predict --images`` and ``load_oracle`` -- without
-its run directory or its classifier cache.
+two models rebuilt from such a folder for ``predict --images`` and ``load_oracle`` (the oracle
+alone for ``predict --split``: ``predict_split``) -- without its run directory or its training
+cache.  ``hf-hub:org/name`` resolves to such a folder in the local Hugging Face cache.
 
 The oracle is rebuilt from config.json's architecture (timm name and kwargs, head, inputs) with
 random weights, then given the exported ones (every tensor, strict), so the module is the run's
@@ -31,12 +32,12 @@ from pipeline.core.inference import for_inference
 from pipeline.core.models import DataConfig, ModelError, ModelSpec, build_model, file_sha256
 from pipeline.data.orientation import EXIF_TRANSPOSE
 from pipeline.oracle.deploy.predict import PredictConfig, run_precision
-from pipeline.oracle.loop.outputs import score_images
-from pipeline.oracle.settings.targets import open_split
 from pipeline.oracle.deploy.rebuild import Deployed, DeployedModels, load_classifier
+from pipeline.oracle.loop.outputs import score_images
 from pipeline.oracle.nets.checkpoint import load_checkpoint
 from pipeline.oracle.nets.heads import make_head
 from pipeline.oracle.nets.model import Oracle, build_oracle, load_trained_oracle, recorded_weights
+from pipeline.oracle.settings.targets import open_split
 
 HUB_PREFIX = "hf-hub:"
 HUB_INSTALL = "pip install 'trust-oracles[hub]' (or: pip install huggingface_hub)"
@@ -52,7 +53,7 @@ class ClassifierRecord(NamedTuple):
 
 def oracle_record(run_dir: Path, run: RunFile) -> tuple[torch.nn.Module, dict]:
     """The run's chosen oracle on the CPU and how to rebuild it (config.json's ``oracle``)."""
-    module, data_cfg, _ = load_trained_oracle(run_dir, run)
+    module, _, _ = load_trained_oracle(run_dir, run)
     info = run.oracle_build
     record = {"head_only": bool(info.get("head_only")), "model": info["model"],
               "model_kwargs": dict(info["model_kwargs"]), "head": info["head"],
