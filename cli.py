@@ -1,8 +1,10 @@
 """Command line: the click group of the pipeline's commands and the shared error handling.
 
 Each command lives beside its stage (``pipeline/<stage>/command.py``): options -> the stage's
-frozen config -> one call.  Every command's options, by --help group: docs/CLI.md (written by
-docs/make_cli_md.py from these commands).
+frozen config -> one call.  ``export`` is here: a thin caller of the Python API
+(``trust_oracles.export``), which sits above every stage, so no stage's command may import it.
+Every command's options, by --help group: docs/CLI.md (written by docs/make_cli_md.py from these
+commands).
 
     python cli.py extract --classifier vit            # stage 1 (embedded Fashion-MNIST default)
     torchrun --nproc-per-node 4 cli.py extract --classifier vit --data /imagenet --split train
@@ -24,7 +26,9 @@ from pipeline.corrupt.command import corrupt
 from pipeline.data.errors import worker_message
 from pipeline.demo.command import demo
 from pipeline.extract.command import extract
-from pipeline.oracle.command import predict, train_oracle
+from pipeline.core.commandline import Command, options
+from pipeline.core.options import FloatRange, Opt
+from pipeline.oracle.command import predict, target_option, train_oracle
 from pipeline.report.command import report
 from pipeline.sweep.command import sweep
 
@@ -75,8 +79,39 @@ def cli():
     """Trustworthiness oracles (Luo et al., NeurIPS 2021): extract -> train-oracle -> report."""
 
 
+@click.command("export", cls=Command)
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=str, exists=True,
+                                                          file_okay=False))
+@options(
+    Opt(("--out",), type=click.Path(path_type=str), required=True, group="output",
+        metavar="DIR", show_default=False, help="The folder to write (Hugging Face Hub layout: "
+        "model.safetensors, config.json, README.md); new or empty."),
+    Opt(("--threshold",), type=FloatRange(0, 1), group="protocol", help="The decision "
+        "threshold the exported oracle carries, as given.", default_text="--target's"),
+    Opt(("--target",), callback=target_option, group="protocol", help="Pick the threshold on "
+        "the run's held-out rows: tpr=T or risk=R (as predict --target).",
+        default_text="tpr=0.95"),
+    Opt(("--report",), type=click.Path(path_type=str, dir_okay=False, exists=True),
+        group="data", help="A report.json of `cli.py report`: the model card shows its rows of "
+        "this run.", default_text="the run's own outputs, evaluated with bootstrap intervals"),
+    Opt(("--resamples",), default=1000, type=click.IntRange(0), group="protocol",
+        help="Bootstrap resamples of the model card's intervals (0: none)."),
+    Opt(("--force",), is_flag=True, group="output", help="Replace a non-empty --out folder "
+        "(once the new one is complete)."),
+)
+def export(run_dir, out, threshold, target, report, resamples, force):
+    """Share a finished run's chosen oracle as a folder in the Hugging Face Hub's layout, for
+    `trust_oracles.load_oracle(DIR)` and `cli.py predict --run DIR`."""
+    if threshold is not None and target is not None:
+        raise click.UsageError("--threshold and --target both set the trust threshold: give one")
+    from trust_oracles.export import export_oracle      # the API, loaded only by this command
+    path = export_oracle(run_dir, out, threshold=threshold, target=target or ("tpr", 0.95),
+                         report=report, resamples=resamples, force=force)
+    click.echo(f"exported {run_dir} to {path} (model.safetensors, config.json, README.md)")
+
+
 for command in (extract, train_oracle, predict, sweep, report, fit_classifier, import_weights,
-                attack, corrupt, demo):
+                attack, corrupt, demo, export):
     cli.add_command(command)
 
 

@@ -13,6 +13,8 @@ runfile.py    run.json, typed (RunFile)
 runlog.py     log.jsonl's lines: written as strict JSON, read with a torn last line dropped
 runcache.py   the classifier cache a run trained on, found from any folder, checked by identity
 predictions.py  predict --images' tables
+export.py     an exported oracle's folder (Hugging Face Hub layout): its version, written whole,
+              every file checked by sha256, the model card's weights hash
 integrity.py  checksums (XXH3) and the one "disk full" error
 atomic.py     every file written under a temporary name, then renamed over the old one; JSON records
 lock.py       DIR/.lock: one writing process per cache or run directory

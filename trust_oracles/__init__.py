@@ -5,6 +5,7 @@ line as typed objects, for a notebook.  docs/API.md shows each use as a runnable
     cache = to.open_cache("artifacts/fashion-mnist/cache/vit/test")     # logits, correct, ...
     run = to.open_run(run_dir)                      # run.record.loss, run.scores("test").confidence
     oracle = to.load_oracle(run_dir)                # a finished train-oracle run, ready to score
+    to.export_oracle(run_dir, "shared")             # its oracle as a Hugging Face Hub folder
     scores = oracle.score_files(paths)              # confidence, trust, the classifier's pred
     ev = to.evaluate(scores.confidence, correct, bootstrap=1000)        # report.json's numbers
     to.compare(oracle_conf, msp, correct)["aurc"].favours               # paired bootstrap
@@ -15,9 +16,10 @@ split), oracles.py (load_oracle, TrustOracle; scores.py: Scores; _inputs.py chec
 _batches.py scores them batch by batch), evaluation.py (evaluate, Evaluation), comparison.py
 (compare), posthoc.py (the post-hoc baselines and your own score functions), training.py (settings,
 train, RunResult), heads.py (train_head: a head on features in memory), losses.py (your own loss),
-errors.py (every exception the API raises).  Each is a caller of the functions the commands run,
-never a second version of them.  Names are loaded on first use: the metrics (evaluate, compare,
-posthoc) load no torch.
+export.py (export_oracle: a run's oracle as a Hugging Face
+Hub-layout folder, which load_oracle reads back), errors.py (every exception the API raises).
+Each is a caller of the functions the commands run, never a second version of them.  Names are
+loaded on first use: the metrics (evaluate, compare, posthoc) load no torch.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ except _metadata.PackageNotFoundError:     # a checkout that was never installed
 _WHERE = {
     **dict.fromkeys(("Cache", "open_cache"), "caches"),
     **dict.fromkeys(("TrustOracle", "load_oracle"), "oracles"), "Scores": "scores",
+    "export_oracle": "export",
     **dict.fromkeys(("Evaluation", "Interval", "MetricSet", "check_scores", "evaluate"),
                     "evaluation"),
     **dict.fromkeys(("Comparison", "Difference", "compare"), "comparison"),
@@ -43,7 +46,7 @@ _WHERE = {
     **dict.fromkeys(("HeadOracle", "train_head"), "heads"),
     **dict.fromkeys(("LossFn", "custom_loss_name"), "losses"),
     **dict.fromkeys(("BadImageError", "CacheError", "CacheMismatch", "CustomLossError",
-                     "DataError", "DeviceError", "HubUnreachable", "InputError",
+                     "DataError", "DeviceError", "ExportError", "HubUnreachable", "InputError",
                      "LossOptionError", "MissingDependencyError", "ModelError",
                      "OtherDeviceNote", "RunError", "TrainingDiverged", "TrustOraclesError"),
                     "errors"),

@@ -33,6 +33,11 @@ BadImageError
     A ``RuntimeError``.
 DeviceError
     ``device=`` names no device, or one this machine does not have.  A ``ValueError``.
+ExportError
+    An exported oracle's folder (``load_oracle(DIR)``, ``export_oracle``) with a missing or
+    altered file (its sha256 against config.json), a model card whose metrics belong to other
+    weights, another format version; an ``hf-hub:`` id not in the local cache while offline;
+    an ``export_oracle`` folder that is not empty (without ``force``).  A ``ValueError``.
 HubUnreachable
     Pretrained weights are in no local cache and their source cannot be reached.  A
     ``RuntimeError``.
@@ -68,6 +73,7 @@ from __future__ import annotations
 
 # every class from where it is defined, in modules that load no torch: catching them loads nothing
 from cache.errors import TrustOraclesError
+from cache.export import ExportError
 from cache.outputs import OtherDeviceNote
 from cache.reader import UnstampedCacheWarning, UnverifiedCacheWarning
 from cache.runs import RunError
@@ -78,7 +84,7 @@ from pipeline.core.options import DeviceError
 from pipeline.data.errors import BadImageError, DataError
 
 __all__ = ["BadImageError", "CacheError", "CacheMismatch", "CustomLossError", "DataError",
-           "DeviceError", "HubUnreachable", "InputError", "LossOptionError",
+           "DeviceError", "ExportError", "HubUnreachable", "InputError", "LossOptionError",
            "MissingDependencyError", "ModelError", "OtherDeviceNote", "RunError",
            "TrainingDiverged", "TrustOraclesError",
            "UnstampedCacheWarning", "UnverifiedCacheWarning"]

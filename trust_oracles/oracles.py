@@ -33,6 +33,8 @@ from pipeline.data.labels import class_names
 from pipeline.data.orientation import EXIF_TRANSPOSE
 from pipeline.oracle.deploy import images as deploy
 from pipeline.oracle.deploy import rebuild
+from pipeline.oracle.deploy.exported import (deployed_export, exported_choice, is_exported,
+                                             open_export)
 from pipeline.oracle.deploy.predict import note_other_numerics
 from pipeline.oracle.deploy.threshold import given_threshold, pick_threshold
 from trust_oracles import _batches as batches
@@ -80,10 +82,11 @@ class TrustOracle:
     classifier_precision: str
     made_on: MadeOn
     classes: tuple[str, ...] = field(repr=False)
-    _run: RunFile = field(repr=False)
+    _run: RunFile | None = field(repr=False)   # None: an exported oracle (no run directory)
     _classifier: dict = field(repr=False)       # the training cache's identity
     _models: rebuild.DeployedModels = field(repr=False)     # the classifier and the oracle
     _choices: dict = field(default_factory=dict, repr=False)
+    _exported: dict | None = field(default=None, repr=False)   # its config.json
 
     def threshold(self, target: str | tuple[str, float] = deploy.DEFAULT_TARGET) -> float:
         """The threshold meeting ``target`` on the run's held-out rows (``predict --target``).
@@ -127,7 +130,10 @@ class TrustOracle:
         """
         key = inputs.threshold_key(threshold)
         if key not in self._choices:
-            if isinstance(key, float):
+            if self._exported is not None:
+                self._choices[key] = exported_choice(self._exported, key, self.run_dir,
+                                                     threshold is None)
+            elif isinstance(key, float):
                 self._choices[key] = given_threshold(self.run_dir, self._run, key)
             else:
                 self._choices[key] = pick_threshold(self.run_dir, self._run, *key)
@@ -262,7 +268,11 @@ def load_oracle(run_dir: str | Path, *, weights: str | Path | None = None,
     Parameters
     ----------
     run_dir : str or Path
-        A complete ``train-oracle`` run directory.
+        A complete ``train-oracle`` run directory, a folder ``cli.py export`` wrote (every file
+        checked against config.json's hashes), or ``"hf-hub:org/name[@revision]"``: such a
+        folder in the local Hugging Face cache (downloaded where the hub is reachable; only the
+        cache with ``HF_HUB_OFFLINE=1``; needs ``pip install 'trust-oracles[hub]'``).  An
+        exported oracle's threshold is the one chosen at export (or a number given here).
     weights : str or Path, optional
         The classifier's weights (and a head-only run's backbone's) at another path, where the
         file its cache recorded was moved; checked against the recorded hashes (the file's
@@ -298,11 +308,13 @@ def load_oracle(run_dir: str | Path, *, weights: str | Path | None = None,
         raise received("load_oracle(batch_size)", repr(batch_size), "an int >= 1")
     if precision is not None and precision not in PRECISIONS:
         raise received("load_oracle(precision)", repr(precision), f"one of {PRECISIONS} or None")
-    run_dir = Path(run_dir)
-    run = rebuild.complete_run(run_dir)
     device = check_device(None if device is None else str(device))
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
+    if is_exported(run_dir):
+        return _load_exported(run_dir, weights, device, batch_size, precision)
+    run_dir = Path(run_dir)
+    run = rebuild.complete_run(run_dir)
     cache = deploy.training_cache(run_dir, run)
     models = rebuild.deployed_models(run_dir, run, cache, None if weights is None else str(weights),
                                      precision, device, option="load_oracle(weights={})")
@@ -315,3 +327,18 @@ def load_oracle(run_dir: str | Path, *, weights: str | Path | None = None,
                        classifier_precision=clf.precision, made_on=made,
                        classes=tuple(class_names(cache.manifest.get("classes") or [])),
                        _run=run, _classifier=dict(cache.identity), _models=models)
+
+
+def _load_exported(source, weights, device, batch_size, precision) -> TrustOracle:
+    """``load_oracle`` of an exported folder or hub id (``trust_oracles.export``)."""
+    folder, config = open_export(source)
+    models, clf = deployed_export(folder, config, None if weights is None else str(weights),
+                                  precision, device, option="load_oracle(weights={})")
+    return TrustOracle(run_dir=folder, device=device, batch_size=batch_size,
+                       stacked=models.oracle.model.stacked, data_config=models.oracle.data_config,
+                       classifier_data_config=models.classifier.data_config,
+                       precision=models.oracle.precision,
+                       classifier_precision=models.classifier.precision,
+                       made_on=made_on(device, models.oracle.precision),
+                       classes=tuple(class_names(clf.manifest["classes"])), _run=None,
+                       _classifier=dict(clf.identity), _models=models, _exported=config)

@@ -128,6 +128,14 @@ def target_option(ctx, param, value):
         raise click.BadParameter(str(err)) from None
 
 
+def run_option(ctx, param, value):
+    """--run: a directory that exists (click's own check and message), or an ``hf-hub:`` id
+    (resolved when the command runs)."""
+    if value is None or value.startswith("hf-hub:"):
+        return value
+    return click.Path(path_type=Path, exists=True, file_okay=False).convert(value, param, ctx)
+
+
 # predict's options that belong to one of its two modes: labelled splits or new images
 SPLIT_ONLY = ("data", "splits", "cache", "labels_file")
 IMAGES_ONLY = ("out", "threshold", "target", "skip_bad")
@@ -135,9 +143,11 @@ IMAGES_ONLY = ("out", "threshold", "target", "skip_bad")
 
 @click.command(cls=Command)
 @options(
-    Opt(("--run", "run_dir"), type=click.Path(path_type=Path, exists=True, file_okay=False),
-        required=True, group="data", show_default=False,
-        help="A finished train-oracle run directory."),
+    Opt(("--run", "run_dir"), callback=run_option, required=True, group="data",
+        show_default=False, metavar="DIRECTORY",
+        help="A finished train-oracle run directory, a folder `cli.py export` wrote, or "
+        "hf-hub:org/name (an exported oracle in the local Hugging Face cache, downloaded where "
+        "the hub is reachable)."),
     DATA.but(help="Dataset root.", default_text="the run's training data"),
     Opt(("--split", "splits"), multiple=True, group="data", help="Cache tag(s) to score "
         "(repeatable).", default_text="the run's evaluation splits"),
@@ -153,7 +163,8 @@ IMAGES_ONLY = ("out", "threshold", "target", "skip_bad")
     Opt(("--out-file", "out"), aliases=("--out",), type=click.Path(path_type=Path,
         dir_okay=False), group="output", metavar="FILE", help="With --images: the table to "
         "write; its extension picks the format: .csv, .jsonl (JSON lines) or .parquet (needs "
-        "pyarrow). The threshold and how it was chosen go to <stem>.meta.json beside it.",
+        "pyarrow). The threshold and how it was chosen go to <stem>.meta.json beside it. With "
+        "an exported oracle's --split: its output file (.h5).",
         default_text="RUN/predictions/<--out-name>.csv"),
     WEIGHTS.but(help="With --images: the classifier's weights file. In both modes: a head-only "
                 "run's backbone weights where they are not where the run recorded them (e.g. "
@@ -189,7 +200,9 @@ def predict(ctx, run_dir, images, name, weights, batch_size, workers, precision,
     from pipeline.core import dist
     from pipeline.data.loader import default_workers
 
-    _check_predict_mode(ctx, images is not None)
+    from pipeline.oracle.deploy.exported import is_exported
+    exported = is_exported(run_dir)
+    _check_predict_mode(ctx, images is not None, exported)
     workers = default_workers(dist.local_world()) if workers is None else workers
     common = dict(batch_size=batch_size, workers=workers, precision=precision, device=device,
                   progress=not no_progress)
@@ -199,19 +212,25 @@ def predict(ctx, run_dir, images, name, weights, batch_size, workers, precision,
                            **{k: mode[k] for k in IMAGES_ONLY}, **common)
         _print_predictions(_run_stage2(predict_images, cfg))
         return
-    results = _predict_splits(run_dir, name, {**common, "weights": weights},
-                              **{k: mode[k] for k in SPLIT_ONLY})
+    if exported:
+        results = _predict_exported(run_dir, name, mode["out"], {**common, "weights": weights},
+                                    **{k: mode[k] for k in SPLIT_ONLY})
+    else:
+        results = _predict_splits(run_dir, name, {**common, "weights": weights},
+                                  **{k: mode[k] for k in SPLIT_ONLY})
     if dist.info().is_main:
         for o in results:
             _print_output(o)
     dist.shutdown(dist.info())
 
 
-def _check_predict_mode(ctx: click.Context, images: bool) -> None:
-    """An option of the other mode is a usage error naming it (never silently ignored)."""
+def _check_predict_mode(ctx: click.Context, images: bool, exported: bool = False) -> None:
+    """An option of the other mode is a usage error naming it (never silently ignored); an
+    exported oracle's split is written to --out-file (its folder is not written into)."""
     given = {p.name: p for p in ctx.command.params
              if ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE}
-    wrong = [typed_flag(ctx, n) for n in (SPLIT_ONLY if images else IMAGES_ONLY) if n in given]
+    wrong = [typed_flag(ctx, n) for n in (SPLIT_ONLY if images else IMAGES_ONLY) if n in given
+             and not (exported and n == "out")]
     if wrong:
         raise click.UsageError(f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not "
                                + ("apply to --images (unlabelled images are scored without a "
@@ -239,6 +258,17 @@ def _predict_splits(run_dir, name, common, data, splits, cache, labels_file) -> 
         splits=tuple(splits) or tuple(config["eval_splits"]), labels_file=labels_file,
         name=name, **common)
     return _run_stage2(run_predict, cfg)
+
+
+def _predict_exported(run_dir, name, out, common, data, splits, cache, labels_file) -> list[dict]:
+    """An exported oracle over one labelled split: --cache (and --data) name it, as the folder
+    keeps no run's data; the output file goes to --out-file."""
+    from pipeline.oracle.deploy.exported import predict_split
+    from pipeline.oracle.deploy.predict import PredictConfig
+
+    cfg = PredictConfig(run=run_dir, data=data, cache=cache, splits=tuple(splits),
+                        labels_file=labels_file, name=name, out=out, **common)
+    return _run_stage2(predict_split, cfg)
 
 
 def _print_predictions(s: dict) -> None:

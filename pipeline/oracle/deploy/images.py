@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -40,6 +40,8 @@ from pipeline.data.loader import make_loader
 from pipeline.data.labels import class_names
 from pipeline.data.orientation import EXIF_TRANSPOSE, reading_exif
 from pipeline.data.unlabelled import list_images
+from pipeline.oracle.deploy.exported import (HUB_PREFIX, deployed_export, exported_choice,
+                                             is_exported, open_export)
 from pipeline.oracle.deploy.predict import note_other_numerics
 from pipeline.oracle.deploy.rebuild import DeployedModels, complete_run, deployed_models
 from pipeline.oracle.deploy.threshold import given_threshold, pick_threshold
@@ -71,39 +73,75 @@ def choose_threshold(cfg: DeployConfig, run: RunFile) -> dict:
     return pick_threshold(cfg.run, run, *(cfg.target or DEFAULT_TARGET))
 
 
+class Source(NamedTuple):
+    """What ``predict --images`` scores with: a run's, or an exported oracle's (``exported``)."""
+    models: DeployedModels
+    choice: dict            # the threshold and how it was chosen
+    identity: dict          # the classifier's identity
+    classes: list
+    where: str              # where the classifier is recorded (a cache, an exported config.json)
+    label: str              # the oracle's loss label
+    out: Path               # the table
+
+
 def predict_images(cfg: DeployConfig) -> dict:
     """``cli.py predict --images``: returns a summary (the table, its meta, counts)."""
-    run_dir = RunDir(cfg.run)
-    run = complete_run(cfg.run)
+    export = is_exported(cfg.run)
+    run = None if export else complete_run(cfg.run)
     info, device = dist.init(cfg.device)
     if info.world > 1:
         raise RunError("predict --images runs in one process: start it without torchrun")
     samples = list_images(cfg.images)
-    out = Path(cfg.out) if cfg.out else run_dir.prediction(cfg.name or slug(samples.dataset))
-    table_format(out)                       # an unknown format or missing pyarrow: before work
-    choice = choose_threshold(cfg, run)
-    cache = training_cache(cfg.run, run)
-    samples = reading_exif(samples, cache.identity.get(EXIF_TRANSPOSE, False))   # as it was read
-    models = deployed_models(cfg.run, run, cache, cfg.weights, cfg.precision, device)
-    made = made_on(device, models.oracle.precision)
-    note_other_numerics(cfg.run, run, made)
-    scores = score_files(samples, models, device, batch_size=cfg.batch_size,
+    src = _from_export(cfg, device) if export else _from_run(cfg, run, samples, device)
+    samples = reading_exif(samples, src.identity.get(EXIF_TRANSPOSE, False))   # as it was read
+    made = made_on(device, src.models.oracle.precision)
+    if run is not None:
+        note_other_numerics(cfg.run, run, made)
+    scores = score_files(samples, src.models, device, batch_size=cfg.batch_size,
                          workers=cfg.workers, skip_bad=cfg.skip_bad, progress=cfg.progress)
-    rows = table_rows(samples, scores, class_names(cache.manifest.get("classes") or []),
-                      choice["threshold"], scores.pop("views"))
-    meta = {"run": str(Path(cfg.run).resolve()), "images": cfg.images, "trust": choice,
-            "classifier": {"cache": str(cache.path), "model": cache.identity["model"],
-                           "weights_sha256": cache.identity["weights_sha256"],
-                           "precision": models.classifier.precision},
-            "oracle": {"precision": models.oracle.precision, "run": run.labels.loss_label,
+    rows = table_rows(samples, scores, class_names(src.classes), src.choice["threshold"],
+                      scores.pop("views"))
+    meta = {"run": str(cfg.run) if export and str(cfg.run).startswith(HUB_PREFIX) else
+            str(Path(cfg.run).resolve()), "images": cfg.images, "trust": src.choice,
+            "classifier": {"cache": src.where, "model": src.identity["model"],
+                           "weights_sha256": src.identity["weights_sha256"],
+                           "precision": src.models.classifier.precision},
+            "oracle": {"precision": src.models.oracle.precision, "run": src.label,
                        MADE_ON: made.to_dict()},
             "rows": len(rows), "trusted": sum(bool(r["trust"]) for r in rows),
             "undecodable": [r["path"] for r in rows if r["error"]]}
     try:
-        sidecar = write_table(out, rows, meta)
+        sidecar = write_table(src.out, rows, meta)
     except OSError as err:
-        raise (not_writable(err, out.parent) or err) from None
-    return {**meta, "table": str(out), "meta": str(sidecar)}
+        raise (not_writable(err, src.out.parent) or err) from None
+    return {**meta, "table": str(src.out), "meta": str(sidecar)}
+
+
+def _from_run(cfg: DeployConfig, run: RunFile, samples, device: torch.device) -> Source:
+    out = Path(cfg.out) if cfg.out else RunDir(cfg.run).prediction(cfg.name or
+                                                                   slug(samples.dataset))
+    table_format(out)                       # an unknown format or missing pyarrow: before work
+    choice = choose_threshold(cfg, run)
+    cache = training_cache(cfg.run, run)
+    models = deployed_models(cfg.run, run, cache, cfg.weights, cfg.precision, device)
+    return Source(models, choice, dict(cache.identity), cache.manifest.get("classes") or [],
+                  str(cache.path), run.labels.loss_label, out)
+
+
+def _from_export(cfg: DeployConfig, device: torch.device) -> Source:
+    """An exported oracle (a folder or ``hf-hub:``): its table goes to --out-file only, as the
+    folder is checked by its hashes and stays as it was shared."""
+    if not cfg.out:
+        raise RunError(f"--run {cfg.run} is an exported oracle, whose folder is not written "
+                       "into: pass --out-file FILE for the predictions table")
+    out = Path(cfg.out)
+    table_format(out)
+    folder, config = open_export(cfg.run)
+    key = float(cfg.threshold) if cfg.threshold is not None else cfg.target or DEFAULT_TARGET
+    choice = exported_choice(config, key, folder, cfg.threshold is None and cfg.target is None)
+    models, record = deployed_export(folder, config, cfg.weights, cfg.precision, device)
+    return Source(models, choice, record.identity, record.manifest["classes"], record.path,
+                  config["loss"]["label"], out)
 
 
 def model_views(models: DeployedModels) -> Views:

@@ -96,6 +96,7 @@ class PredictConfig:
     precision: str | None = None     # None: the precision the run was trained with
     device: str | None = None
     progress: bool = True
+    out: Path | None = None          # an exported oracle's one split: the output file
 
 
 def predict(cfg: PredictConfig) -> list[dict]:
