@@ -16,7 +16,6 @@ weights are written by the caller's ``write_weights(path)``.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from cache.errors import TrustOraclesError
+from cache.integrity import file_sha256
 from cache.runs import is_run_dir
 from cache.schema import canonical
 
@@ -38,15 +38,6 @@ _CARD_LINE = re.compile(rf"^{CARD_WEIGHTS_KEY}:\s*([0-9a-f]{{64}})\s*$", re.MULT
 class ExportError(TrustOraclesError, ValueError):
     """An exported oracle folder that cannot be written or used: missing or altered files, another
     version, a folder that is in the way."""
-
-
-def sha256_file(path: Path) -> str:
-    """sha256 (hex) of a file's bytes, read in 16 MiB pieces."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def is_export_dir(path: Path | str) -> bool:
@@ -80,9 +71,9 @@ def write_export(out: Path, write_weights: Callable[[Path], None], config: Mappi
     tmp.mkdir(parents=True)
     try:
         write_weights(tmp / WEIGHTS)
-        digest = sha256_file(tmp / WEIGHTS)
+        digest = file_sha256(tmp / WEIGHTS)
         (tmp / CARD).write_text(card(digest))
-        files = {name: {"sha256": sha256_file(tmp / name), "bytes": (tmp / name).stat().st_size}
+        files = {name: {"sha256": file_sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
                  for name in (WEIGHTS, CARD)}
         doc = {**config, "kind": EXPORT_KIND, "version": EXPORT_VERSION, "files": files}
         (tmp / CONFIG).write_text(json.dumps(canonical(doc), indent=2, sort_keys=True) + "\n")
@@ -150,7 +141,7 @@ def _check_file(folder: Path, name: str, want: Mapping | None, where: str, fix: 
         raise ExportError(f"exported oracle {where}: {CONFIG} records no hash of {name}; {fix}")
     if not path.is_file():
         raise ExportError(f"exported oracle {where}: {name} is missing; {fix}")
-    found = sha256_file(path)
+    found = file_sha256(path)
     if found != want["sha256"]:
         raise ExportError(f"exported oracle {where}: {name} was altered (sha256 {found[:12]}..., "
                           f"{CONFIG} records {want['sha256'][:12]}...); {fix}")

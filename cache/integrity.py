@@ -12,6 +12,7 @@ the threat is damage (truncation, copies, flipped bits), not forgery.  See docs/
 from __future__ import annotations
 
 import errno
+import hashlib
 import re
 import socket
 from pathlib import Path
@@ -33,6 +34,16 @@ _CHUNK = 1 << 24
 def column_hash(array: np.ndarray) -> str:
     """XXH3-64 (hex) of an array's bytes in C order (what HDF5 stores for an unchunked dataset)."""
     return xxhash.xxh3_64_hexdigest(memoryview(np.ascontiguousarray(array)).cast("B"))
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 (hex) of a file's bytes, read in 16 MiB pieces: what names a weights file or an
+    exported file by content."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def file_digest(path: Path) -> dict:

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from cache.export import CARD, CONFIG, EXPORT_KIND, EXPORT_VERSION, WEIGHTS, sha256_file
+from cache.export import CARD, CONFIG, EXPORT_KIND, EXPORT_VERSION, WEIGHTS
+from cache.integrity import file_sha256 as sha256_file
 from cache.outputs import output_paths, read_outputs
 from oracle_fixtures import CLASSIFIER, TINY_VIT_KWARGS, extract, run_cli, train_args, \
     trained_colour_run

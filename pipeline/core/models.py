@@ -16,6 +16,7 @@ import timm
 import torch
 from torch import nn
 
+from cache import integrity
 from pipeline.core.errors import HubUnreachable, ModelError
 from pipeline.core.heldout import held_out_of, mask_held_out
 from pipeline.core.hub import create_pretrained
@@ -137,11 +138,7 @@ def file_sha256(path: str) -> str:
     the same-run check), whatever path names the file and whenever it is read."""
     path = Path(path)
     _check_file(path)
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return integrity.file_sha256(path)
 
 
 def _load_file(path: str):
