@@ -8,10 +8,10 @@ from pipeline.core.options import Opt
 @click.command(cls=Command)
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str))
 @options(
-    Opt(("--runs-root",), type=click.Path(), group="data", help="Directory searched (recursively) for run "
-        "directories.", default_text="with no RUN_DIR or --cache: the runs/ of the one "
+    Opt(("--runs-root",), type=click.Path(path_type=str), group="data", help="Directory "
+        "searched (recursively) for run directories.", default_text="with no RUN_DIR or --cache: the runs/ of the one "
         "artifacts root under ./artifacts that holds runs (several: refused, listed)"),
-    Opt(("--cache", "caches"), type=click.Path(), multiple=True, group="data",
+    Opt(("--cache", "caches"), type=click.Path(path_type=str), multiple=True, group="data",
         help="Classifier cache directory or "
         "cache root (repeatable): post-hoc baseline rows (MCP, temperature-scaled MSP, entropy, "
         "max logit, MaxLogit-pNorm, energy, DOCTOR, REL-U, TrustScore; T, p and REL-U's matrix "
