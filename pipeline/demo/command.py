@@ -50,7 +50,7 @@ def _names(key: str) -> str:
         default_text="3 with --full (presets.PRETRAINED), else 1"),
     Opt(("--pairs",), type=click.Choice(["same", "all"]), group="protocol", help="Fine-tuned "
         "<oracle, classifier> pairs: 'same' (O = C) or 'all'. Head-only runs cover every pair "
-        "either way. In the pretrained study 'same' leaves out the cross pairs.", default_text=f"{DEMO['pairs']} (presets.DEMO, to stay within ~12 minutes "
+        "either way.", default_text=f"{DEMO['pairs']} (presets.DEMO, to stay within ~12 minutes "
         "on 2 CPU cores)"),
     Opt(("--num-head-seeds", "head_seeds"), aliases=("--head-seeds",), type=click.IntRange(1),
         group="protocol", help="At least this many seeds of ConfidNet's head on the "

@@ -173,8 +173,7 @@ def trained_steps(cfg: DemoConfig, seed: int, data: tuple, quiet: tuple) -> list
         for n in names:
             oracles = [(n, ())] + [(f"{o}{IN1K}", ("--weights", str(paths(cfg)["imagenet"]
                                                                    / f"{o}{IN1K}.pt")))
-                                   for o in names if o != n and seed < seeds(cfg, "cross_seeds")
-                                   and cfg.pairs == "all"]
+                                   for o in names if o != n and seed < seeds(cfg, "cross_seeds")]
             for oracle, weights in oracles:
                 for loss, extra in variants:
                     train.append(Step("train", (
