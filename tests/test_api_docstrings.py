@@ -1,5 +1,5 @@
 """Every public name of ``trust_oracles`` (its ``__all__``) has a numpydoc docstring, the text the
-API reference page (docs/API_REFERENCE.md, the docs site) renders: a function or method that takes
+API reference page (docs/PUBLIC_API.md, the docs site) renders: a function or method that takes
 values has a Parameters section and one that returns a value a Returns section; a class with
 fields an Attributes (or Parameters) section; a constant or type alias the docstring below its
 assignment that griffe reads.  Also: the package ships its py.typed marker (PEP 561)."""

@@ -35,7 +35,7 @@ def site(tmp_path_factory):
 
 def test_the_site_builds_strictly(site):
     pages = {p.parent.name for p in site.rglob("index.html")}
-    for page in ("API", "CLI", "RESULTS", "ARCHITECTURE", "API_REFERENCE", "tutorial"):
+    for page in ("API", "CLI", "RESULTS", "ARCHITECTURE", "PUBLIC_API", "tutorial"):
         assert page in pages, f"no page {page}/ in the site"
     home = (site / "index.html").read_text(encoding="utf-8")
     assert "Headline result" in home and 'href="CLI/"' in home, "the home page is README.md"
@@ -44,8 +44,8 @@ def test_the_site_builds_strictly(site):
 def test_the_reference_documents_every_public_name(site):
     import trust_oracles
 
-    html = (site / "API_REFERENCE" / "index.html").read_text(encoding="utf-8")
+    html = (site / "PUBLIC_API" / "index.html").read_text(encoding="utf-8")
     ids = {i.rpartition(".")[2] for i in re.findall(r'id="((?:trust_oracles|pipeline)[\w.]*)"',
                                                     html)}
     missing = sorted(set(trust_oracles.__all__) - ids)
-    assert not missing, f"docs/API_REFERENCE.md renders no entry for {missing}"
+    assert not missing, f"docs/PUBLIC_API.md renders no entry for {missing}"
