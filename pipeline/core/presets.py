@@ -187,7 +187,8 @@ PRETRAINED = dict(
     input_size=112, num_classes=10, fits=3, oc_seeds=2, cross_seeds=1, root="pretrained",
     blurs=(("defocus_blur", 5), ("motion_blur", 5), ("zoom_blur", 5)),
     attack=dict(attack="pgd_linf", eps="1/255", step_size="1/255", steps=1, random_start=False,
-                max_samples=1000, precision="fp32", tag="test-pgd_linf"))
+                max_samples=1000, precision="fp32", tag="test-pgd_linf",
+                label="PGD L-inf eps 1/255, one step"))
 IN1K = "-in1k"      # suffix of a pretrained network's ImageNet checkpoint (lite0-in1k)
 # Names of checkpoints the demo writes for a timm model (the report labels a cache by such a name
 # only where the cache holds that model; any other name shows the model it holds).

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from cache.reader import split_tag
 from pipeline.core.presets import DEMO, IN1K, PRETRAINED
-from pipeline.demo.steps import HEAD_SCORERS, RUN_DIR, DemoConfig, Step
+from pipeline.demo.steps import (HEAD_SCORERS, RUN_DIR, DemoConfig, Step, adversarial_split,
+                                 adversarial_steps)
 
 WHEEL_WEIGHTS = "WHEEL_WEIGHTS"     # the dry run's stand-in where a package is not installed
 ATTACK = PRETRAINED["attack"]
@@ -92,8 +93,11 @@ def pretrained_steps(cfg: DemoConfig, data: tuple, quiet: tuple) -> list[Step]:
     for k in range(fits(cfg)):
         for n in names:
             steps += cache_steps(cfg, k, n, data, quiet)
-    attacks = [attack_steps(cfg, k, n, data, quiet) for k in range(fits(cfg)) for n in names]
-    steps += [a for a, _ in attacks] + [e for _, e in attacks]
+    attacked = [s for k in range(fits(cfg)) for s in adversarial_steps(
+        cfg, {n: ("--weights", str(fit_dir(cfg, k) / f"{n}.pt")) for n in names}, data, quiet,
+        fit_dir(cfg, k) / "adversarial", fit_dir(cfg, k) / "cache", ATTACK, f" fit {k}")]
+    steps += [s for s in attacked if s.stage == "attack"] + \
+        [s for s in attacked if s.stage == "extract"]
     for seed in range(seeds(cfg, "oc_seeds")):
         # a seed's runs, then every finished run on its fit's attacked split: a grid stopped
         # part-way leaves whole seeds (predict skips a run's finished outputs)
@@ -126,30 +130,6 @@ def predict_step(cfg: DemoConfig, k: int, name: str, quiet: tuple) -> Step:
         adversarial_split(name), "--cache", str(d / "cache"), "--out-name", ATTACK["tag"],
         *quiet), f"every run of {name} fit {k} on {adversarial_split(name)}", each_run_of=name,
         runs_root=str(d / "runs"))
-
-
-def adversarial_split(name: str) -> str:
-    return f"test-{ATTACK['attack']}-{name}"
-
-
-def attack_steps(cfg: DemoConfig, k: int, name: str, data: tuple,
-                 quiet: tuple) -> tuple[Step, Step]:
-    """PGD against fit k of ``name`` (presets.PRETRAINED's strength) and the cache of the
-    attacked images."""
-    d, split = fit_dir(cfg, k), adversarial_split(name)
-    weights = ("--weights", str(d / f"{name}.pt"))
-    attack = Step("attack", (
-        "attack", "--classifier", name, *weights, *data, "--split", "test", "--attack",
-        ATTACK["attack"], "--eps", ATTACK["eps"], "--step-size", ATTACK["step_size"], "--steps",
-        str(ATTACK["steps"]), *(() if ATTACK["random_start"] else ("--no-random-start",)),
-        "--max-samples", str(ATTACK["max_samples"]), "--precision",
-        ATTACK["precision"], "--out", str(d / "adversarial"), "--out-split", split, *quiet),
-        f"{name} fit {k}: PGD L-inf eps {ATTACK['eps']}, {ATTACK['steps']} step(s), on test")
-    extract = Step("extract", (
-        "extract", "--classifier", name, *weights, "--data", str(d / "adversarial"), "--split",
-        split, "--features", "--precision", ATTACK["precision"], "--out", str(d / "cache"),
-        *quiet, *cfg.extract_args), f"{name} fit {k}: cache {split}")
-    return attack, extract
 
 
 def seeds(cfg: DemoConfig, key: str) -> int:

@@ -99,24 +99,36 @@ def adversarial_split(classifier: str) -> str:
     return f"test-{DEMO_ATTACK['attack']}-{classifier}"
 
 
+def attack_options(attack: dict) -> tuple[str, ...]:
+    """`cli.py attack`'s options for a preset (presets.DEMO_ATTACK, PRETRAINED["attack"]): its
+    method, the strength it sets (the attack's own defaults otherwise), rows and precision."""
+    strength = (("--eps", attack["eps"]) if "eps" in attack else ()) + \
+        (("--step-size", attack["step_size"]) if "step_size" in attack else ()) + \
+        (("--steps", str(attack["steps"])) if "steps" in attack else ()) + \
+        (("--no-random-start",) if attack.get("random_start") is False else ())
+    return ("--attack", attack["attack"], *strength, "--max-samples", str(attack["max_samples"]),
+            "--precision", attack["precision"])
+
+
 def adversarial_steps(cfg: DemoConfig, models: dict[str, tuple[str, ...]], data: tuple,
-                      quiet: tuple, adv_root: Path, cache_root: Path) -> list[Step]:
+                      quiet: tuple, adv_root: Path, cache_root: Path,
+                      attack: dict = DEMO_ATTACK, which: str = "") -> list[Step]:
     """Per classifier (``models``: name -> the options giving its weights, if any): attack a
-    seeded part of test against it (presets.DEMO_ATTACK; the attack's own defaults otherwise),
-    then cache the classifier's outputs on the stored images.  Every attack first, then every
-    extraction: consecutive steps of one stage can run side by side (``demo --jobs``)."""
+    seeded part of test against it (``attack``: a preset, attack_options), then cache the
+    classifier's outputs on the stored images; ``which`` tells the classifier's fit in the
+    labels.  Every attack first, then every extraction: consecutive steps of one stage can run
+    side by side (``demo --jobs``)."""
     attacks, extracts = [], []
     for name, weights in models.items():
         split = adversarial_split(name)
         attacks.append(Step("attack", (
-            "attack", "--classifier", name, *weights, *data, "--split", "test", "--attack",
-            DEMO_ATTACK["attack"], "--max-samples", str(DEMO_ATTACK["max_samples"]),
-            "--precision", DEMO_ATTACK["precision"], "--out", str(adv_root), "--out-split", split,
-            *quiet), f"{name}: adversarial copy of test ({DEMO_ATTACK['attack']})"))
+            "attack", "--classifier", name, *weights, *data, "--split", "test",
+            *attack_options(attack), "--out", str(adv_root), "--out-split", split, *quiet),
+            f"{name}{which}: adversarial copy of test ({attack.get('label', attack['attack'])})"))
         extracts.append(Step("extract", (
             # with the classifier's features (as its other splits): TrustScore scores these too
             "extract", "--classifier", name, *weights, "--data", str(adv_root), "--split", split,
             *(("--features",) if cfg.head_only else ()),
-            "--precision", DEMO_ATTACK["precision"], "--out", str(cache_root),
-            *mc_dropout_args(name), *quiet, *cfg.extract_args), f"{name}: cache {split}"))
+            "--precision", attack["precision"], "--out", str(cache_root),
+            *mc_dropout_args(name), *quiet, *cfg.extract_args), f"{name}{which}: cache {split}"))
     return attacks + extracts
