@@ -15,15 +15,25 @@ LOSSES = 4
 def grid_parts(res: dict, key: str, paths, models: list[str]) -> dict[str, float]:
     """Hours per part: each oracle model's runs (at its fastest measured step among ``paths``,
     ``key`` "paper" (batch 40) or "fill"; its validations and val scoring at its inference
-    rate), and "extraction".  ``res``: bench_train.py's results by model name."""
+    rate), and "extraction".  ``res``: bench_train.py's results by model name; a model's
+    ``extract`` (img/s of ``extract`` end to end, one view, when measured) makes its extraction
+    that rate over train and val plus the flipped view's forward passes at the inference rate,
+    else every forward pass at the inference rate (no decoding counted)."""
     rows = N_TRAIN * (1 - HELD_OUT)
     infer_imgs = N_VAL + VALIDATIONS * HELD_OUT * N_TRAIN
     out = {}
     for o in models:
         rate = max(r["e2e"] for p, r in res[o]["steps"][key].items() if p in paths)
         out[o] = LOSSES * len(models) * (rows / rate + infer_imgs / res[o]["infer"]) / 3600
-    out["extraction"] = sum((2 * N_TRAIN + N_VAL) / res[c]["infer"] for c in models) / 3600
+    out["extraction"] = sum(extraction_seconds(res[c]) for c in models) / 3600
     return out
+
+
+def extraction_seconds(r: dict) -> float:
+    """Seconds of one classifier's extraction of train (and its flipped view) and val."""
+    if r.get("extract"):
+        return (N_TRAIN + N_VAL) / r["extract"] + N_TRAIN / r["infer"]
+    return (2 * N_TRAIN + N_VAL) / r["infer"]
 
 
 def grid_on_gpus(res: dict, key: str, paths, models: list[str], gpus: int, seeds: int = 3,
@@ -36,7 +46,7 @@ def grid_on_gpus(res: dict, key: str, paths, models: list[str], gpus: int, seeds
     counted, as ``grid_parts``)."""
     parts = grid_parts(res, key, paths, models)
     per_run = {o: parts[o] / (LOSSES * len(models)) for o in models}
-    extract = [(2 * N_TRAIN + N_VAL) / res[c]["infer"] / 3600 for c in models]
+    extract = [extraction_seconds(res[c]) / 3600 for c in models]
     runs = [per_run[o] for o in models for _ in range(len(models) * variants * seeds)]
     waves = {"extraction": _packed(extract, gpus), "runs": _packed(runs, gpus)}
     return {**waves, "wall": sum(waves.values()), "gpu_hours": sum(extract) + sum(runs)}
