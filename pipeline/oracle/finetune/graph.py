@@ -10,7 +10,8 @@ the host after every step, as in the eager path, and its values are copied in be
 The SGD update.  ``torch.optim.SGD`` turns a tensor lr into a Python float (a host sync that
 capture refuses, and a constant the graph would keep), so the graph runs SGD's update on device
 scalars, the one both graphed steps run (``pipeline.oracle.loop.capture.sgd_step``: torch's
-kernels, ``p += -lr b`` rounded once as torch's ``add_(b, alpha=-lr)``).  The momentum buffers
+kernels, ``p += -lr b`` rounded once as torch's ``add_(b, alpha=-lr)``), here compiled into one
+pass over the weights (``capture.fused_sgd_step``; ``step_path["sgd_update"]`` says which ran).  The momentum buffers
 are the optimizer's own state tensors, created as zeros where missing (``m 0 + g = g`` is torch's
 first step exactly), so ``last.pt`` is the same object as in eager mode and a run resumes in
 either mode.
@@ -47,7 +48,8 @@ from cache.runs import RunError
 from pipeline.core import dist
 from pipeline.oracle.finetune.step import TargetTable, TrainObjects, forward_backward, train_step
 from pipeline.oracle.loop.capture import (GRAPH_MODES, capture, device_unsupported, fell_back,
-                                          not_capturable, restore, sgd_step, snapshot, warm_up)
+                                          fused_sgd_step, not_capturable, restore, snapshot,
+                                          warm_up)
 from pipeline.oracle.nets.losses import CUSTOM_EAGER, eager_only
 from pipeline.oracle.settings.sampler import StepSchedule, derive_seed
 
@@ -113,7 +115,12 @@ class GraphedStep:
     def __init__(self, objs: TrainObjects, mode: str, say: Callable[[str], None]):
         self.objs, self.mode, self.say = objs, mode, say      # never DDP-wrapped (finetune.distribute)
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.path = {"mode": "cuda_graph", "requested": mode}    # run.json's step_path
+        self.update, why = fused_sgd_step()
+        # run.json's step_path
+        self.path = {"mode": "cuda_graph", "requested": mode, "sgd_update": "foreach" if why
+                     else "fused"}
+        if why and objs.info.is_main:
+            say(f"note: the SGD update runs unfused ({why})")
 
     def __call__(self, objs: TrainObjects, batches: Iterator, step: int, schedule: StepSchedule,
                  slices: list[slice], targets: TargetTable):
@@ -161,8 +168,8 @@ class GraphedStep:
         if objs.info.enabled and collectives:
             g = dist.mean_flat(g, objs.info.world)
         state = objs.optimizer.state
-        sgd_step(params, g, [state[p]["momentum_buffer"] for p in params], self.neg_lr,
-                 self.momentum, objs.optimizer.param_groups[0]["weight_decay"], self.foreach)
+        self.update(params, g, [state[p]["momentum_buffer"] for p in params], self.neg_lr,
+                    self.momentum, objs.optimizer.param_groups[0]["weight_decay"], self.foreach)
         if objs.info.enabled and collectives:
             dist.broadcast_flat(list(objs.model.buffers()))
         return loss, counts, grads

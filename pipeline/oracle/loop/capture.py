@@ -2,9 +2,11 @@
 oracle's step, one process or several; ``pipeline.oracle.headonly.graph``: a bank of head-only
 heads): the modes of ``--cuda-graph``, why a device cannot capture, warm-up on a side stream, the
 capture, the snapshot/restore of what the warm-up steps moved (the first replay is the real step),
-and the one SGD update both graphs run with the lr and momentum on the device (``sgd_step``)."""
+and the one SGD update both graphs run with the lr and momentum on the device (``sgd_step``;
+the fine-tuned graph runs it compiled, ``fused_sgd_step``)."""
 from __future__ import annotations
 
+from functools import cache
 from typing import Any, Callable, Sequence
 
 import torch
@@ -127,3 +129,26 @@ def momentum_buffers(params: Sequence[torch.Tensor], moms: Sequence[float]
     first-step copy of g, signed zeros included; None where torch keeps none (momentum 0: OneCycle's
     momentum is constant, or cycled within 0.85-0.95)."""
     return [torch.full_like(p, -0.0) for p in params] if any(moms) else None
+
+
+def fused_sgd_step() -> tuple[Callable[..., None], str | None]:
+    """(the SGD update a fine-tuned oracle's graph runs, why it is not the fused one or None).
+
+    ``sgd_step`` compiled by inductor: its passes over the weights (weight decay, momentum, the
+    lr's update) fused into one, about 0.5 ms of a ViT-B/16@384 step at batch 40 and 0.4 ms of a
+    ResNet-50's on an H200 (bench/step_levers.py, ``foreach-sgd``).  A fused multiply-add rounds
+    once where torch's foreach kernels round twice, so it is not torch.optim.SGD bit for bit: the
+    fine-tuned graph already differs from its eager step by the model's own rounding (within the
+    tolerance of tests/test_graph_cuda.py), while the head-only graph, bit for bit with its eager
+    step, keeps ``sgd_step``.  Without Triton (inductor's GPU backend), ``sgd_step`` as it is."""
+    from torch.utils._triton import has_triton
+
+    if not has_triton():
+        return sgd_step, "Triton (inductor's GPU code generator) is not installed"
+    return _compiled_sgd_step(), None
+
+
+@cache
+def _compiled_sgd_step() -> Callable[..., None]:
+    # once per process: inductor's compiled code is cached by the function, per shape of its inputs
+    return torch.compile(sgd_step, dynamic=False)
