@@ -57,20 +57,18 @@ def per_image(samples, dataset, n: int, workers: int, batch_size: int) -> dict:
     paths = [samples.path(i) for i in range(n)]
     for p in paths:   # into the page cache: a steady extract reads files the OS has cached
         read_stamped(p)
-    ms = dict.fromkeys(("read_stamped", "of_which_xxh3", "decode", "resize_crop"), 0.0)
+    steps = {"read_stamped": lambda p, _: read_stamped(p)[0],   # bytes + (size, mtime, XXH3)
+             "of_which_xxh3": lambda _, data: xxhash.xxh3_128_digest(data) and data,  # again
+             "decode": lambda p, data: decode_file(str(p), data, samples.exif_transpose),
+             "resize_crop": lambda _, img: dataset.transform(img)}   # ImageRows' exact calls
+    ms = dict.fromkeys(steps, 0.0)
     try:
         for p in paths:
-            t = [time.perf_counter()]
-            data, _ = read_stamped(p)
-            t.append(time.perf_counter())
-            xxhash.xxh3_128_digest(data)   # again, alone: the hash's share of the read
-            t.append(time.perf_counter())
-            img = decode_file(str(p), data, samples.exif_transpose)   # ImageRows' exact call
-            t.append(time.perf_counter())
-            dataset.transform(img)
-            t.append(time.perf_counter())
-            for k, a, b in zip(ms, t, t[1:]):
-                ms[k] += 1000 * (b - a) / n
+            value = None
+            for k, step in steps.items():
+                t0 = time.perf_counter()
+                value = step(p, value)
+                ms[k] += 1000 * (time.perf_counter() - t0) / n
         t0 = time.perf_counter()
         items = [dataset[i] for i in range(n)]
         ms["getitem"] = 1000 * (time.perf_counter() - t0) / n
@@ -78,14 +76,14 @@ def per_image(samples, dataset, n: int, workers: int, batch_size: int) -> dict:
     finally:
         torch.set_num_threads(threads)
     ms["worker_total"] = ms["getitem"] + ms["collate_shared"]
-    return {**{k: round(v, 4) for k, v in ms.items()}, "images": n, "workers": workers,
+    return {**{k: round(v, 6) for k, v in ms.items()}, "images": n, "workers": workers,
             "ceilings_img_per_s": {k: round(1000 / v * workers, 1) for k, v in ms.items()
                                    if k != "of_which_xxh3" and v > 0}}
 
 
 def collate_ms(items: list, batch_size: int) -> float:
-    """ms per image of default_collate as a worker runs it: into new shared memory, which it
-    does only where it sees a worker info, so one is set for the call."""
+    """ms per image of default_collate into new shared memory, as in a worker (it does that only
+    where it sees a worker info, so one is set)."""
     from torch.utils.data import default_collate
     from torch.utils.data._utils import worker
 
@@ -217,9 +215,9 @@ def extract_split(args, device, tmp: Path) -> dict:
         return {**out, "error": "one batch only: no steady part"}
     window = spans.end - spans.start
     parts = {**spans.total, "other_python": window - sum(spans.total.values())}
-    return {**out, "window_s": round(window, 4), "seconds": {k: round(v, 4) for k, v in
+    return {**out, "window_s": round(window, 4), "seconds": {k: round(v, 6) for k, v in
                                                              parts.items()},
-            "fraction": {k: round(v / window, 4) for k, v in parts.items()}}
+            "fraction": {k: round(v / window, 6) for k, v in parts.items()}}
 
 
 def _child(cfg: ExtractConfig, queue) -> None:
@@ -251,20 +249,22 @@ def two_procs(args, device, tmp: Path) -> dict:
 
 def verdict(res: dict) -> dict:
     """The lowest stage ceiling (the bound) against extract's measured steady rate."""
-    ceilings = {"cpu_workers": res["per_image"]["ceilings_img_per_s"].get("worker_total"),
-                "loader_alone": res["loader"]["img_per_s"],
-                "model_alone": res["model_alone"]["resident_img_per_s"]}
-    ceilings = {k: v for k, v in ceilings.items() if v}
-    bound, measured = min(ceilings, key=ceilings.get), res["extract"]["steady_img_per_s"]
-    frac = res["extract"].get("fraction", {})
-    text = f"bound: {bound} at {ceilings[bound]:,.0f} img/s"
-    if measured:
-        text += f" = {ceilings[bound] / measured:.2f}x extract's {measured:,.0f} img/s steady"
-    if frac:
-        text += "; extract's main thread: " + ", ".join(
-            f"{k} {v:.0%}" for k, v in sorted(frac.items(), key=lambda kv: -kv[1])[:3])
+    ceilings = {k: v for k, v in [
+        ("cpu_workers", res["per_image"]["ceilings_img_per_s"].get("worker_total")),
+        ("loader_alone", res["loader"]["img_per_s"]),
+        ("model_alone", res["model_alone"]["resident_img_per_s"])] if v}
+    bound, got = min(ceilings, key=ceilings.get), res["extract"]["steady_img_per_s"] or 0
+    top = sorted(res["extract"].get("fraction", {}).items(), key=lambda kv: -kv[1])[:3]
+    text = (f"bound: {bound} at {ceilings[bound]:,.0f} img/s = {ceilings[bound] / max(got, 1e-9):.2f}x"
+            f" extract's {got:,.0f} img/s steady; extract's main thread: "
+            + ", ".join(f"{k} {v:.0%}" for k, v in top))
     return {"ceilings_img_per_s": ceilings, "bound": bound, "text": text,
-            "bound_over_extract": round(ceilings[bound] / measured, 3) if measured else None}
+            "bound_over_extract": round(ceilings[bound] / got, 3) if got else None}
+
+
+def show(title: str, part: dict) -> dict:
+    print(f"  {title}: {json.dumps(part)}", flush=True)
+    return part
 
 
 def profile_model(name: str, samples, args, device, tmp: Path) -> dict:
@@ -292,27 +292,21 @@ def profile_model(name: str, samples, args, device, tmp: Path) -> dict:
     return res
 
 
-def show(title: str, part: dict) -> dict:
-    print(f"  {title}: {json.dumps(part)}", flush=True)
-    return part
-
-
 def parse(argv) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, required=True, help="root written by make_jpegs.py")
-    ap.add_argument("--split", default="val")
-    ap.add_argument("--models", default="resnet50")
-    ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--workers", type=int, default=None, help="default: cores - 1 (as extract)")
-    ap.add_argument("--precision", default=None, help="default: extract's (bf16 CUDA, fp32 CPU)")
-    ap.add_argument("--device", default=None, help="default: cuda if available")
-    ap.add_argument("--rows", type=int, default=None, help="use only the first N rows")
-    ap.add_argument("--per-image", type=int, default=500, help="files timed one by one (part 1)")
-    ap.add_argument("--seconds", type=float, default=3.0, help="per model-alone measurement")
+    for flag, kind, default, text in [
+            ("--split", str, "val", None), ("--models", str, "resnet50", None),
+            ("--batch-size", int, 256, None), ("--workers", int, None, "default: extract's"),
+            ("--precision", str, None, "default: extract's"), ("--device", str, None, None),
+            ("--rows", int, None, "only the first N rows"),
+            ("--per-image", int, 500, "files timed one by one (part 1)"),
+            ("--seconds", float, 3.0, "per model-alone figure"),
+            ("--json", Path, None, "also write the results here")]:
+        ap.add_argument(flag, type=kind, default=default, help=text)
     ap.add_argument("--features", action="store_true", help="extract --features (default off, "
                     "as the published bench_extract figures)")
     ap.add_argument("--two-procs", action="store_true", help="also two extract processes at once")
-    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     return ap.parse_args(argv)
 
 
