@@ -258,8 +258,11 @@ def verdict(res: dict) -> dict:
     text = (f"bound: {bound} at {ceilings[bound]:,.0f} img/s = {ceilings[bound] / max(got, 1e-9):.2f}x"
             f" extract's {got:,.0f} img/s steady; extract's main thread: "
             + ", ".join(f"{k} {v:.0%}" for k, v in top))
+    # below 1: W workers at once are slower per image than one alone (shared cores, SMT, memory)
+    scaling = ceilings.get("loader_alone", 0) / ceilings.get("cpu_workers", float("inf"))
     return {"ceilings_img_per_s": ceilings, "bound": bound, "text": text,
-            "bound_over_extract": round(ceilings[bound] / got, 3) if got else None}
+            "bound_over_extract": round(ceilings[bound] / got, 3) if got else None,
+            "loader_over_cpu_workers": round(scaling, 3)}
 
 
 def show(title: str, part: dict) -> dict:
@@ -283,9 +286,9 @@ def profile_model(name: str, samples, args, device, tmp: Path) -> dict:
         "no_pin_img_per_s": loader_rate(dataset, rows, bs, w, False)})
     res["model_alone"] = show("3 model alone", model_alone(model, data_cfg, args, device))
     del model
-    torch.cuda.empty_cache() if device.type == "cuda" else None
     res["extract"] = show("4 extract", extract_split(args, device, tmp / name))
     if args.two_procs:
+        torch.cuda.empty_cache() if device.type == "cuda" else None   # memory for the two
         res["two_procs"] = show("5 two processes", two_procs(args, device, tmp / f"{name}2"))
     res["verdict"] = verdict(res)
     print(f"  verdict {name}: {res['verdict']['text']}", flush=True)
