@@ -164,9 +164,9 @@ class Spans:
                 spans.start = time.perf_counter() if spans.batches == 2 else spans.start
                 return batch
 
-            def _shutdown_workers(self):   # after the sink's last write: the window's end
+            def _shutdown_workers(self):   # after the sink's last write; extract's steady
+                spans.wrap("loader_shutdown", it._shutdown_workers)()   # time includes it
                 spans.end = time.perf_counter()
-                it._shutdown_workers()
         return Timed()
 
 
