@@ -1,11 +1,10 @@
 """Where one ``extract --decode cpu`` process spends its time: each stage's ceiling, then the real run.
 
 In one process, on the first ``--rows`` files of the bench's JPEGs (``bench/make_jpegs.py``):
-1. ``per_image``: one worker's ms per image (one thread, files in the page cache): read + XXH3 stamp,
-   ``decode_file``, ``ResizeCrop``, the whole ``ImageRows.__getitem__`` and the shared-memory
-   collate; ``ceilings_img_per_s`` = 1000 / ms x ``--workers``;
-2. ``loader``: the real ``make_loader`` + ``ImageRows`` alone, steady img/s, with ``pin_memory`` as
-   extract sets it and without;
+1. ``per_image``: one worker's ms per image (one thread, files in the page cache): read + XXH3,
+   ``decode_file``, ``ResizeCrop``, all ``ImageRows.__getitem__``, the shared-memory collate;
+   ``ceilings_img_per_s`` = 1000 / ms x ``--workers``;
+2. ``loader``: extract's loader alone, steady img/s, ``pin_memory`` as extract sets it and off;
 3. ``model_alone``: ``classify`` with extract's ``forward_fn`` on a resident uint8 batch, img/s;
 4. ``extract``: the real ``extract()`` (random init, cache in a temp dir), steady img/s and the
    main thread's steady wall time split by wrapping what its loop calls (no synchronisation
@@ -131,23 +130,18 @@ class Spans:
     def __init__(self):
         self.total, self.stack, self.batches, self.start, self.end = {}, [], 0, None, None
 
-    @contextlib.contextmanager
-    def span(self, name: str):
-        t0 = time.perf_counter()
-        self.stack.append(0.0)
-        try:
-            yield
-        finally:
-            dt, inner = time.perf_counter() - t0, self.stack.pop()
-            if self.stack:
-                self.stack[-1] += dt
-            if self.start is not None and t0 >= self.start:
-                self.total[name] = self.total.get(name, 0.0) + dt - inner
-
     def wrap(self, name: str, fn):
         def timed(*a, **kw):
-            with self.span(name):
+            t0 = time.perf_counter()
+            self.stack.append(0.0)   # the time of the steps nested in this one
+            try:
                 return fn(*a, **kw)
+            finally:
+                dt, inner = time.perf_counter() - t0, self.stack.pop()
+                if self.stack:
+                    self.stack[-1] += dt
+                if self.start is not None and t0 >= self.start:
+                    self.total[name] = self.total.get(name, 0.0) + dt - inner
         return timed
 
     def batches_of(self, it):
