@@ -197,7 +197,7 @@ def main() -> None:
                     "(bench/grid_hours.py) from each model's batch-40 step of every lever, its "
                     "inference measured here and --extract-json's extraction rates")
     ap.add_argument("--extract-json", type=Path, default=None, help="bench/profile_extract.py's "
-                    "JSON of this call: each model's end-to-end extraction img/s")
+                    "JSON of this call: each model's steady extract img/s")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     device = torch.device(a.device)
@@ -239,7 +239,7 @@ def grid(results: dict, models: list[str], a, device) -> dict:
     each model at its fastest lever; inference measured now, extraction from --extract-json."""
     extract = {}
     if a.extract_json:
-        extract = {m: r["extract_img_per_s"]
+        extract = {m: r["extract"]["steady_img_per_s"]
                    for m, r in json.loads(a.extract_json.read_text())["models"].items()}
     infer = {m: round(classifier_infer(spec(m, a.tiny), 256 if device.type == "cuda" else 8,
                                        argparse.Namespace(warmup=3, steps=a.steps), device), 1)

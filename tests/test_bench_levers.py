@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_levers_are_timed_against_the_base_and_the_grid_is_projected(tmp_path):
     extract = tmp_path / "extract.json"
-    extract.write_text(json.dumps({"models": {"resnet10t": {"extract_img_per_s": 50.0}}}))
+    extract.write_text(json.dumps({"models": {"resnet10t": {"extract": {"steady_img_per_s": 50.0}}}}))
     out = tmp_path / "levers.json"
     run = subprocess.run(
         [sys.executable, "bench/step_levers.py", "--tiny", "--device", "cpu", "--rounds", "2",
