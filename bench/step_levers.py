@@ -12,7 +12,8 @@ timed in alternating rounds (``--rounds``), so a drift of the clock or of the GP
 falls on all of them alike; each variant's figure is its median round.
 
 A lever changes one thing (``LEVERS``): an inductor option during compilation, cuDNN picking
-convolution kernels by timing them, an SDPA backend, the SGD update unfused (the shipped graph
+convolution kernels by timing them, an SDPA backend, the patch embedding as a convolution (the
+shipped oracle runs it as one GEMM: ``pipeline.oracle.nets.patchgemm``), the SGD update unfused (the shipped graph
 runs it fused: ``capture.fused_sgd_step``), the model compiled or not, or the tanh approximation
 of GELU.  ``numerics``: the first step's loss and summed gradient norms against
 the shipped step's on the same batch and weights (relative differences); the fine-tuned tests
@@ -52,6 +53,7 @@ class Lever:
     sdpa: str = "default"
     cudnn_benchmark: bool = False
     foreach_sgd: bool = False
+    conv_patch: bool = False                       # not pipeline.oracle.nets.patchgemm
     flip_compile: bool = False                     # the model compiled where it ships eager
 
 
@@ -67,6 +69,8 @@ LEVERS = {
                                     inductor={"max_autotune_pointwise": True}),
     "foreach-sgd": Lever("the SGD update unfused: torch's foreach kernels, a pass over the "
                          "weights for each of weight decay, momentum and lr", foreach_sgd=True),
+    "conv-patch": Lever("the patch embedding as timm's convolution (the shipped oracle runs it "
+                        "as one GEMM over the patches)", conv_patch=True),
     "flash": Lever("SDPA: FlashAttention-2 instead of PyTorch's choice", sdpa="flash"),
     "gelu-tanh": Lever("GELU's tanh approximation (a numeric change)",
                        model_kwargs={"act_layer": "gelu_tanh"}),
@@ -83,18 +87,23 @@ def applied(lever: Lever):
     import torch._inductor.config as inductor
     from pipeline.oracle.finetune import graph
     from pipeline.oracle.loop.capture import sgd_step
+    from pipeline.oracle.nets import model
 
     saved_bench, saved_sgd = torch.backends.cudnn.benchmark, graph.fused_sgd_step
+    saved_patch = model.patch_gemm
     with ExitStack() as stack:
         stack.enter_context(inductor.patch(lever.inductor) if lever.inductor else nullcontext())
         stack.enter_context(backend_context(lever.sdpa))
         torch.backends.cudnn.benchmark = lever.cudnn_benchmark
         if lever.foreach_sgd:
             graph.fused_sgd_step = lambda: (sgd_step, "the foreach-sgd lever")
+        if lever.conv_patch:
+            model.patch_gemm = lambda backbone: 0
         try:
             yield
         finally:
             torch.backends.cudnn.benchmark, graph.fused_sgd_step = saved_bench, saved_sgd
+            model.patch_gemm = saved_patch
 
 
 def variant(name: str, lever: Lever, batch: int, tiny: bool, device) -> dict:
@@ -205,7 +214,7 @@ def main() -> None:
     models = [{"vit_base_patch16_384": "vit_tiny_patch16_224", "resnet50": "resnet10t"}.get(m, m)
               if a.tiny else m for m in a.models.split(",")]
     out = {"device": device_name(device), "date": time.strftime("%Y-%m-%d"),
-           "torch": torch.__version__,
+           "torch": torch.__version__, "commit": commit(),
            "command": shlex.join(["python", "bench/step_levers.py", *sys.argv[1:]]),
            "levers": {k: v.what for k, v in LEVERS.items()}, "results": {}}
     print("| model | batch | lever | step | img/s | base / lever | kernels ms | numerics |")
@@ -256,9 +265,19 @@ def grid(results: dict, models: list[str], a, device) -> dict:
     return out
 
 
+def commit() -> str | None:
+    """The checkout's commit (the code a figure measured), where git can tell."""
+    import subprocess
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=Path(__file__).parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def default_levers(model: str) -> str:
     if model.startswith("vit"):
-        return "base,foreach-sgd,coord-descent,gelu-tanh,flash,aggressive-fusion"
+        return "base,foreach-sgd,conv-patch,coord-descent,gelu-tanh,flash,aggressive-fusion"
     return "base,foreach-sgd,cudnn-benchmark,flip-compile"
 
 

@@ -35,6 +35,7 @@ from pipeline.core.models import (DataConfig, ModelError, ModelSpec, build_model
 from pipeline.data.sources import is_embedded_dataset
 from pipeline.oracle.nets.checkpoint import load_checkpoint
 from pipeline.oracle.nets.heads import Head, head_from_checkpoint, logit_stats
+from pipeline.oracle.nets.patchgemm import patch_gemm
 
 
 class Oracle(nn.Module):
@@ -83,11 +84,13 @@ def build_oracle(spec: ModelSpec, head: str, preprocess: str,
                  seed: int) -> tuple[Oracle, DataConfig]:
     """The named model with its weights (hub, file, fitted checkpoint or seeded random init),
     its classifier removed (``reset_classifier(0)``: pooled features out), and a fresh head
-    initialised from ``seed``.  Returns the oracle (train mode, CPU) and ITS data config."""
+    initialised from ``seed``; a ViT's patch embedding runs as one GEMM (``patchgemm``, the same
+    weights).  Returns the oracle (train mode, CPU) and ITS data config."""
     if head not in HEADS:
         raise ModelError(f"oracle head {head!r}: expected one of {HEADS}")
     backbone = build_model(spec, seed=seed, train=True)
     data_cfg = resolve_data_config(backbone, spec, preprocess)
+    patch_gemm(backbone)
     return attach_head(backbone, head, seed), data_cfg
 
 
