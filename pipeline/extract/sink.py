@@ -81,7 +81,9 @@ class ShardSink:
         staged = {k: v.to("cpu", non_blocking=True) for k, v in outputs.items()}
         event = None
         if next(iter(outputs.values())).device.type == "cuda":
-            event = torch.cuda.Event()
+            # blocking: the host thread sleeps until the device is done instead of spinning on a
+            # core, which the loader's workers need (bench/profile_extract.py, "device_wait")
+            event = torch.cuda.Event(blocking=True)
             event.record()
         self.flush()
         self.pending = (rows.numpy(), valid.numpy(), staged, event)
