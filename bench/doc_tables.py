@@ -11,7 +11,8 @@ A generated block sits between two marker lines, and only its text is replaced:
     <!-- end generated -->
 
 NAME picks the renderer (``BLOCKS`` below: the JSON it reads and how it writes it; the training
-blocks' renderers are in bench/tables_train.py, what they share in bench/table_format.py).  The
+blocks' renderers are in bench/tables_train.py, the levers' and the extraction profile's in
+bench/tables_levers.py, what they share in bench/table_format.py).  The
 runbook's time table (``runbook-time``, in both docs) is written by bench/runbook_table.py, whose
 marker names that script; this script writes it too, so one command regenerates every block.  Every
 JSON of bench/results/ states its device, date and command; a table repeats them.
@@ -32,6 +33,8 @@ if str(ROOT) not in sys.path:
 from bench import runbook_table  # noqa: E402
 from bench.grid_hours import grid_on_gpus  # noqa: E402
 from bench.table_format import RESULTS, Stale, load, n0, source, table  # noqa: E402
+from bench.tables_levers import (extract_profile, grid_hours, train_grid,  # noqa: E402
+                                 train_levers)
 from bench.tables_train import (ddp, ddp_summary, head_only_compiled, head_only_gpu,  # noqa: E402
                                 head_only_versus, head_profile, head_replay, sdpa, train_memory,
                                 train_step, vit_roofline)
@@ -193,7 +196,8 @@ BLOCKS = {
     "vit-roofline": vit_roofline, "head-profile": head_profile, "head-replay": head_replay,
     "report-cpu": report_cpu, "report-memory": report_memory, "inference": inference,
     "demo-cpu": demo_cpu, "rehearsal-memory": rehearsal_memory, "device-drift": device_drift,
-    "cluster-hours": cluster_hours,
+    "cluster-hours": cluster_hours, "train-levers": train_levers, "train-grid": train_grid,
+    "extract-profile": extract_profile, "grid-h200": grid_hours,
 }
 
 

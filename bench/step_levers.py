@@ -214,7 +214,7 @@ def main() -> None:
     models = [{"vit_base_patch16_384": "vit_tiny_patch16_224", "resnet50": "resnet10t"}.get(m, m)
               if a.tiny else m for m in a.models.split(",")]
     out = {"device": device_name(device), "date": time.strftime("%Y-%m-%d"),
-           "torch": torch.__version__, "commit": commit(),
+           "torch": torch.__version__,
            "command": shlex.join(["python", "bench/step_levers.py", *sys.argv[1:]]),
            "levers": {k: v.what for k, v in LEVERS.items()}, "results": {}}
     print("| model | batch | lever | step | img/s | base / lever | kernels ms | numerics |")
@@ -234,6 +234,8 @@ def main() -> None:
                 lv: round(r["img_per_s"] / by[fill][lv]["img_per_s"], 3)
                 for lv, r in by["40"].items() if "img_per_s" in r and "img_per_s" in by[fill][lv]}
             print(f"{m}: batch-40 img/s over batch-{fill} img/s: {out['ratios'][m]}")
+    if a.json:
+        a.json.write_text(json.dumps(out, indent=1) + "\n")
     if a.grid and not all("40" in by for by in out["results"].values()):
         sys.exit("step_levers: --grid needs every model at the paper's batch of 40 (--batches)")
     if a.grid:
@@ -263,16 +265,6 @@ def grid(results: dict, models: list[str], a, device) -> dict:
         out["hours"][label] = {"parts_h": {k: round(v, 3) for k, v in parts.items()},
                                "total_h": round(sum(parts.values()), 3)}
     return out
-
-
-def commit() -> str | None:
-    """The checkout's commit (the code a figure measured), where git can tell."""
-    import subprocess
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, cwd=Path(__file__).parent, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def default_levers(model: str) -> str:
