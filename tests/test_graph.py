@@ -63,3 +63,17 @@ def test_cpu_run_records_the_eager_path_and_on_is_refused(stage1, tmp_path):
     assert "Traceback" not in refused.output
     assert not (tmp_path / "on").exists()               # a refused start leaves nothing
 
+
+
+def test_the_fused_update_falls_back_to_torchs_with_the_reason_where_triton_is_missing(
+        monkeypatch):
+    """capture.fused_sgd_step: without Triton (inductor's GPU backend), the foreach update and
+    the line the graphed step prints; the fused one is compared with torch's on a GPU
+    (tests/test_graph_cuda.py)."""
+    import torch.utils._triton as triton_probe
+
+    from pipeline.oracle.loop import capture
+
+    monkeypatch.setattr(triton_probe, "has_triton", lambda: False)
+    update, why = capture.fused_sgd_step()
+    assert update is capture.sgd_step and "Triton" in why
