@@ -21,7 +21,6 @@ Prints a verdict (the lowest ceiling vs extract's rate) and one ``PROFILE_EXTRAC
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -29,7 +28,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from unittest import mock
 
 import torch
 import xxhash
@@ -37,6 +35,7 @@ import xxhash
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_extract import device_name, subset_tree  # noqa: E402
+from bench.extract_spans import Spans, instrumented  # noqa: E402
 from bench.profile_decode import rate  # noqa: E402
 from pipeline.core.models import build_model, resolve_data_config, resolve_spec  # noqa: E402
 from pipeline.core.precision import autocast, default_precision  # noqa: E402
@@ -45,7 +44,7 @@ from pipeline.data.images import GpuNormalize, decode_file, transform_for  # noq
 from pipeline.data.loader import chunk_batches, default_workers, make_loader  # noqa: E402
 from pipeline.data.sources import list_split  # noqa: E402
 from pipeline.data.stamps import SourceRecorder, read_stamped  # noqa: E402
-from pipeline.extract import forward as fwd, run, sink as sink_mod  # noqa: E402
+from pipeline.extract import forward as fwd, run  # noqa: E402
 from pipeline.extract.run import ExtractConfig, extract  # noqa: E402
 
 
@@ -121,75 +120,6 @@ def model_alone(model, data_cfg, args, device) -> dict:
             fwd.classify(fn, normalize(batch), labels)
     return {"resident_img_per_s": rate(lambda: step(resident), len(x), device, args.seconds),
             "from_pinned_host_img_per_s": rate(lambda: step(host), len(x), device, args.seconds)}
-
-
-class Spans:
-    """The main thread's exclusive perf_counter time per step (a nested step's time is taken out
-    of its parent's), counted from extract's steady start: the second batch's arrival."""
-
-    def __init__(self):
-        self.total, self.stack, self.batches, self.start, self.end = {}, [], 0, None, None
-
-    def wrap(self, name: str, fn):
-        def timed(*a, **kw):
-            t0 = time.perf_counter()
-            self.stack.append(0.0)   # the time of the steps nested in this one
-            try:
-                return fn(*a, **kw)
-            finally:
-                dt, inner = time.perf_counter() - t0, self.stack.pop()
-                if self.stack:
-                    self.stack[-1] += dt
-                if self.start is not None and t0 >= self.start:
-                    self.total[name] = self.total.get(name, 0.0) + dt - inner
-        return timed
-
-    def batches_of(self, it):
-        """The loader iterator, timing each wait for a batch; closed by closing_loop's stop."""
-        spans = self
-
-        class Timed:
-            def __iter__(self):
-                return self
-
-            def __next__(self):
-                batch = spans.wrap("loader_wait", next)(it)
-                spans.batches += 1
-                spans.start = time.perf_counter() if spans.batches == 2 else spans.start
-                return batch
-
-            def _shutdown_workers(self):   # after the sink's last write; extract's steady
-                spans.wrap("loader_shutdown", it._shutdown_workers)()   # time includes it
-                spans.end = time.perf_counter()
-        return Timed()
-
-
-def instrumented(spans: Spans):
-    """Patches of the names extract's loop looks up, each timing what it wraps."""
-    real_loader, real_forward, real_sink = run.make_loader, run.forward_fn, run.ShardSink
-
-    class Normalize(GpuNormalize):
-        __call__ = spans.wrap("h2d_copy_normalize", GpuNormalize.__call__)
-
-    class Sink(real_sink):
-        push = spans.wrap("sink_push_launch", real_sink.push)
-
-        def flush(self):   # the wait for the previous batch's outputs: the device's time
-            if self.pending is not None and self.pending[3] is not None:
-                spans.wrap("device_wait_in_sink", self.pending[3].synchronize)()
-            spans.wrap("sink_host_put", real_sink.flush)(self)
-
-    def loader(*a, **kw):
-        real = real_loader(*a, **kw)
-        return type("TimedLoader", (), {"__iter__": lambda _: spans.batches_of(iter(real))})()
-    stack = contextlib.ExitStack()
-    for module, name, value in [
-            (run, "make_loader", loader), (run, "GpuNormalize", Normalize), (run, "ShardSink", Sink),
-            (run, "forward_fn", lambda *a: spans.wrap("forward", real_forward(*a))),
-            (fwd, "classify", spans.wrap("output_columns", fwd.classify)),
-            (sink_mod, "write_shard", spans.wrap("hdf5_write_shard", sink_mod.write_shard))]:
-        stack.enter_context(mock.patch.object(module, name, value))
-    return stack
 
 
 def config(args, data: Path, out: Path, workers: int, device) -> ExtractConfig:
