@@ -11,9 +11,10 @@ The SGD update.  ``torch.optim.SGD`` turns a tensor lr into a Python float (a ho
 capture refuses, and a constant the graph would keep), so the graph runs SGD's update on device
 scalars, the one both graphed steps run (``pipeline.oracle.loop.capture.sgd_step``: torch's
 kernels, ``p += -lr b`` rounded once as torch's ``add_(b, alpha=-lr)``), here compiled into one
-pass over the weights (``capture.fused_sgd_step``; ``step_path["sgd_update"]`` says which ran).  The momentum buffers
-are the optimizer's own state tensors, created as zeros where missing (``m 0 + g = g`` is torch's
-first step exactly), so ``last.pt`` is the same object as in eager mode and a run resumes in
+pass over the weights (``capture.fused_sgd_step``; ``step_path["sgd_update"]`` says which ran).
+The momentum buffers are the optimizer's own state tensors, created as zeros where missing
+(``m 0 + g = g`` is torch's first step exactly), so ``last.pt`` is the same object as in eager
+mode and a run resumes in
 either mode.
 
 Several processes (torchrun).  DDP all-reduces gradients from autograd hooks on the host, which a

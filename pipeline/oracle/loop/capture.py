@@ -135,12 +135,13 @@ def fused_sgd_step() -> tuple[Callable[..., None], str | None]:
     """(the SGD update a fine-tuned oracle's graph runs, why it is not the fused one or None).
 
     ``sgd_step`` compiled by inductor: its passes over the weights (weight decay, momentum, the
-    lr's update) fused into one, about 0.5 ms of a ViT-B/16@384 step at batch 40 and 0.4 ms of a
-    ResNet-50's on an H200 (bench/step_levers.py, ``foreach-sgd``).  A fused multiply-add rounds
-    once where torch's foreach kernels round twice, so it is not torch.optim.SGD bit for bit: the
-    fine-tuned graph already differs from its eager step by the model's own rounding (within the
-    tolerance of tests/test_graph_cuda.py), while the head-only graph, bit for bit with its eager
-    step, keeps ``sgd_step``.  Without Triton (inductor's GPU backend), ``sgd_step`` as it is."""
+    lr's update) fused into one, about 0.7 ms of a ViT-B/16@384 step at batch 40 and 0.45 ms of
+    a ResNet-50's on an H200 (bench/step_levers.py, ``foreach-sgd``).  It need not equal
+    torch.optim.SGD bit for bit (a multiply and an add fused into one rounding where torch's
+    foreach kernels round twice): the fine-tuned graph already differs from its eager step by the
+    model's own rounding (within the tolerance of tests/test_graph_cuda.py), while the head-only
+    graph, bit for bit with its eager step, keeps ``sgd_step``.  Without Triton (inductor's GPU
+    backend), ``sgd_step`` as it is."""
     from torch.utils._triton import has_triton
 
     if not has_triton():
