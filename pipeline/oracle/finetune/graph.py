@@ -14,8 +14,7 @@ kernels, ``p += -lr b`` rounded once as torch's ``add_(b, alpha=-lr)``), here co
 pass over the weights (``capture.fused_sgd_step``; ``step_path["sgd_update"]`` says which ran).
 The momentum buffers are the optimizer's own state tensors, created as zeros where missing
 (``m 0 + g = g`` is torch's first step exactly), so ``last.pt`` is the same object as in eager
-mode and a run resumes in
-either mode.
+mode and a run resumes in either mode.
 
 Several processes (torchrun).  DDP all-reduces gradients from autograd hooks on the host, which a
 graph cannot hold, so the graphed step runs the model without DDP (``finetune.distribute``) and
