@@ -54,15 +54,16 @@ def rate(step, per_step: int, device: torch.device, seconds: float = 3.0) -> flo
     return round(n * per_step / (time.perf_counter() - start), 1)
 
 
-def cpu_workers_rate(samples, transform, rows: int, batch_size: int, workers: int) -> float:
-    loader = make_loader(ImageRows(samples, transform), chunk_batches([(0, rows)], batch_size),
-                         workers, pin_memory=False)
-    first, start, n = True, None, 0
+def loader_rate(dataset, rows: int, batch_size: int, workers: int, pin: bool) -> float | None:
+    """Steady img/s of extract's loader alone over ``dataset``'s first ``rows`` rows (worker
+    start-up and the first batch excluded)."""
+    loader = make_loader(dataset, chunk_batches([(0, rows)], batch_size), workers, pin_memory=pin)
+    start, n = None, 0
     for images, _, _ in loader:
-        if first:   # worker start-up excluded
-            first, start = False, time.perf_counter()
-            continue
-        n += len(images)
+        if start is None:
+            start = time.perf_counter()
+        else:
+            n += len(images)
     return round(n / (time.perf_counter() - start), 1) if n else None
 
 
@@ -112,7 +113,8 @@ def profile_model(name: str, samples, args, device: torch.device, decoders: list
 
     out = {"model": name, "rows": rows, "batch_size": bs,
            "model_alone_img_per_s": rate(model_step, bs, device),
-           "cpu_workers_img_per_s": cpu_workers_rate(samples, transform, rows, bs, args.workers)}
+           "cpu_workers_img_per_s": loader_rate(ImageRows(samples, transform), rows, bs,
+                                                  args.workers, False)}
     for dec in decoders:
         try:
             decoder = DeviceDecoder(samples, transform, device, False, dec)

@@ -36,12 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_extract import device_name, subset_tree  # noqa: E402
 from bench.extract_spans import Spans, instrumented  # noqa: E402
-from bench.profile_decode import rate  # noqa: E402
+from bench.profile_decode import loader_rate, rate  # noqa: E402
 from pipeline.core.models import build_model, resolve_data_config, resolve_spec  # noqa: E402
 from pipeline.core.precision import autocast, default_precision  # noqa: E402
 from pipeline.data.decode import make_dataset  # noqa: E402
 from pipeline.data.images import GpuNormalize, decode_file, transform_for  # noqa: E402
-from pipeline.data.loader import chunk_batches, default_workers, make_loader  # noqa: E402
+from pipeline.data.loader import default_workers  # noqa: E402
 from pipeline.data.sources import list_split  # noqa: E402
 from pipeline.data.stamps import SourceRecorder, read_stamped  # noqa: E402
 from pipeline.extract import forward as fwd, run  # noqa: E402
@@ -93,18 +93,6 @@ def collate_ms(items: list, batch_size: int) -> float:
         return 1000 * (time.perf_counter() - t0) / len(items)
     finally:
         worker._worker_info = saved
-
-
-def loader_rate(dataset, rows: int, batch_size: int, workers: int, pin: bool) -> float | None:
-    """Steady img/s of extract's loader alone (worker start-up and the first batch excluded)."""
-    loader = make_loader(dataset, chunk_batches([(0, rows)], batch_size), workers, pin_memory=pin)
-    start, n = None, 0
-    for images, _, _ in loader:
-        if start is None:
-            start = time.perf_counter()
-        else:
-            n += len(images)
-    return round(n / (time.perf_counter() - start), 1) if n else None
 
 
 def model_alone(model, data_cfg, args, device) -> dict:
