@@ -250,8 +250,12 @@ def grid(results: dict, models: list[str], a, device) -> dict:
     each model at its fastest lever; inference measured now, extraction from --extract-json."""
     extract = {}
     if a.extract_json:
-        extract = {m: r["extract"]["steady_img_per_s"]
-                   for m, r in json.loads(a.extract_json.read_text())["models"].items()}
+        try:
+            extract = {m: r["extract"]["steady_img_per_s"]
+                       for m, r in json.loads(a.extract_json.read_text())["models"].items()}
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            sys.exit(f"step_levers: --extract-json {a.extract_json}: not bench/profile_extract.py's "
+                     f"JSON ({type(err).__name__}: {err}); pass the file its --json wrote")
     infer = {m: round(classifier_infer(spec(m, a.tiny), 256 if device.type == "cuda" else 8,
                                        argparse.Namespace(warmup=3, steps=a.steps), device), 1)
              for m in models}
